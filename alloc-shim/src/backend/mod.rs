@@ -1,0 +1,89 @@
+//! The allocators the shim forwards to, behind one small interface.
+//!
+//! Each backend only forwards; the C semantics (errno, overflow, alignment
+//! rules, `realloc(p, 0)`) are applied once, above, in `posix`.
+
+mod jemalloc;
+mod mimalloc;
+mod system;
+
+pub use jemalloc::Jemalloc;
+pub use mimalloc::Mimalloc;
+pub use system::System;
+
+use core::ffi::c_void;
+
+/// The operations the POSIX layer needs from an allocator.
+///
+/// # Safety
+/// Implementations must behave as the malloc family does: every pointer they
+/// return is owned by them and accepted by their `free` and `usable`.
+pub unsafe trait Backend {
+    /// The name used in `ALLOCMUX_ALLOCATOR` and in profiles.
+    const NAME: &'static str;
+    /// Whether a failed allocation already sets `errno` to `ENOMEM`.
+    const SETS_ERRNO: bool;
+    /// Whether `free` already leaves `errno` untouched.
+    const FREE_KEEPS_ERRNO: bool;
+
+    /// `malloc(size)`.
+    unsafe fn malloc(size: usize) -> *mut c_void;
+    /// `calloc(count, size)`; the product is known not to overflow.
+    unsafe fn calloc(count: usize, size: usize) -> *mut c_void;
+    /// `realloc(ptr, size)` with `ptr` non-NULL and `size` non-zero.
+    unsafe fn realloc(ptr: *mut c_void, size: usize) -> *mut c_void;
+    /// Frees a non-NULL block whose usable size is `usable`.
+    unsafe fn free(ptr: *mut c_void, usable: usize);
+    /// A block of `size` bytes aligned to `align`, a power of two.
+    unsafe fn aligned(align: usize, size: usize) -> *mut c_void;
+    /// `memalign` with glibc's rules (non-power-of-two alignments rounded up).
+    unsafe fn memalign(align: usize, size: usize) -> *mut c_void;
+    /// `valloc(size)`.
+    unsafe fn valloc(size: usize) -> *mut c_void;
+    /// `pvalloc(size)`.
+    unsafe fn pvalloc(size: usize) -> *mut c_void;
+    /// Usable size of a non-NULL live block.
+    unsafe fn usable(ptr: *mut c_void) -> usize;
+}
+
+/// The page size, from the auxiliary vector (no syscall, no allocation).
+#[inline]
+pub fn page_size() -> usize {
+    // SAFETY: getauxval has no preconditions.
+    match unsafe { libc::getauxval(libc::AT_PAGESZ) } as usize {
+        0 => 4096,
+        n => n,
+    }
+}
+
+/// glibc's `memalign` on top of an aligned allocation: alignments up to 16
+/// still give 16 (as glibc's malloc always does), larger non-powers of two
+/// are rounded up, and impossible ones fail with `EINVAL`.
+///
+/// # Safety
+/// `B` must be a backend.
+pub unsafe fn memalign_via_aligned<B: Backend>(align: usize, size: usize) -> *mut c_void {
+    if align > usize::MAX / 2 + 1 {
+        crate::posix::set_errno(libc::EINVAL);
+        return core::ptr::null_mut();
+    }
+    let align = align.max(16).next_power_of_two();
+    // SAFETY: align is a power of two.
+    unsafe { B::aligned(align, size) }
+}
+
+/// glibc's `pvalloc`: whole pages, at least one.
+///
+/// # Safety
+/// `B` must be a backend.
+pub unsafe fn pvalloc_via_aligned<B: Backend>(size: usize) -> *mut c_void {
+    let page = page_size();
+    match size.checked_add(page - 1) {
+        // SAFETY: the page size is a power of two.
+        Some(s) => unsafe { B::aligned(page, (s & !(page - 1)).max(page)) },
+        None => {
+            crate::posix::set_errno(libc::ENOMEM);
+            core::ptr::null_mut()
+        }
+    }
+}

@@ -1,0 +1,80 @@
+//! glibc's allocator, through its `__libc_*` entry points (no `dlsym`, which
+//! can allocate, and no lookup of `malloc`, which would find the shim).
+
+use core::ffi::c_void;
+
+use super::Backend;
+
+unsafe extern "C" {
+    fn __libc_malloc(size: usize) -> *mut c_void;
+    fn __libc_calloc(count: usize, size: usize) -> *mut c_void;
+    fn __libc_realloc(ptr: *mut c_void, size: usize) -> *mut c_void;
+    fn __libc_free(ptr: *mut c_void);
+    fn __libc_memalign(align: usize, size: usize) -> *mut c_void;
+    fn __libc_valloc(size: usize) -> *mut c_void;
+    fn __libc_pvalloc(size: usize) -> *mut c_void;
+}
+
+/// glibc malloc.
+#[derive(Debug)]
+pub struct System;
+
+// SAFETY: forwards to glibc's own allocator.
+unsafe impl Backend for System {
+    const NAME: &'static str = "system";
+    const SETS_ERRNO: bool = true;
+    const FREE_KEEPS_ERRNO: bool = true;
+
+    #[inline(always)]
+    unsafe fn malloc(size: usize) -> *mut c_void {
+        // SAFETY: plain forward.
+        unsafe { __libc_malloc(size) }
+    }
+    #[inline(always)]
+    unsafe fn calloc(count: usize, size: usize) -> *mut c_void {
+        // SAFETY: plain forward.
+        unsafe { __libc_calloc(count, size) }
+    }
+    #[inline(always)]
+    unsafe fn realloc(ptr: *mut c_void, size: usize) -> *mut c_void {
+        // SAFETY: the caller passes a glibc block.
+        unsafe { __libc_realloc(ptr, size) }
+    }
+    #[inline(always)]
+    unsafe fn free(ptr: *mut c_void, _usable: usize) {
+        // SAFETY: the caller passes a glibc block.
+        unsafe { __libc_free(ptr) }
+    }
+    #[inline(always)]
+    unsafe fn aligned(align: usize, size: usize) -> *mut c_void {
+        // SAFETY: plain forward.
+        unsafe { __libc_memalign(align, size) }
+    }
+    #[inline(always)]
+    unsafe fn memalign(align: usize, size: usize) -> *mut c_void {
+        // SAFETY: glibc applies its own memalign rules.
+        unsafe { __libc_memalign(align, size) }
+    }
+    #[inline(always)]
+    unsafe fn valloc(size: usize) -> *mut c_void {
+        // SAFETY: plain forward.
+        unsafe { __libc_valloc(size) }
+    }
+    #[inline(always)]
+    unsafe fn pvalloc(size: usize) -> *mut c_void {
+        // SAFETY: plain forward.
+        unsafe { __libc_pvalloc(size) }
+    }
+    #[inline(always)]
+    unsafe fn usable(ptr: *mut c_void) -> usize {
+        // glibc exports no `__libc_malloc_usable_size`, and `malloc_usable_size`
+        // resolves to the shim, so read the chunk header as glibc's `musable`
+        // does: the size word before the block, low three bits flags, the
+        // IS_MMAPPED bit (2) telling whether the next chunk's header is
+        // usable space too. This layout has been stable since glibc 2.0.
+        // SAFETY: `ptr` is a live glibc block, so its header word precedes it.
+        let word = unsafe { *(ptr as *const usize).sub(1) };
+        let size = word & !7;
+        if word & 2 != 0 { size - 16 } else { size - 8 }
+    }
+}

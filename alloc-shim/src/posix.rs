@@ -1,0 +1,287 @@
+//! The C semantics of each exported function, written once for every
+//! backend and every recording scope: what glibc and POSIX promise about
+//! `errno`, overflow, alignment, `free(NULL)` and `realloc(p, 0)`.
+//!
+//! Decisions where the backends differ (the shim makes them all act alike):
+//! - a failed allocation sets `errno = ENOMEM` (mimalloc does not itself);
+//! - `free` preserves `errno`;
+//! - `realloc(p, 0)` frees `p` and returns NULL, as glibc does (mimalloc
+//!   would return a new block);
+//! - `aligned_alloc` with an alignment that is zero or not a power of two
+//!   fails with `EINVAL` (POSIX, C17 and glibc ≥ 2.38; glibc 2.36 treated it
+//!   as `memalign`);
+//! - `memalign` follows glibc: non-powers of two round up, at least 16;
+//! - `malloc(1..8)` keeps each backend's own alignment (8 under jemalloc and
+//!   mimalloc, 16 under glibc): valid for every object that fits, and
+//!   forcing 16 would change the backend's size classes being measured.
+
+use core::ffi::{c_int, c_void};
+use core::marker::PhantomData;
+use core::ptr;
+
+use allocmux::Func;
+use allocmux::recorder::{Body, Scope};
+
+use crate::backend::Backend;
+use crate::tls;
+
+/// Sets the calling thread's `errno`.
+#[inline]
+pub fn set_errno(e: c_int) {
+    // SAFETY: the cached address is this thread's errno.
+    unsafe { *tls::current().errno() = e };
+}
+
+#[inline(always)]
+fn out_of_memory<B: Backend>() {
+    if !B::SETS_ERRNO {
+        set_errno(libc::ENOMEM);
+    }
+}
+
+/// Records a fresh block, or the failure that produced none.
+#[inline(always)]
+unsafe fn handed_out<B: Backend, S: Scope>(
+    s: &S,
+    f: Func,
+    p: *mut c_void,
+    requested: usize,
+) -> *mut c_void {
+    if p.is_null() {
+        s.fail(f);
+        out_of_memory::<B>();
+    } else {
+        // SAFETY: `p` is a live block of B.
+        s.alloc(f, requested, unsafe { B::usable(p) });
+    }
+    p
+}
+
+/// `malloc(size)`.
+pub struct Malloc<B>(pub usize, pub PhantomData<B>);
+impl<B: Backend> Body for Malloc<B> {
+    type Out = *mut c_void;
+    #[inline(always)]
+    unsafe fn run<S: Scope>(self, s: &S) -> *mut c_void {
+        // SAFETY: malloc has no preconditions.
+        let p = s.time(self.0, || unsafe { B::malloc(self.0) });
+        // SAFETY: `p` came from B.
+        unsafe { handed_out::<B, S>(s, Func::Malloc, p, self.0) }
+    }
+}
+
+/// `free(ptr)`.
+pub struct Free<B>(pub *mut c_void, pub PhantomData<B>);
+impl<B: Backend> Body for Free<B> {
+    type Out = ();
+    #[inline(always)]
+    unsafe fn run<S: Scope>(self, s: &S) {
+        s.call(Func::Free);
+        let p = self.0;
+        if p.is_null() {
+            return;
+        }
+        // SAFETY: the program passes a live block, which B made.
+        let usable = unsafe { B::usable(p) };
+        s.freed(usable);
+        if B::FREE_KEEPS_ERRNO {
+            // SAFETY: as above.
+            s.time(usable, || unsafe { B::free(p, usable) });
+        } else {
+            let errno = tls::current().errno();
+            // SAFETY: `errno` is this thread's; the block is live.
+            unsafe {
+                let saved = *errno;
+                s.time(usable, || B::free(p, usable));
+                *errno = saved;
+            }
+        }
+    }
+}
+
+/// `calloc(count, size)`.
+pub struct Calloc<B>(pub usize, pub usize, pub PhantomData<B>);
+impl<B: Backend> Body for Calloc<B> {
+    type Out = *mut c_void;
+    #[inline(always)]
+    unsafe fn run<S: Scope>(self, s: &S) -> *mut c_void {
+        let Some(total) = self.0.checked_mul(self.1) else {
+            s.fail(Func::Calloc);
+            set_errno(libc::ENOMEM);
+            return ptr::null_mut();
+        };
+        // SAFETY: the product does not overflow.
+        let p = s.time(total, || unsafe { B::calloc(self.0, self.1) });
+        // SAFETY: `p` came from B.
+        unsafe { handed_out::<B, S>(s, Func::Calloc, p, total) }
+    }
+}
+
+/// `realloc(ptr, size)`.
+pub struct Realloc<B>(pub *mut c_void, pub usize, pub PhantomData<B>);
+impl<B: Backend> Body for Realloc<B> {
+    type Out = *mut c_void;
+    #[inline(always)]
+    unsafe fn run<S: Scope>(self, s: &S) -> *mut c_void {
+        let (old, size) = (self.0, self.1);
+        if old.is_null() {
+            // SAFETY: realloc(NULL, n) is malloc(n).
+            let p = s.time(size, || unsafe { B::malloc(size) });
+            // SAFETY: `p` came from B.
+            return unsafe { handed_out::<B, S>(s, Func::Realloc, p, size) };
+        }
+        // SAFETY: the program passes a live block of B.
+        let old_usable = unsafe { B::usable(old) };
+        if size == 0 {
+            // glibc: realloc(p, 0) frees p and returns NULL.
+            s.call(Func::Realloc);
+            s.freed(old_usable);
+            // SAFETY: as above.
+            s.time(old_usable, || unsafe { B::free(old, old_usable) });
+            return ptr::null_mut();
+        }
+        // SAFETY: as above; size is non-zero.
+        let p = s.time(size.max(old_usable), || unsafe { B::realloc(old, size) });
+        if p.is_null() {
+            // The old block is untouched and still the program's.
+            s.fail(Func::Realloc);
+            out_of_memory::<B>();
+        } else {
+            s.freed(old_usable);
+            // SAFETY: `p` is a live block of B.
+            s.alloc(Func::Realloc, size, unsafe { B::usable(p) });
+        }
+        p
+    }
+}
+
+/// `aligned_alloc(alignment, size)`.
+pub struct AlignedAlloc<B>(pub usize, pub usize, pub PhantomData<B>);
+impl<B: Backend> Body for AlignedAlloc<B> {
+    type Out = *mut c_void;
+    #[inline(always)]
+    unsafe fn run<S: Scope>(self, s: &S) -> *mut c_void {
+        let (align, size) = (self.0, self.1);
+        if !align.is_power_of_two() {
+            s.fail(Func::AlignedAlloc);
+            set_errno(libc::EINVAL);
+            return ptr::null_mut();
+        }
+        // SAFETY: a power-of-two alignment.
+        let p = s.time(size, || unsafe { B::aligned(align, size) });
+        // SAFETY: `p` came from B.
+        unsafe { handed_out::<B, S>(s, Func::AlignedAlloc, p, size) }
+    }
+}
+
+/// `memalign(alignment, size)`.
+pub struct Memalign<B>(pub usize, pub usize, pub PhantomData<B>);
+impl<B: Backend> Body for Memalign<B> {
+    type Out = *mut c_void;
+    #[inline(always)]
+    unsafe fn run<S: Scope>(self, s: &S) -> *mut c_void {
+        // SAFETY: the backend applies glibc's memalign rules.
+        let p = s.time(self.1, || unsafe { B::memalign(self.0, self.1) });
+        if p.is_null() {
+            // EINVAL for an impossible alignment is already set; keep it.
+            s.fail(Func::Memalign);
+            if self.0 <= usize::MAX / 2 + 1 {
+                out_of_memory::<B>();
+            }
+            return p;
+        }
+        // SAFETY: `p` came from B.
+        unsafe { handed_out::<B, S>(s, Func::Memalign, p, self.1) }
+    }
+}
+
+/// `posix_memalign(&ptr, alignment, size)`.
+pub struct PosixMemalign<B>(
+    pub *mut *mut c_void,
+    pub usize,
+    pub usize,
+    pub PhantomData<B>,
+);
+impl<B: Backend> Body for PosixMemalign<B> {
+    type Out = c_int;
+    #[inline(always)]
+    unsafe fn run<S: Scope>(self, s: &S) -> c_int {
+        let (out, align, size) = (self.0, self.1, self.2);
+        // A power of two and a multiple of sizeof(void *); `*out` untouched otherwise.
+        if !align.is_power_of_two() || align % core::mem::size_of::<*mut c_void>() != 0 {
+            s.fail(Func::PosixMemalign);
+            return libc::EINVAL;
+        }
+        // SAFETY: a valid alignment.
+        let p = s.time(size, || unsafe { B::aligned(align, size) });
+        if p.is_null() {
+            s.fail(Func::PosixMemalign);
+            return libc::ENOMEM;
+        }
+        // SAFETY: `p` is a live block of B; `out` is the program's out-pointer.
+        unsafe {
+            s.alloc(Func::PosixMemalign, size, B::usable(p));
+            *out = p;
+        }
+        0
+    }
+}
+
+/// `valloc(size)`.
+pub struct Valloc<B>(pub usize, pub PhantomData<B>);
+impl<B: Backend> Body for Valloc<B> {
+    type Out = *mut c_void;
+    #[inline(always)]
+    unsafe fn run<S: Scope>(self, s: &S) -> *mut c_void {
+        // SAFETY: no preconditions.
+        let p = s.time(self.0, || unsafe { B::valloc(self.0) });
+        // SAFETY: `p` came from B.
+        unsafe { handed_out::<B, S>(s, Func::Valloc, p, self.0) }
+    }
+}
+
+/// `pvalloc(size)`.
+pub struct Pvalloc<B>(pub usize, pub PhantomData<B>);
+impl<B: Backend> Body for Pvalloc<B> {
+    type Out = *mut c_void;
+    #[inline(always)]
+    unsafe fn run<S: Scope>(self, s: &S) -> *mut c_void {
+        // SAFETY: no preconditions.
+        let p = s.time(self.0, || unsafe { B::pvalloc(self.0) });
+        // SAFETY: `p` came from B.
+        unsafe { handed_out::<B, S>(s, Func::Pvalloc, p, self.0) }
+    }
+}
+
+/// `malloc_usable_size(ptr)`.
+pub struct UsableSize<B>(pub *mut c_void, pub PhantomData<B>);
+impl<B: Backend> Body for UsableSize<B> {
+    type Out = usize;
+    #[inline(always)]
+    unsafe fn run<S: Scope>(self, s: &S) -> usize {
+        s.call(Func::MallocUsableSize);
+        if self.0.is_null() {
+            return 0;
+        }
+        // SAFETY: the program passes a live block of B.
+        s.time(0, || unsafe { B::usable(self.0) })
+    }
+}
+
+/// A scope that records nothing: secure execution, where the shim only
+/// forwards to glibc.
+pub struct Unrecorded;
+impl Scope for Unrecorded {
+    #[inline(always)]
+    fn time<R>(&self, _size: usize, op: impl FnOnce() -> R) -> R {
+        op()
+    }
+    #[inline(always)]
+    fn alloc(&self, _: Func, _: usize, _: usize) {}
+    #[inline(always)]
+    fn freed(&self, _: usize) {}
+    #[inline(always)]
+    fn call(&self, _: Func) {}
+    #[inline(always)]
+    fn fail(&self, _: Func) {}
+}

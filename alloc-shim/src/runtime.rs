@@ -1,0 +1,574 @@
+//! The preload runtime: choosing the backend, start-up, `fork`, the periodic
+//! writer thread, and the profile or summary at exit.
+//!
+//! Nothing here runs on the allocation hot path except [`backend`], which is
+//! one relaxed load once the choice is made.
+
+use core::ffi::{c_char, c_int, c_void};
+use core::fmt::Write as _;
+use core::sync::atomic::{AtomicBool, AtomicU8, Ordering::Relaxed};
+
+use allocmux::profile::{self, Header, State};
+use allocmux::recorder::{self, ClockPair, SpinLock};
+
+use crate::backend::{Backend, Jemalloc, Mimalloc, System};
+use crate::{config, tls};
+
+/// The backend serving this process; never changes once chosen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Choice {
+    /// glibc, recorded.
+    System = 1,
+    /// jemalloc, recorded.
+    Jemalloc = 2,
+    /// mimalloc, recorded.
+    Mimalloc = 3,
+    /// glibc, not recorded: secure execution (setuid/setgid/capabilities).
+    Unrecorded = 4,
+}
+
+static BACKEND: AtomicU8 = AtomicU8::new(0);
+
+/// The process's backend, chosen at the first call (which may come before
+/// the shim's constructor: other libraries' constructors allocate too).
+#[inline(always)]
+pub fn backend() -> Choice {
+    match BACKEND.load(Relaxed) {
+        1 => Choice::System,
+        2 => Choice::Jemalloc,
+        3 => Choice::Mimalloc,
+        4 => Choice::Unrecorded,
+        _ => choose_backend(),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn choose_backend() -> Choice {
+    let choice = if config::secure_execution() {
+        Choice::Unrecorded
+    } else {
+        match config::allocator() {
+            config::Allocator::Jemalloc => Choice::Jemalloc,
+            config::Allocator::Mimalloc => Choice::Mimalloc,
+            config::Allocator::System => Choice::System,
+        }
+    };
+    // Two threads racing here read the same environment and agree; the
+    // first store wins either way.
+    match BACKEND.compare_exchange(0, choice as u8, Relaxed, Relaxed) {
+        Ok(_) => choice,
+        Err(_) => backend(),
+    }
+}
+
+fn backend_name(c: Choice) -> &'static str {
+    match c {
+        Choice::System | Choice::Unrecorded => System::NAME,
+        Choice::Jemalloc => Jemalloc::NAME,
+        Choice::Mimalloc => Mimalloc::NAME,
+    }
+}
+
+/// Periodic flush interval: a process killed by SIGKILL loses at most this
+/// much of its recording.
+const FLUSH_INTERVAL_MS: u64 = 500;
+const PATH_MAX: usize = 4096;
+const OUT_BUF: usize = 64 * 1024;
+
+/// Everything the writer needs, behind one lock (taken by the flusher
+/// thread, the exit handler and `fork`; never on the allocation path).
+struct Writer {
+    pid: u32,
+    ppid: u32,
+    clock_start: ClockPair,
+    exe: [u8; 1024],
+    exe_len: usize,
+    cmdline: [u8; 4096],
+    cmdline_len: usize,
+    /// The output template from `ALLOCMUX_OUTPUT`, NUL-free.
+    template: [u8; PATH_MAX],
+    template_len: usize,
+    /// This process's claimed profile path and its temporary sibling, NUL-terminated.
+    path: [u8; PATH_MAX],
+    tmp: [u8; PATH_MAX],
+    has_output: bool,
+    /// The exit profile was written; the flusher must not overwrite it.
+    finished: bool,
+    /// Identity of fd 2 at start-up, to avoid writing the summary into a
+    /// file the program later opened on descriptor 2.
+    stderr_id: Option<(u64, u64)>,
+    buf: [u8; OUT_BUF],
+}
+
+static WRITER: SpinLock<Writer> = SpinLock::new(Writer {
+    pid: 0,
+    ppid: 0,
+    clock_start: ClockPair { tsc: 0, mono_ns: 0 },
+    exe: [0; 1024],
+    exe_len: 0,
+    cmdline: [0; 4096],
+    cmdline_len: 0,
+    template: [0; PATH_MAX],
+    template_len: 0,
+    path: [0; PATH_MAX],
+    tmp: [0; PATH_MAX],
+    has_output: false,
+    finished: false,
+    stderr_id: None,
+    buf: [0; OUT_BUF],
+});
+static STARTED: AtomicBool = AtomicBool::new(false);
+static FLUSHER_STOP: AtomicBool = AtomicBool::new(false);
+
+/// Start-up, from `.init_array` after libc is initialised.
+pub fn init(envp: *const *const c_char) {
+    if backend() == Choice::Unrecorded || STARTED.swap(true, Relaxed) {
+        return;
+    }
+    let cfg = config::read(envp);
+    if cfg.stacks != config::Stacks::Off {
+        config::warn(format_args!(
+            "ALLOCMUX_STACKS={:?} (every {} bytes): call-stack capture is not in this version yet; recording totals only",
+            cfg.stacks, cfg.sample_bytes
+        ));
+    }
+    recorder::set_time_sample_mean(cfg.time_sample_mean);
+    recorder::prepare_thread_key();
+    {
+        let mut w = WRITER.lock();
+        w.clock_start = ClockPair::now();
+        w.stderr_id = fd_identity(2);
+        w.exe_len = read_link(c"/proc/self/exe", &mut w.exe);
+        let mut cmdline = [0u8; 4096];
+        let n = read_file(c"/proc/self/cmdline", &mut cmdline);
+        w.cmdline[..n].copy_from_slice(&cmdline[..n]);
+        w.cmdline_len = n;
+        if let Some(t) = cfg.output {
+            w.template[..t.len()].copy_from_slice(t);
+            w.template_len = t.len();
+        }
+        start_process(&mut w);
+    }
+    // SAFETY: the handlers are allocation-free functions of this library.
+    unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child)) };
+    if WRITER.lock().has_output {
+        start_flusher();
+    }
+}
+
+/// Per-process part of start-up, also run in a `fork` child.
+fn start_process(w: &mut Writer) {
+    // SAFETY: getpid/getppid have no preconditions.
+    (w.pid, w.ppid) = unsafe { (libc::getpid() as u32, libc::getppid() as u32) };
+    w.finished = false;
+    w.has_output = w.template_len > 0 && claim_output(w);
+    if w.has_output {
+        write_profile(w, State::Running, false);
+    }
+}
+
+/// Creates this process's profile file without following symlinks or
+/// replacing anything: `%p` in the template becomes the pid, and if that
+/// name is taken (an `exec` in the same process, or a fixed name shared by
+/// several processes) `.1`, `.2`, ... are tried.
+fn claim_output(w: &mut Writer) -> bool {
+    let mut base = [0u8; PATH_MAX];
+    let Some(len) = config::expand_template(&w.template[..w.template_len], w.pid, &mut base) else {
+        config::warn(format_args!(
+            "ALLOCMUX_OUTPUT is too long; no profile will be written"
+        ));
+        return false;
+    };
+    for attempt in 0..100u32 {
+        let mut path = PathBuf::new(&mut w.path);
+        let _ = path.push(&base[..len]);
+        if attempt > 0 {
+            let _ = write!(path, ".{attempt}");
+        }
+        let Some(plen) = path.finish() else { break };
+        // SAFETY: `w.path` is NUL-terminated by `finish`.
+        let fd = unsafe {
+            libc::open(
+                w.path.as_ptr().cast(),
+                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                0o644,
+            )
+        };
+        if fd >= 0 {
+            // SAFETY: fd is ours.
+            unsafe { libc::close(fd) };
+            let mut tmp = PathBuf::new(&mut w.tmp);
+            let _ = tmp.push(&w.path[..plen]);
+            let _ = tmp.push(b".tmp");
+            return tmp.finish().is_some();
+        }
+        if errno() != libc::EEXIST {
+            config::warn(format_args!(
+                "cannot create the profile {}: {}; nothing will be written",
+                Bytes(&w.path[..plen]),
+                Errno(errno())
+            ));
+            return false;
+        }
+    }
+    config::warn(format_args!(
+        "no free profile name for ALLOCMUX_OUTPUT; nothing will be written"
+    ));
+    false
+}
+
+/// Writes the profile through a temporary file and a rename, so a reader
+/// (or a SIGKILL mid-write) never sees half a file.
+fn write_profile(w: &mut Writer, state: State, exiting_thread: bool) {
+    if !w.has_output || w.finished {
+        return;
+    }
+    let current = exiting_thread.then(|| &tls::current().state);
+    let totals = recorder::snapshot(current);
+    let header = Header {
+        pid: w.pid,
+        ppid: w.ppid,
+        exe: &w.exe[..w.exe_len],
+        cmdline: &w.cmdline[..w.cmdline_len],
+        allocator: backend_name(backend()),
+        state,
+        threads: recorder::threads_seen(),
+        clock_start: w.clock_start,
+        clock_end: ClockPair::now(),
+        cpu_ns: allocmux_cpu_ns(),
+        max_rss_bytes: max_rss_bytes(),
+        time_sample_mean: recorder::time_sample_mean(),
+    };
+    let Writer { buf, tmp, path, .. } = w;
+    let mut out = SliceWriter { buf, len: 0 };
+    if profile::write_magic(&mut out)
+        .and_then(|_| profile::write_process(&mut out, &header, &totals))
+        .is_err()
+    {
+        return; // larger than the buffer: keep the previous complete file
+    }
+    let len = out.len;
+    // SAFETY: tmp and path are NUL-terminated; buf[..len] is initialised.
+    unsafe {
+        let fd = libc::open(
+            tmp.as_ptr().cast(),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            0o644,
+        );
+        if fd < 0 {
+            return;
+        }
+        let ok = write_all(fd, &buf[..len]);
+        libc::close(fd);
+        if ok {
+            libc::rename(tmp.as_ptr().cast(), path.as_ptr().cast());
+        } else {
+            libc::unlink(tmp.as_ptr().cast());
+        }
+    }
+    if state == State::Exited {
+        w.finished = true;
+    }
+}
+
+/// At exit (`.fini_array`, after the program's `atexit` handlers): the
+/// final profile, or the one-line summary on stderr when no output is set.
+pub fn finish() {
+    if backend() == Choice::Unrecorded || !STARTED.load(Relaxed) {
+        return;
+    }
+    FLUSHER_STOP.store(true, Relaxed);
+    let mut w = WRITER.lock();
+    if w.has_output {
+        write_profile(&mut w, State::Exited, true);
+    } else if !w.finished {
+        w.finished = true;
+        let same_stderr = w.stderr_id.is_some() && fd_identity(2) == w.stderr_id;
+        if same_stderr {
+            summary_line(&mut w);
+        }
+    }
+}
+
+fn summary_line(w: &mut Writer) {
+    let t = recorder::snapshot(Some(&tls::current().state));
+    let now = ClockPair::now();
+    let dt = now.tsc.saturating_sub(w.clock_start.tsc) as f64;
+    let dns = now.mono_ns.saturating_sub(w.clock_start.mono_ns) as f64;
+    let alloc_ns = if dns > 0.0 && dt > 0.0 {
+        (t.exact_ticks as f64 + t.timed_ticks as f64 * recorder::time_sample_mean() as f64)
+            / (dt / dns)
+    } else {
+        0.0
+    };
+    let cpu = allocmux_cpu_ns() as f64;
+    let share = if cpu > 0.0 {
+        100.0 * alloc_ns / cpu
+    } else {
+        0.0
+    };
+    let pid = w.pid;
+    let mut out = SliceWriter {
+        buf: &mut w.buf,
+        len: 0,
+    };
+    let r = writeln!(
+        out,
+        "allocmux: pid {pid} ({}): {} allocations, {} frees, {} allocated, peak {} live, {} live at exit, {:.2} ms in the allocator ({share:.1}% of CPU)",
+        backend_name(backend()),
+        t.allocation_calls(),
+        t.calls_of(allocmux::Func::Free),
+        Size(t.bytes_allocated),
+        Size(t.peak_live_bytes),
+        Size(t.live_bytes()),
+        alloc_ns / 1e6,
+    );
+    if r.is_ok() {
+        let len = out.len;
+        write_all(2, &w.buf[..len]);
+    }
+}
+
+fn start_flusher() {
+    FLUSHER_STOP.store(false, Relaxed);
+    // SAFETY: plain pthread calls with valid, initialised arguments. All
+    // signals are blocked around the creation so the new thread inherits a
+    // full mask and never takes a signal meant for the program.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = core::mem::zeroed();
+        libc::pthread_attr_init(&mut attr);
+        libc::pthread_attr_setdetachstate(&mut attr, libc::PTHREAD_CREATE_DETACHED);
+        libc::pthread_attr_setstacksize(&mut attr, 64 * 1024);
+        let mut all: libc::sigset_t = core::mem::zeroed();
+        let mut old: libc::sigset_t = core::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        let mut tid: libc::pthread_t = 0;
+        libc::pthread_create(&mut tid, &attr, flusher_main, core::ptr::null_mut());
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut());
+        libc::pthread_attr_destroy(&mut attr);
+    }
+}
+
+extern "C" fn flusher_main(_: *mut c_void) -> *mut c_void {
+    // SAFETY: prctl with a NUL-terminated name.
+    unsafe { libc::prctl(libc::PR_SET_NAME, c"allocmux-flush".as_ptr()) };
+    loop {
+        let ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: (FLUSH_INTERVAL_MS * 1_000_000) as i64,
+        };
+        // SAFETY: valid timespec; an interrupted sleep just flushes early.
+        unsafe { libc::nanosleep(&ts, core::ptr::null_mut()) };
+        if FLUSHER_STOP.load(Relaxed) {
+            break;
+        }
+        let mut w = WRITER.lock();
+        if w.finished {
+            break;
+        }
+        write_profile(&mut w, State::Running, false);
+    }
+    core::ptr::null_mut()
+}
+
+extern "C" fn fork_prepare() {
+    WRITER.lock_and_forget();
+    recorder::before_fork();
+}
+
+extern "C" fn fork_parent() {
+    recorder::after_fork_parent();
+    // SAFETY: fork_prepare took the lock in this thread and forgot the guard.
+    unsafe { WRITER.force_unlock() };
+}
+
+extern "C" fn fork_child() {
+    recorder::after_fork_child(&tls::current().state);
+    // SAFETY: fork_prepare took the lock; the child has no other thread.
+    unsafe { WRITER.force_unlock() };
+    let has_output = {
+        let mut w = WRITER.lock();
+        w.clock_start = ClockPair::now();
+        start_process(&mut w);
+        w.has_output
+    };
+    // The parent's writer thread does not exist in the child.
+    if has_output {
+        start_flusher();
+    }
+}
+
+fn allocmux_cpu_ns() -> u64 {
+    allocmux::recorder::clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID)
+}
+
+fn max_rss_bytes() -> u64 {
+    // SAFETY: valid out-pointer.
+    unsafe {
+        let mut ru: libc::rusage = core::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut ru);
+        ru.ru_maxrss as u64 * 1024
+    }
+}
+
+fn errno() -> c_int {
+    // SAFETY: reads this thread's errno.
+    unsafe { *libc::__errno_location() }
+}
+
+fn fd_identity(fd: c_int) -> Option<(u64, u64)> {
+    // SAFETY: valid out-pointer.
+    unsafe {
+        let mut st: libc::stat = core::mem::zeroed();
+        (libc::fstat(fd, &mut st) == 0).then_some((st.st_dev, st.st_ino))
+    }
+}
+
+fn read_link(path: &core::ffi::CStr, buf: &mut [u8]) -> usize {
+    // SAFETY: NUL-terminated path, valid buffer.
+    let n = unsafe { libc::readlink(path.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    n.max(0) as usize
+}
+
+fn read_file(path: &core::ffi::CStr, buf: &mut [u8]) -> usize {
+    // SAFETY: NUL-terminated path, valid buffer, fd closed after use.
+    unsafe {
+        let fd = libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return 0;
+        }
+        let mut len = 0;
+        while len < buf.len() {
+            let n = libc::read(fd, buf[len..].as_mut_ptr().cast(), buf.len() - len);
+            if n <= 0 {
+                break;
+            }
+            len += n as usize;
+        }
+        libc::close(fd);
+        len
+    }
+}
+
+pub(crate) fn write_all(fd: c_int, mut bytes: &[u8]) -> bool {
+    while !bytes.is_empty() {
+        // SAFETY: valid buffer.
+        let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+        if n < 0 && errno() == libc::EINTR {
+            continue;
+        }
+        if n <= 0 {
+            return false;
+        }
+        bytes = &bytes[n as usize..];
+    }
+    true
+}
+
+/// `fmt::Write` into a fixed buffer; fails instead of truncating.
+pub(crate) struct SliceWriter<'a> {
+    pub buf: &'a mut [u8],
+    pub len: usize,
+}
+
+impl core::fmt::Write for SliceWriter<'_> {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        let end = self
+            .len
+            .checked_add(s.len())
+            .filter(|&e| e <= self.buf.len())
+            .ok_or(core::fmt::Error)?;
+        self.buf[self.len..end].copy_from_slice(s.as_bytes());
+        self.len = end;
+        Ok(())
+    }
+}
+
+/// Builds a NUL-terminated path in a fixed buffer.
+struct PathBuf<'a>(SliceWriter<'a>);
+
+impl<'a> PathBuf<'a> {
+    fn new(buf: &'a mut [u8]) -> Self {
+        PathBuf(SliceWriter { buf, len: 0 })
+    }
+    fn push(&mut self, bytes: &[u8]) -> Option<()> {
+        let end = self
+            .0
+            .len
+            .checked_add(bytes.len())
+            .filter(|&e| e < self.0.buf.len())?;
+        self.0.buf[self.0.len..end].copy_from_slice(bytes);
+        self.0.len = end;
+        Some(())
+    }
+    /// NUL-terminates; returns the length without the NUL.
+    fn finish(self) -> Option<usize> {
+        let len = self.0.len;
+        *self.0.buf.get_mut(len)? = 0;
+        Some(len)
+    }
+}
+
+impl core::fmt::Write for PathBuf<'_> {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        self.push(s.as_bytes()).ok_or(core::fmt::Error)
+    }
+}
+
+/// Bytes shown lossily.
+pub(crate) struct Bytes<'a>(pub &'a [u8]);
+impl<'a> Bytes<'a> {
+    /// The valid UTF-8 prefix (for quoting a bad value in a warning).
+    pub fn to_str_lossy(&self) -> &'a str {
+        self.0.utf8_chunks().next().map_or("", |c| c.valid())
+    }
+}
+impl core::fmt::Display for Bytes<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        for chunk in self.0.utf8_chunks() {
+            f.write_str(chunk.valid())?;
+            if !chunk.invalid().is_empty() {
+                f.write_str("\u{FFFD}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An errno shown as text.
+struct Errno(c_int);
+impl core::fmt::Display for Errno {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let mut buf = [0u8; 128];
+        // SAFETY: the XSI strerror_r writes a NUL-terminated message into buf.
+        let ok = unsafe { libc::strerror_r(self.0, buf.as_mut_ptr().cast(), buf.len()) } == 0;
+        let len = buf.iter().position(|&b| b == 0).unwrap_or(0);
+        if ok && len > 0 {
+            Bytes(&buf[..len]).fmt(f)
+        } else {
+            write!(f, "error {}", self.0)
+        }
+    }
+}
+
+/// A byte count in binary units.
+struct Size(u64);
+impl core::fmt::Display for Size {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+        let mut v = self.0 as f64;
+        let mut u = 0;
+        while v >= 1024.0 && u + 1 < UNITS.len() {
+            v /= 1024.0;
+            u += 1;
+        }
+        if u == 0 {
+            write!(f, "{} B", self.0)
+        } else {
+            write!(f, "{v:.1} {}", UNITS[u])
+        }
+    }
+}

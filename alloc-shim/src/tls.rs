@@ -1,0 +1,97 @@
+//! The shim's per-thread state, in initial-exec TLS.
+//!
+//! A replacement malloc must use the initial-exec TLS model (glibc manual,
+//! "Replacing malloc"): the general-dynamic model Rust uses for `thread_local!`
+//! in a cdylib calls `__tls_get_addr` on every access, which may allocate on
+//! first use in a thread and measured 1.5x slower on a churn. Stable Rust has
+//! no `-Z tls-model`, so on x86-64 the TLS block is declared in `global_asm!`
+//! and addressed through a `@GOTTPOFF` load plus `%fs`, exactly what a C
+//! compiler emits for `__thread` with `tls_model("initial-exec")`. Elsewhere
+//! a const-initialised `thread_local!` without destructor is the fallback.
+
+use core::cell::Cell;
+
+use allocmux::recorder::ThreadState;
+
+/// What the shim keeps per thread. All-zero is valid (it lives in `.tbss`).
+#[repr(C, align(64))]
+pub struct ShimThread {
+    /// The recorder's counters and sampling state.
+    pub state: ThreadState,
+    /// This thread's `errno`, cached: `free` saves and restores it, and
+    /// `__errno_location()` is a call into libc.
+    errno: Cell<*mut libc::c_int>,
+}
+
+impl ShimThread {
+    #[allow(dead_code)] // used by the non-x86-64 fallback only
+    const fn new() -> Self {
+        ShimThread {
+            state: ThreadState::new(),
+            errno: Cell::new(core::ptr::null_mut()),
+        }
+    }
+
+    /// The address of this thread's `errno`.
+    #[inline(always)]
+    pub fn errno(&self) -> *mut libc::c_int {
+        let p = self.errno.get();
+        if !p.is_null() {
+            return p;
+        }
+        // SAFETY: __errno_location has no preconditions and never allocates.
+        let p = unsafe { libc::__errno_location() };
+        self.errno.set(p);
+        p
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+core::arch::global_asm!(
+    ".pushsection .tbss,\"awT\",@nobits",
+    ".globl allocmux_shim_thread",
+    ".hidden allocmux_shim_thread",
+    ".type allocmux_shim_thread, @object",
+    ".p2align 6",
+    "allocmux_shim_thread:",
+    ".zero {size}",
+    ".size allocmux_shim_thread, {size}",
+    ".popsection",
+    size = const core::mem::size_of::<ShimThread>(),
+);
+
+/// The calling thread's state.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub fn current() -> &'static ShimThread {
+    let p: *const ShimThread;
+    // SAFETY: initial-exec TLS access: the GOT slot holds the block's offset
+    // from the thread pointer, and %fs:0 holds the thread pointer itself.
+    unsafe {
+        core::arch::asm!(
+            "mov {p}, qword ptr [rip + allocmux_shim_thread@GOTTPOFF]",
+            "add {p}, qword ptr fs:[0]",
+            p = out(reg) p,
+            options(pure, readonly, nostack),
+        );
+        // SAFETY: the block is sized and aligned for ShimThread, zeroed per
+        // thread (a valid fresh state), and only this thread takes `&` to the
+        // non-atomic parts.
+        &*p
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+thread_local! {
+    static THREAD: ShimThread = const { ShimThread::new() };
+}
+
+/// The calling thread's state.
+#[cfg(not(target_arch = "x86_64"))]
+#[inline(always)]
+pub fn current() -> &'static ShimThread {
+    // SAFETY: the pointer stays valid for the thread's life, and the state
+    // has no destructor, so this is never a dangling reference while the
+    // thread runs.
+    THREAD.with(|t| unsafe { &*(t as *const ShimThread) })
+}

@@ -1,0 +1,164 @@
+//! Counters of allocation activity, as atomics so other threads may read them.
+
+use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use crate::stats::{FUNC_COUNT, Func, SIZE_BUCKETS, Totals, size_bucket};
+
+/// One set of counters: a thread's own, or the shared totals.
+///
+/// A thread's own counters are written only by that thread, with a relaxed
+/// load and store (no read-modify-write, so no bus lock); readers on other
+/// threads see each counter whole. Shared counters use `fetch_add`.
+#[derive(Debug)]
+#[repr(C)]
+pub struct Counters {
+    calls: [AtomicU64; FUNC_COUNT],
+    failed_calls: AtomicU64,
+    bytes_requested: AtomicU64,
+    bytes_allocated: AtomicU64,
+    bytes_freed: AtomicU64,
+    timed_calls: AtomicU64,
+    timed_ticks: AtomicU64,
+    exact_calls: AtomicU64,
+    exact_ticks: AtomicU64,
+    size_hist: [AtomicU64; SIZE_BUCKETS],
+}
+
+#[inline(always)]
+fn bump<const SHARED: bool>(a: &AtomicU64, v: u64) {
+    if SHARED {
+        a.fetch_add(v, Relaxed);
+    } else {
+        a.store(a.load(Relaxed).wrapping_add(v), Relaxed);
+    }
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Counters {
+    /// All zero.
+    pub const fn new() -> Self {
+        #[allow(clippy::declare_interior_mutable_const)]
+        const Z: AtomicU64 = AtomicU64::new(0);
+        Counters {
+            calls: [Z; FUNC_COUNT],
+            failed_calls: Z,
+            bytes_requested: Z,
+            bytes_allocated: Z,
+            bytes_freed: Z,
+            timed_calls: Z,
+            timed_ticks: Z,
+            exact_calls: Z,
+            exact_ticks: Z,
+            size_hist: [Z; SIZE_BUCKETS],
+        }
+    }
+
+    /// Counts a call that handed out a block of `usable` bytes for a request
+    /// of `requested` bytes.
+    #[inline(always)]
+    pub fn alloc<const SHARED: bool>(&self, f: Func, requested: usize, usable: usize) {
+        bump::<SHARED>(&self.calls[f as usize], 1);
+        bump::<SHARED>(&self.bytes_requested, requested as u64);
+        bump::<SHARED>(&self.bytes_allocated, usable as u64);
+        bump::<SHARED>(&self.size_hist[size_bucket(requested)], 1);
+    }
+
+    /// Counts a freed block of `usable` bytes (the call itself is counted by
+    /// [`Counters::call`], since `realloc` frees without being `free`).
+    #[inline(always)]
+    pub fn freed<const SHARED: bool>(&self, usable: usize) {
+        bump::<SHARED>(&self.bytes_freed, usable as u64);
+    }
+
+    /// Counts a call that handed out nothing (`free`, `malloc_usable_size`).
+    #[inline(always)]
+    pub fn call<const SHARED: bool>(&self, f: Func) {
+        bump::<SHARED>(&self.calls[f as usize], 1);
+    }
+
+    /// Counts a failed call (NULL or an error code).
+    #[inline(always)]
+    pub fn fail<const SHARED: bool>(&self, f: Func) {
+        bump::<SHARED>(&self.calls[f as usize], 1);
+        bump::<SHARED>(&self.failed_calls, 1);
+    }
+
+    /// Adds one call of `ticks` TSC ticks that was timed because the random
+    /// sample picked it (it stands for `time_sample_mean` calls).
+    #[inline(always)]
+    pub fn sampled<const SHARED: bool>(&self, ticks: u64) {
+        bump::<SHARED>(&self.timed_calls, 1);
+        bump::<SHARED>(&self.timed_ticks, ticks);
+    }
+
+    /// Adds one call of `ticks` TSC ticks that was timed because every call
+    /// of its kind is (large blocks, a thread's first calls): it stands for
+    /// itself only.
+    #[inline(always)]
+    pub fn exact<const SHARED: bool>(&self, ticks: u64) {
+        bump::<SHARED>(&self.exact_calls, 1);
+        bump::<SHARED>(&self.exact_ticks, ticks);
+    }
+
+    /// Adds these counters into `t` (peak excluded: it is not a counter).
+    pub fn add_to(&self, t: &mut Totals) {
+        for (a, c) in t.calls.iter_mut().zip(&self.calls) {
+            *a += c.load(Relaxed);
+        }
+        for (a, c) in t.size_hist.iter_mut().zip(&self.size_hist) {
+            *a += c.load(Relaxed);
+        }
+        t.failed_calls += self.failed_calls.load(Relaxed);
+        t.bytes_requested += self.bytes_requested.load(Relaxed);
+        t.bytes_allocated += self.bytes_allocated.load(Relaxed);
+        t.bytes_freed += self.bytes_freed.load(Relaxed);
+        t.timed_calls += self.timed_calls.load(Relaxed);
+        t.timed_ticks += self.timed_ticks.load(Relaxed);
+        t.exact_calls += self.exact_calls.load(Relaxed);
+        t.exact_ticks += self.exact_ticks.load(Relaxed);
+    }
+
+    /// Adds another set of counters into these (shared) ones.
+    pub fn absorb(&self, o: &Counters) {
+        let mut t = Totals::default();
+        o.add_to(&mut t);
+        for (c, v) in self.calls.iter().zip(t.calls) {
+            c.fetch_add(v, Relaxed);
+        }
+        for (c, v) in self.size_hist.iter().zip(t.size_hist) {
+            c.fetch_add(v, Relaxed);
+        }
+        self.failed_calls.fetch_add(t.failed_calls, Relaxed);
+        self.bytes_requested.fetch_add(t.bytes_requested, Relaxed);
+        self.bytes_allocated.fetch_add(t.bytes_allocated, Relaxed);
+        self.bytes_freed.fetch_add(t.bytes_freed, Relaxed);
+        self.timed_calls.fetch_add(t.timed_calls, Relaxed);
+        self.timed_ticks.fetch_add(t.timed_ticks, Relaxed);
+        self.exact_calls.fetch_add(t.exact_calls, Relaxed);
+        self.exact_ticks.fetch_add(t.exact_ticks, Relaxed);
+    }
+
+    /// Sets every counter to zero.
+    pub fn reset(&self) {
+        for c in self.calls.iter().chain(&self.size_hist) {
+            c.store(0, Relaxed);
+        }
+        for c in [
+            &self.failed_calls,
+            &self.bytes_requested,
+            &self.bytes_allocated,
+            &self.bytes_freed,
+            &self.timed_calls,
+            &self.timed_ticks,
+            &self.exact_calls,
+            &self.exact_ticks,
+        ] {
+            c.store(0, Relaxed);
+        }
+    }
+}

@@ -1,0 +1,31 @@
+//! The recording core: the only module of this crate with `unsafe` code.
+//!
+//! It runs inside `malloc` of other people's programs (through the shim) and
+//! inside a Rust program's global allocator, so nothing here allocates, takes
+//! a lock that can allocate, formats on the hot path, or panics. The design:
+//!
+//! - every thread owns a [`ThreadState`] (in initial-exec TLS in the shim),
+//!   whose counters only that thread writes, with plain relaxed loads and
+//!   stores: no shared atomic read-modify-write on the hot path;
+//! - threads are linked into a registry under a spin lock that never
+//!   allocates; readers (the periodic writer, a snapshot) sum the registry,
+//!   and an exiting thread folds its counts into the shared totals;
+//! - a per-thread countdown decides, with a geometric distribution, which
+//!   calls are timed with the TSC, so the time estimate is unbiased while
+//!   most calls pay no clock read;
+//! - live bytes are tracked per thread and published to a global live/peak
+//!   pair only when the thread drifts by more than [`PUBLISH_BYTES`].
+
+mod clock;
+mod counters;
+mod lock;
+mod thread;
+
+pub use clock::{ClockPair, Tsc, clock_ns, monotonic_ns};
+pub use counters::Counters;
+pub use lock::SpinLock;
+pub use thread::{
+    Body, DEFAULT_TIME_SAMPLE_MEAN, PUBLISH_BYTES, Scope, ThreadState, after_fork_child,
+    after_fork_parent, before_fork, enter, prepare_thread_key, retire_thread, set_time_sample_mean,
+    snapshot, threads_seen, time_sample_mean,
+};

@@ -1,0 +1,665 @@
+//! Per-thread state, the thread registry, and the three ways a call is
+//! recorded: on the owning thread's counters (fast), the same with the call
+//! timed (sampled), or on the shared counters (threads that are registering,
+//! have exited, or could not register).
+
+use core::cell::Cell;
+use core::ptr;
+use core::sync::atomic::{AtomicI64, AtomicPtr, AtomicU32, AtomicU64, Ordering::Relaxed};
+
+use super::clock::Tsc;
+use super::counters::Counters;
+use super::lock::SpinLock;
+use crate::stats::{Func, Totals};
+
+/// A thread republishes its live bytes to the global live/peak pair once it
+/// has drifted this far from what it last published. The process peak is
+/// exact for a single thread and within `(threads - 1) * PUBLISH_BYTES` with
+/// several.
+pub const PUBLISH_BYTES: i64 = 64 * 1024;
+
+/// Calls on blocks of at least this many bytes are always timed (each stands
+/// for itself), the rest are sampled: large blocks take the allocators' slow
+/// paths (mmap, munmap, page-level work), so they are rare and expensive and
+/// would make a sampled estimate noisy. Stratifying keeps it unbiased.
+pub const EXACT_TIMING_BYTES: usize = 64 * 1024;
+
+/// Calls per thread that are timed exactly before sampling starts.
+pub const WARMUP_CALLS: u8 = 16;
+
+const FRESH: u8 = 0; // never seen: the zeroed TLS of a new thread
+const BUSY: u8 = 1; // registering or retiring: re-entrant calls go to the shared counters
+const ACTIVE: u8 = 2; // registered, counting on its own counters
+const RETIRED: u8 = 3; // its thread-exit hook has run
+const UNTRACKED: u8 = 4; // could not register (no pthread key): shared counters
+
+/// What one thread records. All-zero is a valid, fresh state, so the shim can
+/// place it in zero-initialised TLS (`.tbss`).
+#[derive(Debug)]
+#[repr(C, align(64))]
+pub struct ThreadState {
+    /// Calls left before the next one goes to the slow path (timed,
+    /// registration, or shared recording). Zero sends the next call there.
+    countdown: Cell<u32>,
+    status: Cell<u8>,
+    /// Calls left that are timed exactly before sampling starts: a thread's
+    /// first calls set up the allocator's per-thread (or global) state and
+    /// are far slower than the rest, too rare for the sample to weigh well.
+    warmup: Cell<u8>,
+    /// Usable bytes this thread allocated minus those it freed.
+    live: Cell<i64>,
+    /// Highest `live` since the last publish.
+    live_max: Cell<i64>,
+    /// The part of `live` already added to `GLOBAL_LIVE`.
+    published: Cell<i64>,
+    rng: Cell<u64>,
+    next: AtomicPtr<ThreadState>,
+    prev: AtomicPtr<ThreadState>,
+    counters: Counters,
+}
+
+// SAFETY: other threads only read `counters` (atomics) and change the links
+// under the registry lock; the `Cell`s are touched by the owning thread only.
+unsafe impl Sync for ThreadState {}
+
+impl Default for ThreadState {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ThreadState {
+    /// A fresh state (all zero).
+    pub const fn new() -> Self {
+        ThreadState {
+            countdown: Cell::new(0),
+            status: Cell::new(FRESH),
+            warmup: Cell::new(0),
+            live: Cell::new(0),
+            live_max: Cell::new(0),
+            published: Cell::new(0),
+            rng: Cell::new(0),
+            next: AtomicPtr::new(ptr::null_mut()),
+            prev: AtomicPtr::new(ptr::null_mut()),
+            counters: Counters::new(),
+        }
+    }
+
+    #[inline(always)]
+    fn track_alloc(&self, usable: usize) {
+        let live = self.live.get() + usable as i64;
+        self.live.set(live);
+        if live > self.live_max.get() {
+            self.live_max.set(live);
+        }
+        self.maybe_publish(live);
+    }
+
+    #[inline(always)]
+    fn track_free(&self, usable: usize) {
+        let live = self.live.get() - usable as i64;
+        self.live.set(live);
+        self.maybe_publish(live);
+    }
+
+    #[inline(always)]
+    fn maybe_publish(&self, live: i64) {
+        // One unsigned compare for |live - published| > PUBLISH_BYTES.
+        let drift = (live - self.published.get() + PUBLISH_BYTES) as u64;
+        if drift > 2 * PUBLISH_BYTES as u64 {
+            self.publish();
+        }
+    }
+
+    /// Adds this thread's unpublished live bytes to the global count and
+    /// raises the global peak by the highest point reached since last time.
+    #[cold]
+    fn publish(&self) {
+        let live = self.live.get();
+        let published = self.published.get();
+        let before = GLOBAL_LIVE.fetch_add(live - published, Relaxed);
+        GLOBAL_PEAK.fetch_max(before + (self.live_max.get() - published), Relaxed);
+        self.published.set(live);
+        self.live_max.set(live);
+    }
+
+    fn next_countdown(&self) -> u32 {
+        let mut rng = self.rng.get();
+        let gap = geometric_gap(
+            &mut rng,
+            TIME_SAMPLE_MEAN.load(Relaxed),
+            f64::from_bits(LN_Q_BITS.load(Relaxed)),
+        );
+        self.rng.set(rng);
+        gap
+    }
+
+    fn reset(&self) {
+        self.countdown.set(0);
+        self.live.set(0);
+        self.live_max.set(0);
+        self.published.set(0);
+        self.counters.reset();
+    }
+}
+
+/// The gap to the next timed call: geometric with mean `mean`, so every call
+/// is timed with probability 1/mean independently of the calls before it
+/// (`ln_q` is ln(1 - 1/mean)). `rng` is xorshift64* state, never zero.
+fn geometric_gap(rng: &mut u64, mean: u32, ln_q: f64) -> u32 {
+    if mean <= 1 {
+        return 1;
+    }
+    let mut x = *rng;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *rng = x;
+    let r = x.wrapping_mul(0x2545_F491_4F6C_DD1D);
+    let u = 1.0 - (r >> 11) as f64 * (1.0 / (1u64 << 53) as f64); // (0, 1]
+    let g = 1.0 + (u.ln() / ln_q).floor();
+    // NaN or a non-negative ln_q (never set) would give nonsense: time the next call.
+    if g >= u32::MAX as f64 {
+        u32::MAX
+    } else if g >= 1.0 {
+        g as u32
+    } else {
+        1
+    }
+}
+
+/// Where a call records what it did, and how its backend call is timed.
+///
+/// A hook is written once against this trait (see [`Body`]) and runs with
+/// whichever scope [`enter`] picks; with the fast scope every method inlines
+/// to a few loads and stores on the thread's own state.
+pub trait Scope {
+    /// Runs the allocator's own work on a block of `size` bytes, timing it
+    /// if this call was sampled or its size is always timed.
+    fn time<R>(&self, size: usize, op: impl FnOnce() -> R) -> R;
+    /// A block of `usable` bytes was handed out for a `requested`-byte request.
+    fn alloc(&self, f: Func, requested: usize, usable: usize);
+    /// A block of `usable` bytes was freed (by `free` or `realloc`).
+    fn freed(&self, usable: usize);
+    /// A call that hands out nothing (`free`, `malloc_usable_size`).
+    fn call(&self, f: Func);
+    /// A call that failed.
+    fn fail(&self, f: Func);
+}
+
+/// One hooked call: the allocator work plus what it records, written once
+/// and run under the [`Scope`] that [`enter`] chooses.
+pub trait Body {
+    /// The hooked function's return value.
+    type Out;
+    /// Performs the call.
+    ///
+    /// # Safety
+    /// As for the C function the body implements (valid pointers etc.).
+    unsafe fn run<S: Scope>(self, s: &S) -> Self::Out;
+}
+
+/// Records on the owning thread's counters; reads the clock only for
+/// blocks of at least [`EXACT_TIMING_BYTES`].
+struct Owned<'a>(&'a ThreadState);
+/// As `Owned`, for a call the random sample picked: times it.
+struct Sampled<'a>(&'a ThreadState);
+/// As `Owned`, for a thread's first calls: times them, each standing for itself.
+struct Exact<'a>(&'a ThreadState);
+/// Records on the shared counters with atomic adds.
+struct Shared;
+
+#[inline(always)]
+fn measure<R>(op: impl FnOnce() -> R) -> (R, u64) {
+    let start = Tsc::now();
+    let r = op();
+    let ticks = Tsc::now()
+        .wrapping_sub(start)
+        .saturating_sub(TSC_OVERHEAD.load(Relaxed));
+    (r, ticks)
+}
+
+impl Scope for Owned<'_> {
+    #[inline(always)]
+    fn time<R>(&self, size: usize, op: impl FnOnce() -> R) -> R {
+        if size < EXACT_TIMING_BYTES {
+            op()
+        } else {
+            Exact(self.0).time(size, op)
+        }
+    }
+    #[inline(always)]
+    fn alloc(&self, f: Func, requested: usize, usable: usize) {
+        self.0.counters.alloc::<false>(f, requested, usable);
+        self.0.track_alloc(usable);
+    }
+    #[inline(always)]
+    fn freed(&self, usable: usize) {
+        self.0.counters.freed::<false>(usable);
+        self.0.track_free(usable);
+    }
+    #[inline(always)]
+    fn call(&self, f: Func) {
+        self.0.counters.call::<false>(f);
+    }
+    #[inline(always)]
+    fn fail(&self, f: Func) {
+        self.0.counters.fail::<false>(f);
+    }
+}
+
+macro_rules! delegate_recording_to_owned {
+    () => {
+        fn alloc(&self, f: Func, requested: usize, usable: usize) {
+            Owned(self.0).alloc(f, requested, usable)
+        }
+        fn freed(&self, usable: usize) {
+            Owned(self.0).freed(usable)
+        }
+        fn call(&self, f: Func) {
+            Owned(self.0).call(f)
+        }
+        fn fail(&self, f: Func) {
+            Owned(self.0).fail(f)
+        }
+    };
+}
+
+impl Scope for Sampled<'_> {
+    fn time<R>(&self, size: usize, op: impl FnOnce() -> R) -> R {
+        let (r, ticks) = measure(op);
+        if size < EXACT_TIMING_BYTES {
+            self.0.counters.sampled::<false>(ticks);
+        } else {
+            self.0.counters.exact::<false>(ticks);
+        }
+        r
+    }
+    delegate_recording_to_owned!();
+}
+
+impl Scope for Exact<'_> {
+    #[inline(never)]
+    fn time<R>(&self, _size: usize, op: impl FnOnce() -> R) -> R {
+        let (r, ticks) = measure(op);
+        self.0.counters.exact::<false>(ticks);
+        r
+    }
+    delegate_recording_to_owned!();
+}
+
+impl Scope for Shared {
+    fn time<R>(&self, _size: usize, op: impl FnOnce() -> R) -> R {
+        op()
+    }
+    fn alloc(&self, f: Func, requested: usize, usable: usize) {
+        SHARED.alloc::<true>(f, requested, usable);
+        let before = GLOBAL_LIVE.fetch_add(usable as i64, Relaxed);
+        GLOBAL_PEAK.fetch_max(before + usable as i64, Relaxed);
+    }
+    fn freed(&self, usable: usize) {
+        SHARED.freed::<true>(usable);
+        GLOBAL_LIVE.fetch_sub(usable as i64, Relaxed);
+    }
+    fn call(&self, f: Func) {
+        SHARED.call::<true>(f)
+    }
+    fn fail(&self, f: Func) {
+        SHARED.fail::<true>(f)
+    }
+}
+
+/// Runs one hooked call for the thread that owns `t`.
+///
+/// The fast path is a countdown decrement; every other case (a sampled call
+/// to time, a thread's first call, a thread past its exit hook) is out of
+/// line in [`slow`].
+///
+/// # Safety
+/// `t` must be the calling thread's own state, and `body` as safe to run as
+/// the C function it implements.
+#[inline(always)]
+pub unsafe fn enter<B: Body>(t: &ThreadState, body: B) -> B::Out {
+    let c = t.countdown.get();
+    if c != 0 {
+        t.countdown.set(c - 1);
+        // SAFETY: forwarded from the caller.
+        unsafe { body.run(&Owned(t)) }
+    } else {
+        // SAFETY: forwarded from the caller.
+        unsafe { slow(t, body) }
+    }
+}
+
+#[cold]
+#[inline(never)]
+unsafe fn slow<B: Body>(t: &ThreadState, body: B) -> B::Out {
+    match t.status.get() {
+        ACTIVE => {
+            let warmup = t.warmup.get();
+            if warmup > 0 {
+                t.warmup.set(warmup - 1);
+                if warmup == 1 {
+                    t.countdown.set(t.next_countdown() - 1);
+                }
+                // SAFETY: forwarded from the caller of `enter`.
+                return unsafe { body.run(&Exact(t)) };
+            }
+            // SAFETY: forwarded from the caller of `enter`.
+            let r = unsafe { body.run(&Sampled(t)) };
+            t.countdown.set(t.next_countdown() - 1);
+            r
+        }
+        FRESH if register(t) => {
+            t.warmup.set(WARMUP_CALLS);
+            // SAFETY: forwarded; status is ACTIVE now, so this recursion ends.
+            unsafe { slow(t, body) }
+        }
+        // SAFETY: forwarded from the caller of `enter`.
+        _ => unsafe { body.run(&Shared) },
+    }
+}
+
+struct Registry {
+    head: *mut ThreadState,
+}
+
+// SAFETY: the pointers are only followed under the registry lock, and each
+// points at a registered thread's state, unlinked before that thread ends.
+unsafe impl Send for Registry {}
+
+static REGISTRY: SpinLock<Registry> = SpinLock::new(Registry {
+    head: ptr::null_mut(),
+});
+/// Totals of exited threads and of calls recorded in the `Shared` scope.
+static SHARED: Counters = Counters::new();
+static GLOBAL_LIVE: AtomicI64 = AtomicI64::new(0);
+static GLOBAL_PEAK: AtomicI64 = AtomicI64::new(0);
+static THREADS_SEEN: AtomicU64 = AtomicU64::new(0);
+static TSC_OVERHEAD: AtomicU64 = AtomicU64::new(0);
+static TIME_SAMPLE_MEAN: AtomicU32 = AtomicU32::new(DEFAULT_TIME_SAMPLE_MEAN);
+/// ln(1 - 1/DEFAULT_TIME_SAMPLE_MEAN), valid before `set_time_sample_mean`
+/// runs (allocations come before the shim's constructor).
+static LN_Q_BITS: AtomicU64 = AtomicU64::new(0xbf70_0805_5958_8b35);
+/// The pthread key whose destructor retires a thread; `u32::MAX` while
+/// not yet created, `u32::MAX - 1` if creation failed.
+static THREAD_KEY: AtomicU32 = AtomicU32::new(KEY_UNSET);
+const KEY_UNSET: u32 = u32::MAX;
+const KEY_FAILED: u32 = u32::MAX - 1;
+const KEY_CREATING: u32 = u32::MAX - 2;
+
+/// The default mean number of calls between two timed calls.
+pub const DEFAULT_TIME_SAMPLE_MEAN: u32 = 256;
+
+/// Sets the mean number of calls between timed calls (1 times every call),
+/// and measures the cost of a clock read to subtract from each timing.
+/// Call once, before threads allocate (the shim does it at start-up).
+pub fn set_time_sample_mean(mean: u32) {
+    let mean = mean.max(1);
+    TIME_SAMPLE_MEAN.store(mean, Relaxed);
+    let p = 1.0 / mean as f64;
+    LN_Q_BITS.store((1.0 - p).ln().to_bits(), Relaxed);
+    TSC_OVERHEAD.store(Tsc::overhead(), Relaxed);
+}
+
+/// The mean number of calls between timed calls, so that the sum of timed
+/// ticks times this mean estimates the allocator's total time.
+pub fn time_sample_mean() -> u32 {
+    TIME_SAMPLE_MEAN.load(Relaxed)
+}
+
+/// Threads that have registered (made an allocation call) in this process.
+pub fn threads_seen() -> u64 {
+    THREADS_SEEN.load(Relaxed)
+}
+
+unsafe extern "C" fn on_thread_exit(state: *mut libc::c_void) {
+    // SAFETY: the key's value is the exiting thread's own state, set by
+    // `register`, and the thread is still running its destructors.
+    unsafe { retire_thread(&*(state as *const ThreadState)) }
+}
+
+fn thread_key() -> Option<libc::pthread_key_t> {
+    loop {
+        match THREAD_KEY.load(Relaxed) {
+            KEY_FAILED => return None,
+            KEY_CREATING => core::hint::spin_loop(),
+            KEY_UNSET => {
+                if THREAD_KEY
+                    .compare_exchange(KEY_UNSET, KEY_CREATING, Relaxed, Relaxed)
+                    .is_ok()
+                {
+                    let mut key: libc::pthread_key_t = 0;
+                    // SAFETY: valid out-pointer and destructor; pthread_key_create
+                    // does not allocate.
+                    let ok =
+                        unsafe { libc::pthread_key_create(&mut key, Some(on_thread_exit)) } == 0;
+                    let stored = if ok && key < KEY_CREATING {
+                        key
+                    } else {
+                        KEY_FAILED
+                    };
+                    THREAD_KEY.store(stored, Relaxed);
+                }
+            }
+            key => return Some(key),
+        }
+    }
+}
+
+/// Creates the thread-exit key now, so that it gets a low number: glibc
+/// keeps keys below 32 in the thread descriptor and allocates for others.
+pub fn prepare_thread_key() -> bool {
+    thread_key().is_some()
+}
+
+fn register(t: &ThreadState) -> bool {
+    t.status.set(BUSY);
+    let Some(key) = thread_key() else {
+        t.status.set(UNTRACKED);
+        return false;
+    };
+    t.rng
+        .set(Tsc::now() ^ (t as *const ThreadState as u64).rotate_left(32) | 1);
+    {
+        let mut reg = REGISTRY.lock();
+        let me = t as *const ThreadState as *mut ThreadState;
+        t.prev.store(ptr::null_mut(), Relaxed);
+        t.next.store(reg.head, Relaxed);
+        if !reg.head.is_null() {
+            // SAFETY: registered states stay valid while linked (lock held).
+            unsafe { (*reg.head).prev.store(me, Relaxed) };
+        }
+        reg.head = me;
+    }
+    THREADS_SEEN.fetch_add(1, Relaxed);
+    // SAFETY: `key` is a live key; a non-NULL value arms the destructor.
+    if unsafe { libc::pthread_setspecific(key, t as *const ThreadState as *const libc::c_void) }
+        != 0
+    {
+        retire_thread(t);
+        return false;
+    }
+    t.status.set(ACTIVE);
+    true
+}
+
+/// Folds an exiting thread's counts into the shared totals and unlinks it.
+/// Calls the thread makes afterwards (from later destructors) are recorded
+/// on the shared counters. Runs from the pthread key destructor.
+pub fn retire_thread(t: &ThreadState) {
+    let status = t.status.get();
+    if status != ACTIVE && status != BUSY {
+        return;
+    }
+    t.status.set(BUSY);
+    t.publish();
+    {
+        let mut reg = REGISTRY.lock();
+        let next = t.next.load(Relaxed);
+        let prev = t.prev.load(Relaxed);
+        // SAFETY: neighbours are registered states, valid while linked.
+        unsafe {
+            if !next.is_null() {
+                (*next).prev.store(prev, Relaxed);
+            }
+            if prev.is_null() {
+                if core::ptr::eq(reg.head, t) {
+                    reg.head = next;
+                }
+            } else {
+                (*prev).next.store(next, Relaxed);
+            }
+        }
+        SHARED.absorb(&t.counters);
+    }
+    t.status.set(RETIRED);
+    t.countdown.set(0);
+}
+
+/// The process totals so far: the shared counters plus every live thread's.
+///
+/// `current`, if given and registered, first publishes its live bytes, so a
+/// single-threaded program's peak is exact at exit.
+pub fn snapshot(current: Option<&ThreadState>) -> Totals {
+    if let Some(t) = current {
+        if t.status.get() == ACTIVE {
+            t.publish();
+        }
+    }
+    let mut tot = Totals::default();
+    {
+        let reg = REGISTRY.lock();
+        SHARED.add_to(&mut tot);
+        let mut p = reg.head;
+        while !p.is_null() {
+            // SAFETY: linked states are valid while the lock is held.
+            unsafe {
+                (*p).counters.add_to(&mut tot);
+                p = (*p).next.load(Relaxed);
+            }
+        }
+    }
+    let live = tot.bytes_allocated as i64 - tot.bytes_freed as i64;
+    tot.peak_live_bytes = GLOBAL_PEAK.load(Relaxed).max(live).max(0) as u64;
+    tot
+}
+
+/// `fork` prepare handler: hold the registry so the child gets it consistent.
+pub fn before_fork() {
+    REGISTRY.lock_and_forget();
+}
+
+/// `fork` parent handler.
+pub fn after_fork_parent() {
+    // SAFETY: `before_fork` took the lock in this thread and forgot the guard.
+    unsafe { REGISTRY.force_unlock() };
+}
+
+/// `fork` child handler: the child starts from zero, with the forking
+/// thread (`current`) as its only thread.
+pub fn after_fork_child(current: &ThreadState) {
+    // SAFETY: `before_fork` took the lock and forgot the guard; the child has
+    // no other thread that could hold it.
+    unsafe { REGISTRY.force_unlock() };
+    let mut reg = REGISTRY.lock();
+    reg.head = ptr::null_mut();
+    SHARED.reset();
+    GLOBAL_LIVE.store(0, Relaxed);
+    GLOBAL_PEAK.store(0, Relaxed);
+    THREADS_SEEN.store(0, Relaxed);
+    if current.status.get() == ACTIVE {
+        current.reset();
+        current.next.store(ptr::null_mut(), Relaxed);
+        current.prev.store(ptr::null_mut(), Relaxed);
+        reg.head = current as *const ThreadState as *mut ThreadState;
+        THREADS_SEEN.store(1, Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Alloc(usize);
+    impl Body for Alloc {
+        type Out = ();
+        unsafe fn run<S: Scope>(self, s: &S) {
+            s.time(self.0, || ());
+            s.alloc(Func::Malloc, self.0, self.0);
+        }
+    }
+    struct Free(usize);
+    impl Body for Free {
+        type Out = ();
+        unsafe fn run<S: Scope>(self, s: &S) {
+            s.call(Func::Free);
+            s.freed(self.0);
+        }
+    }
+
+    // One test owns the process-wide registry; the others use private states.
+    #[test]
+    fn counts_peak_and_thread_exit() {
+        set_time_sample_mean(4);
+        std::thread::spawn(|| {
+            let t = Box::new(ThreadState::new());
+            for _ in 0..1000 {
+                // SAFETY: `t` stands for this thread's state.
+                unsafe { enter(&t, Alloc(100)) };
+            }
+            // SAFETY: as above.
+            unsafe { enter(&t, Alloc(1 << 20)) };
+            // SAFETY: as above.
+            unsafe { enter(&t, Free(1 << 20)) };
+            for _ in 0..1000 {
+                // SAFETY: as above.
+                unsafe { enter(&t, Free(100)) };
+            }
+            let s = snapshot(Some(&t));
+            assert_eq!(s.calls_of(Func::Malloc), 1001);
+            assert_eq!(s.calls_of(Func::Free), 1001);
+            assert_eq!(s.bytes_allocated, 100_000 + (1 << 20));
+            assert_eq!(s.live_bytes(), 0);
+            assert_eq!(s.peak_live_bytes, 100_000 + (1 << 20));
+            // The first calls and the 1 MiB block are timed exactly, a
+            // sample of the rest.
+            assert_eq!(s.exact_calls, WARMUP_CALLS as u64 + 1);
+            assert!(
+                s.timed_calls > 0 && s.timed_calls < 1000,
+                "{}",
+                s.timed_calls
+            );
+            retire_thread(&t);
+            // After the exit hook, calls land on the shared counters.
+            // SAFETY: as above.
+            unsafe { enter(&t, Alloc(8)) };
+            let s = snapshot(None);
+            assert_eq!(s.calls_of(Func::Malloc), 1002);
+            assert_eq!(s.bytes_allocated, 100_008 + (1 << 20));
+        })
+        .join()
+        .unwrap();
+        assert_eq!(threads_seen(), 1);
+    }
+
+    #[test]
+    fn default_sampling_constant_matches_default_mean() {
+        let want = (1.0f64 - 1.0 / DEFAULT_TIME_SAMPLE_MEAN as f64).ln();
+        assert_eq!(f64::from_bits(0xbf70_0805_5958_8b35), want);
+    }
+
+    #[test]
+    fn countdown_is_geometric_with_the_set_mean() {
+        let mut rng = 12345;
+        let ln_q = (1.0f64 - 1.0 / 64.0).ln();
+        let n = 200_000;
+        let gaps: Vec<u32> = (0..n).map(|_| geometric_gap(&mut rng, 64, ln_q)).collect();
+        let mean = gaps.iter().map(|&g| g as f64).sum::<f64>() / n as f64;
+        assert!((mean - 64.0).abs() < 1.0, "mean gap {mean}");
+        // Memoryless: P(gap = 1) = 1/64.
+        let ones = gaps.iter().filter(|&&g| g == 1).count() as f64 / n as f64;
+        assert!((ones - 1.0 / 64.0).abs() < 0.002, "P(gap=1) = {ones}");
+        assert_eq!(geometric_gap(&mut rng, 1, 0.0), 1);
+    }
+}

@@ -1,0 +1,228 @@
+//! Plain-value statistics shared by the recorder, the profile format and the
+//! reports: which function was called, and the totals of one process.
+
+/// An exported allocation function of the malloc family.
+///
+/// The order is part of the profile format only through [`Func::name`]: the
+/// file names functions, never their index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Func {
+    /// `malloc(size)`
+    Malloc,
+    /// `free(ptr)`
+    Free,
+    /// `calloc(count, size)`
+    Calloc,
+    /// `realloc(ptr, size)`
+    Realloc,
+    /// `aligned_alloc(alignment, size)`
+    AlignedAlloc,
+    /// `malloc_usable_size(ptr)`
+    MallocUsableSize,
+    /// `memalign(alignment, size)`
+    Memalign,
+    /// `posix_memalign(&ptr, alignment, size)`
+    PosixMemalign,
+    /// `pvalloc(size)`
+    Pvalloc,
+    /// `valloc(size)`
+    Valloc,
+}
+
+/// Number of [`Func`] variants.
+pub const FUNC_COUNT: usize = 10;
+
+impl Func {
+    /// Every function, in declaration order.
+    pub const ALL: [Func; FUNC_COUNT] = [
+        Func::Malloc,
+        Func::Free,
+        Func::Calloc,
+        Func::Realloc,
+        Func::AlignedAlloc,
+        Func::MallocUsableSize,
+        Func::Memalign,
+        Func::PosixMemalign,
+        Func::Pvalloc,
+        Func::Valloc,
+    ];
+
+    /// The C name of the function, as used in profiles and reports.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Func::Malloc => "malloc",
+            Func::Free => "free",
+            Func::Calloc => "calloc",
+            Func::Realloc => "realloc",
+            Func::AlignedAlloc => "aligned_alloc",
+            Func::MallocUsableSize => "malloc_usable_size",
+            Func::Memalign => "memalign",
+            Func::PosixMemalign => "posix_memalign",
+            Func::Pvalloc => "pvalloc",
+            Func::Valloc => "valloc",
+        }
+    }
+
+    /// Looks a function up by its C name.
+    pub fn from_name(name: &str) -> Option<Func> {
+        Func::ALL.into_iter().find(|f| f.name() == name)
+    }
+
+    /// Whether a call of this function hands out a new block.
+    pub const fn allocates(self) -> bool {
+        !matches!(self, Func::Free | Func::MallocUsableSize)
+    }
+}
+
+/// Number of buckets of the request-size histogram.
+///
+/// Bucket 0 counts zero-byte requests; bucket `k` (1 ≤ k < 47) counts requests
+/// of `2^(k-1)` to `2^k - 1` bytes; the last bucket counts everything from
+/// 64 TiB up (requests that no allocator here can satisfy).
+pub const SIZE_BUCKETS: usize = 48;
+
+/// The histogram bucket of a request of `size` bytes.
+#[inline(always)]
+pub const fn size_bucket(size: usize) -> usize {
+    let b = (usize::BITS - size.leading_zeros()) as usize;
+    if b < SIZE_BUCKETS {
+        b
+    } else {
+        SIZE_BUCKETS - 1
+    }
+}
+
+/// The smallest request size that falls in `bucket`.
+pub const fn bucket_floor(bucket: usize) -> u64 {
+    if bucket == 0 { 0 } else { 1u64 << (bucket - 1) }
+}
+
+/// Everything counted for one process (or a sum of processes).
+///
+/// Byte figures of blocks are *usable* sizes as the backend reports them
+/// (`malloc_usable_size`), because only those can be matched at `free`;
+/// `bytes_requested` is the sum of the sizes the program asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Totals {
+    /// Calls per function, indexed by `Func as usize`.
+    pub calls: [u64; FUNC_COUNT],
+    /// Calls that failed (returned NULL or an error code).
+    pub failed_calls: u64,
+    /// Sum of requested sizes of successful allocations.
+    pub bytes_requested: u64,
+    /// Sum of usable sizes of the blocks handed out.
+    pub bytes_allocated: u64,
+    /// Sum of usable sizes of the blocks freed (including by `realloc`).
+    pub bytes_freed: u64,
+    /// Highest live byte count seen (usable sizes).
+    pub peak_live_bytes: u64,
+    /// Calls timed because the random sample picked them (each stands for
+    /// `time_sample_mean` calls).
+    pub timed_calls: u64,
+    /// Sum of those calls' durations, in TSC ticks.
+    pub timed_ticks: u64,
+    /// Calls timed because every call of their kind is (blocks of at least
+    /// `EXACT_TIMING_BYTES`, each thread's first calls): each stands for itself.
+    pub exact_calls: u64,
+    /// Sum of those calls' durations, in TSC ticks.
+    pub exact_ticks: u64,
+    /// Request-size histogram, see [`SIZE_BUCKETS`].
+    pub size_hist: [u64; SIZE_BUCKETS],
+}
+
+impl Default for Totals {
+    fn default() -> Self {
+        Totals {
+            calls: [0; FUNC_COUNT],
+            failed_calls: 0,
+            bytes_requested: 0,
+            bytes_allocated: 0,
+            bytes_freed: 0,
+            peak_live_bytes: 0,
+            timed_calls: 0,
+            timed_ticks: 0,
+            exact_calls: 0,
+            exact_ticks: 0,
+            size_hist: [0; SIZE_BUCKETS],
+        }
+    }
+}
+
+impl Totals {
+    /// Calls of one function.
+    pub fn calls_of(&self, f: Func) -> u64 {
+        self.calls[f as usize]
+    }
+
+    /// All calls of all functions.
+    pub fn total_calls(&self) -> u64 {
+        self.calls.iter().sum()
+    }
+
+    /// Calls that hand out a block (everything but `free` and `malloc_usable_size`).
+    pub fn allocation_calls(&self) -> u64 {
+        Func::ALL
+            .iter()
+            .filter(|f| f.allocates())
+            .map(|&f| self.calls_of(f))
+            .sum()
+    }
+
+    /// Bytes allocated and not yet freed (0 if more was freed than allocated,
+    /// as in a forked child that frees its parent's blocks).
+    pub fn live_bytes(&self) -> u64 {
+        self.bytes_allocated.saturating_sub(self.bytes_freed)
+    }
+
+    /// Adds another set of totals into this one. Peaks add up, so the sum of
+    /// several processes' peaks is an upper bound of their combined peak.
+    pub fn add(&mut self, o: &Totals) {
+        for (a, b) in self.calls.iter_mut().zip(o.calls) {
+            *a += b;
+        }
+        for (a, b) in self.size_hist.iter_mut().zip(o.size_hist) {
+            *a += b;
+        }
+        self.failed_calls += o.failed_calls;
+        self.bytes_requested += o.bytes_requested;
+        self.bytes_allocated += o.bytes_allocated;
+        self.bytes_freed += o.bytes_freed;
+        self.peak_live_bytes += o.peak_live_bytes;
+        self.timed_calls += o.timed_calls;
+        self.timed_ticks += o.timed_ticks;
+        self.exact_calls += o.exact_calls;
+        self.exact_ticks += o.exact_ticks;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_are_powers_of_two() {
+        assert_eq!(size_bucket(0), 0);
+        assert_eq!(size_bucket(1), 1);
+        assert_eq!(size_bucket(2), 2);
+        assert_eq!(size_bucket(3), 2);
+        assert_eq!(size_bucket(4), 3);
+        assert_eq!(size_bucket(4095), 12);
+        assert_eq!(size_bucket(4096), 13);
+        assert_eq!(size_bucket(usize::MAX), SIZE_BUCKETS - 1);
+        for b in 1..SIZE_BUCKETS - 1 {
+            assert_eq!(size_bucket(bucket_floor(b) as usize), b);
+            assert_eq!(size_bucket(bucket_floor(b + 1) as usize - 1), b);
+        }
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for f in Func::ALL {
+            assert_eq!(Func::from_name(f.name()), Some(f));
+            assert_eq!(Func::ALL[f as usize], f);
+        }
+        assert_eq!(Func::from_name("mmap"), None);
+    }
+}
