@@ -2,10 +2,10 @@
 //! dynamically linked Linux program, which records every call and forwards
 //! it to glibc, jemalloc or mimalloc (`ALLOCMUX_ALLOCATOR`).
 //!
-//! Layers, as in mimalloc: `exports` (the C names only), `posix` (the C
-//! semantics, once for all backends), `backend` (forwarding), with the
-//! recording core from the `allocmux` crate and the process life cycle in
-//! `runtime`. See the README for the environment variables.
+//! Layers, as in mimalloc: `exports` (the C names only, jumping through the
+//! `hooks` table of the chosen backend), `posix` (the C semantics, once for
+//! all backends), `backend` (forwarding), with the recording core from the
+//! `allocmux` crate and the process life cycle in `runtime`. See the README for the environment variables.
 
 // The unit-test binary does not export the C symbols, so they look unused.
 #![cfg_attr(test, allow(dead_code))]
@@ -13,6 +13,7 @@
 mod backend;
 mod config;
 mod exports;
+mod hooks;
 mod posix;
 mod runtime;
 mod tls;

@@ -3,8 +3,10 @@
 //! `errno`, overflow, alignment, `free(NULL)` and `realloc(p, 0)`.
 //!
 //! Decisions where the backends differ (the shim makes them all act alike):
-//! - a failed allocation sets `errno = ENOMEM` (mimalloc does not itself);
-//! - `free` preserves `errno`;
+//! - a failed allocation sets `errno = ENOMEM` (mimalloc does not itself: an
+//!   error handler registered with it does);
+//! - `free` preserves `errno`: glibc guarantees it, and jemalloc and mimalloc
+//!   change it only when one of their own `madvise`/`munmap` calls fails;
 //! - `realloc(p, 0)` frees `p` and returns NULL, as glibc does (mimalloc
 //!   would return a new block);
 //! - `aligned_alloc` with an alignment that is zero or not a power of two
@@ -21,6 +23,8 @@ use core::ptr;
 
 use allocmux::Func;
 use allocmux::recorder::{Body, Scope};
+
+use allocmux::recorder::EXACT_TIMING_BYTES;
 
 use crate::backend::Backend;
 use crate::tls;
@@ -46,15 +50,67 @@ unsafe fn handed_out<B: Backend, S: Scope>(
     f: Func,
     p: *mut c_void,
     requested: usize,
+    plain: bool,
 ) -> *mut c_void {
     if p.is_null() {
         s.fail(f);
         out_of_memory::<B>();
     } else {
         // SAFETY: `p` is a live block of B.
-        s.alloc(f, requested, unsafe { B::usable(p) });
+        unsafe { record_block::<B, S>(s, f, p, requested, plain) };
     }
     p
+}
+
+/// Records a live block just handed out: its size where the backend has no
+/// byte counters of its own, then the call (which may check the peak).
+#[inline(always)]
+unsafe fn record_block<B: Backend, S: Scope>(
+    s: &S,
+    f: Func,
+    p: *mut c_void,
+    requested: usize,
+    plain: bool,
+) {
+    if !B::OWN_COUNTERS {
+        // SAFETY: `p` is a live block of B.
+        s.allocated(unsafe { B::allocated_size(p, requested, plain) });
+    }
+    s.alloc(f, requested);
+}
+
+/// The usable size of a block about to be freed, when the shim must count
+/// it (0 otherwise, which also makes the free timed as a small one).
+#[inline(always)]
+unsafe fn size_to_free<B: Backend>(p: *mut c_void) -> usize {
+    if B::OWN_COUNTERS {
+        0
+    } else {
+        // SAFETY: `p` is a live block of B.
+        unsafe { B::usable(p) }
+    }
+}
+
+macro_rules! own_counters {
+    () => {
+        fn external_counters(&self) -> Option<[*mut u64; 2]> {
+            B::own_byte_counters()
+        }
+    };
+}
+
+/// Whether a plain allocation of `requested` bytes can be recorded before
+/// the call (its size is known or irrelevant, and it is not a large block,
+/// which is timed and peak-checked after the call): the hook then ends in a
+/// tail jump to the allocator. Failures of such calls are not counted in
+/// `failed_calls`: a small request fails only when memory is exhausted.
+#[inline(always)]
+fn recorded_first<B: Backend>(requested: usize) -> Option<usize> {
+    if requested < EXACT_TIMING_BYTES {
+        B::size_before_malloc(requested)
+    } else {
+        None
+    }
 }
 
 /// `malloc(size)`.
@@ -63,11 +119,20 @@ impl<B: Backend> Body for Malloc<B> {
     type Out = *mut c_void;
     #[inline(always)]
     unsafe fn run<S: Scope>(self, s: &S) -> *mut c_void {
+        if let Some(usable) = recorded_first::<B>(self.0) {
+            if !B::OWN_COUNTERS {
+                s.allocated(usable);
+            }
+            s.alloc(Func::Malloc, self.0);
+            // SAFETY: malloc has no preconditions.
+            return s.time(self.0, move || unsafe { B::malloc(self.0) });
+        }
         // SAFETY: malloc has no preconditions.
-        let p = s.time(self.0, || unsafe { B::malloc(self.0) });
+        let p = s.time(self.0, move || unsafe { B::malloc(self.0) });
         // SAFETY: `p` came from B.
-        unsafe { handed_out::<B, S>(s, Func::Malloc, p, self.0) }
+        unsafe { handed_out::<B, S>(s, Func::Malloc, p, self.0, true) }
     }
+    own_counters!();
 }
 
 /// `free(ptr)`.
@@ -82,21 +147,25 @@ impl<B: Backend> Body for Free<B> {
             return;
         }
         // SAFETY: the program passes a live block, which B made.
-        let usable = unsafe { B::usable(p) };
-        s.freed(usable);
+        let usable = unsafe { size_to_free::<B>(p) };
+        // Recorded before the call, so the free is the hook's last act.
+        if !B::OWN_COUNTERS {
+            s.freed(usable);
+        }
         if B::FREE_KEEPS_ERRNO {
             // SAFETY: as above.
-            s.time(usable, || unsafe { B::free(p, usable) });
+            s.time(usable, move || unsafe { B::free(p) });
         } else {
             let errno = tls::current().errno();
             // SAFETY: `errno` is this thread's; the block is live.
             unsafe {
                 let saved = *errno;
-                s.time(usable, || B::free(p, usable));
+                s.time(usable, move || B::free(p));
                 *errno = saved;
             }
         }
     }
+    own_counters!();
 }
 
 /// `calloc(count, size)`.
@@ -110,11 +179,20 @@ impl<B: Backend> Body for Calloc<B> {
             set_errno(libc::ENOMEM);
             return ptr::null_mut();
         };
+        if let Some(usable) = recorded_first::<B>(total) {
+            if !B::OWN_COUNTERS {
+                s.allocated(usable);
+            }
+            s.alloc(Func::Calloc, total);
+            // SAFETY: the product does not overflow.
+            return s.time(total, move || unsafe { B::calloc(self.0, self.1) });
+        }
         // SAFETY: the product does not overflow.
-        let p = s.time(total, || unsafe { B::calloc(self.0, self.1) });
+        let p = s.time(total, move || unsafe { B::calloc(self.0, self.1) });
         // SAFETY: `p` came from B.
-        unsafe { handed_out::<B, S>(s, Func::Calloc, p, total) }
+        unsafe { handed_out::<B, S>(s, Func::Calloc, p, total, true) }
     }
+    own_counters!();
 }
 
 /// `realloc(ptr, size)`.
@@ -126,33 +204,40 @@ impl<B: Backend> Body for Realloc<B> {
         let (old, size) = (self.0, self.1);
         if old.is_null() {
             // SAFETY: realloc(NULL, n) is malloc(n).
-            let p = s.time(size, || unsafe { B::malloc(size) });
+            let p = s.time(size, move || unsafe { B::malloc(size) });
             // SAFETY: `p` came from B.
-            return unsafe { handed_out::<B, S>(s, Func::Realloc, p, size) };
+            return unsafe { handed_out::<B, S>(s, Func::Realloc, p, size, true) };
         }
         // SAFETY: the program passes a live block of B.
-        let old_usable = unsafe { B::usable(old) };
+        let old_usable = unsafe { size_to_free::<B>(old) };
         if size == 0 {
             // glibc: realloc(p, 0) frees p and returns NULL.
             s.call(Func::Realloc);
-            s.freed(old_usable);
             // SAFETY: as above.
-            s.time(old_usable, || unsafe { B::free(old, old_usable) });
+            s.time(old_usable, move || unsafe { B::free(old) });
+            if !B::OWN_COUNTERS {
+                s.freed(old_usable);
+            }
             return ptr::null_mut();
         }
         // SAFETY: as above; size is non-zero.
-        let p = s.time(size.max(old_usable), || unsafe { B::realloc(old, size) });
+        let p = s.time(size.max(old_usable), move || unsafe {
+            B::realloc(old, size)
+        });
         if p.is_null() {
             // The old block is untouched and still the program's.
             s.fail(Func::Realloc);
             out_of_memory::<B>();
         } else {
-            s.freed(old_usable);
+            if !B::OWN_COUNTERS {
+                s.freed(old_usable);
+            }
             // SAFETY: `p` is a live block of B.
-            s.alloc(Func::Realloc, size, unsafe { B::usable(p) });
+            unsafe { record_block::<B, S>(s, Func::Realloc, p, size, false) };
         }
         p
     }
+    own_counters!();
 }
 
 /// `aligned_alloc(alignment, size)`.
@@ -168,10 +253,11 @@ impl<B: Backend> Body for AlignedAlloc<B> {
             return ptr::null_mut();
         }
         // SAFETY: a power-of-two alignment.
-        let p = s.time(size, || unsafe { B::aligned(align, size) });
+        let p = s.time(size, move || unsafe { B::aligned(align, size) });
         // SAFETY: `p` came from B.
-        unsafe { handed_out::<B, S>(s, Func::AlignedAlloc, p, size) }
+        unsafe { handed_out::<B, S>(s, Func::AlignedAlloc, p, size, false) }
     }
+    own_counters!();
 }
 
 /// `memalign(alignment, size)`.
@@ -181,7 +267,7 @@ impl<B: Backend> Body for Memalign<B> {
     #[inline(always)]
     unsafe fn run<S: Scope>(self, s: &S) -> *mut c_void {
         // SAFETY: the backend applies glibc's memalign rules.
-        let p = s.time(self.1, || unsafe { B::memalign(self.0, self.1) });
+        let p = s.time(self.1, move || unsafe { B::memalign(self.0, self.1) });
         if p.is_null() {
             // EINVAL for an impossible alignment is already set; keep it.
             s.fail(Func::Memalign);
@@ -191,8 +277,9 @@ impl<B: Backend> Body for Memalign<B> {
             return p;
         }
         // SAFETY: `p` came from B.
-        unsafe { handed_out::<B, S>(s, Func::Memalign, p, self.1) }
+        unsafe { handed_out::<B, S>(s, Func::Memalign, p, self.1, false) }
     }
+    own_counters!();
 }
 
 /// `posix_memalign(&ptr, alignment, size)`.
@@ -213,18 +300,19 @@ impl<B: Backend> Body for PosixMemalign<B> {
             return libc::EINVAL;
         }
         // SAFETY: a valid alignment.
-        let p = s.time(size, || unsafe { B::aligned(align, size) });
+        let p = s.time(size, move || unsafe { B::aligned(align, size) });
         if p.is_null() {
             s.fail(Func::PosixMemalign);
             return libc::ENOMEM;
         }
         // SAFETY: `p` is a live block of B; `out` is the program's out-pointer.
         unsafe {
-            s.alloc(Func::PosixMemalign, size, B::usable(p));
+            record_block::<B, S>(s, Func::PosixMemalign, p, size, false);
             *out = p;
         }
         0
     }
+    own_counters!();
 }
 
 /// `valloc(size)`.
@@ -234,10 +322,11 @@ impl<B: Backend> Body for Valloc<B> {
     #[inline(always)]
     unsafe fn run<S: Scope>(self, s: &S) -> *mut c_void {
         // SAFETY: no preconditions.
-        let p = s.time(self.0, || unsafe { B::valloc(self.0) });
+        let p = s.time(self.0, move || unsafe { B::valloc(self.0) });
         // SAFETY: `p` came from B.
-        unsafe { handed_out::<B, S>(s, Func::Valloc, p, self.0) }
+        unsafe { handed_out::<B, S>(s, Func::Valloc, p, self.0, false) }
     }
+    own_counters!();
 }
 
 /// `pvalloc(size)`.
@@ -247,10 +336,11 @@ impl<B: Backend> Body for Pvalloc<B> {
     #[inline(always)]
     unsafe fn run<S: Scope>(self, s: &S) -> *mut c_void {
         // SAFETY: no preconditions.
-        let p = s.time(self.0, || unsafe { B::pvalloc(self.0) });
+        let p = s.time(self.0, move || unsafe { B::pvalloc(self.0) });
         // SAFETY: `p` came from B.
-        unsafe { handed_out::<B, S>(s, Func::Pvalloc, p, self.0) }
+        unsafe { handed_out::<B, S>(s, Func::Pvalloc, p, self.0, false) }
     }
+    own_counters!();
 }
 
 /// `malloc_usable_size(ptr)`.
@@ -264,8 +354,9 @@ impl<B: Backend> Body for UsableSize<B> {
             return 0;
         }
         // SAFETY: the program passes a live block of B.
-        s.time(0, || unsafe { B::usable(self.0) })
+        s.time(0, move || unsafe { B::usable(self.0) })
     }
+    own_counters!();
 }
 
 /// A scope that records nothing: secure execution, where the shim only
@@ -277,7 +368,9 @@ impl Scope for Unrecorded {
         op()
     }
     #[inline(always)]
-    fn alloc(&self, _: Func, _: usize, _: usize) {}
+    fn alloc(&self, _: Func, _: usize) {}
+    #[inline(always)]
+    fn allocated(&self, _: usize) {}
     #[inline(always)]
     fn freed(&self, _: usize) {}
     #[inline(always)]

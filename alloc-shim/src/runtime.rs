@@ -32,7 +32,9 @@ static BACKEND: AtomicU8 = AtomicU8::new(0);
 
 /// The process's backend, chosen at the first call (which may come before
 /// the shim's constructor: other libraries' constructors allocate too).
-#[inline(always)]
+/// The allocation path does not call this: it jumps through the hook table
+/// that the choice installs.
+#[inline]
 pub fn backend() -> Choice {
     match BACKEND.load(Relaxed) {
         1 => Choice::System,
@@ -58,7 +60,10 @@ fn choose_backend() -> Choice {
     // Two threads racing here read the same environment and agree; the
     // first store wins either way.
     match BACKEND.compare_exchange(0, choice as u8, Relaxed, Relaxed) {
-        Ok(_) => choice,
+        Ok(_) => {
+            crate::hooks::install(choice);
+            choice
+        }
         Err(_) => backend(),
     }
 }

@@ -67,12 +67,16 @@ pub fn current() -> &'static ShimThread {
     let p: *const ShimThread;
     // SAFETY: initial-exec TLS access: the GOT slot holds the block's offset
     // from the thread pointer, and %fs:0 holds the thread pointer itself.
+    // Both are fixed for the thread's life (the GOT is relocated before any
+    // code runs), so the result is a pure function of the thread: `nomem`
+    // lets the compiler compute it once per function instead of after
+    // every store.
     unsafe {
         core::arch::asm!(
             "mov {p}, qword ptr [rip + allocmux_shim_thread@GOTTPOFF]",
             "add {p}, qword ptr fs:[0]",
             p = out(reg) p,
-            options(pure, readonly, nostack),
+            options(pure, nomem, nostack),
         );
         // SAFETY: the block is sized and aligned for ShimThread, zeroed per
         // thread (a valid fresh state), and only this thread takes `&` to the

@@ -16,12 +16,44 @@ unsafe extern "C" {
 #[derive(Debug)]
 pub struct Jemalloc;
 
+/// A pointer to one of jemalloc's counters for the calling thread
+/// (`thread.allocatedp`, `thread.deallocatedp`): jemalloc adds the usable
+/// size of every block it hands out or takes back to them on its fast path.
+fn counter(name: &core::ffi::CStr) -> Option<*mut u64> {
+    let mut p: *mut u64 = core::ptr::null_mut();
+    let mut len = core::mem::size_of::<*mut u64>();
+    // SAFETY: a read-only, lock-free jemalloc control that returns a pointer
+    // into the calling thread's jemalloc state; it does not allocate.
+    let ok = unsafe {
+        tikv_jemalloc_sys::mallctl(
+            name.as_ptr(),
+            (&mut p as *mut *mut u64).cast(),
+            &mut len,
+            core::ptr::null_mut(),
+            0,
+        )
+    } == 0;
+    (ok && !p.is_null()).then_some(p)
+}
+
 // SAFETY: forwards to jemalloc.
 unsafe impl Backend for Jemalloc {
     const NAME: &'static str = "jemalloc";
     const SETS_ERRNO: bool = true;
-    // jemalloc's slow paths (purging, unmapping) may fail with errno set.
-    const FREE_KEEPS_ERRNO: bool = false;
+    // jemalloc's free sets errno only when one of its own madvise or munmap
+    // calls fails (jemalloc/src/pages.c), which on its own mappings happens
+    // only at the kernel's map-count limit; the free path is otherwise
+    // errno-neutral, so the shim adds no save and restore (and can jump to
+    // it as a tail call).
+    const FREE_KEEPS_ERRNO: bool = true;
+    const OWN_COUNTERS: bool = true;
+
+    fn own_byte_counters() -> Option<[*mut u64; 2]> {
+        Some([
+            counter(c"thread.allocatedp")?,
+            counter(c"thread.deallocatedp")?,
+        ])
+    }
 
     #[inline(always)]
     unsafe fn malloc(size: usize) -> *mut c_void {
@@ -39,12 +71,9 @@ unsafe impl Backend for Jemalloc {
         unsafe { tikv_jemalloc_sys::realloc(ptr, size) }
     }
     #[inline(always)]
-    unsafe fn free(ptr: *mut c_void, usable: usize) {
-        // Sized deallocation: the usable size was looked up anyway for the
-        // counters, so jemalloc need not look it up a second time. A usable
-        // size is always a size class, as sdallocx requires.
-        // SAFETY: `usable` is this block's usable size.
-        unsafe { tikv_jemalloc_sys::sdallocx(ptr, usable, 0) }
+    unsafe fn free(ptr: *mut c_void) {
+        // SAFETY: the caller passes a jemalloc block.
+        unsafe { tikv_jemalloc_sys::free(ptr) }
     }
     #[inline(always)]
     unsafe fn aligned(align: usize, size: usize) -> *mut c_void {

@@ -1,6 +1,6 @@
 //! mimalloc (libmimalloc-sys, built without overriding `malloc`).
 
-use core::ffi::c_void;
+use core::ffi::{c_int, c_void};
 
 use super::{Backend, memalign_via_aligned, page_size, pvalloc_via_aligned};
 
@@ -16,9 +16,19 @@ pub struct Mimalloc;
 // SAFETY: forwards to mimalloc.
 unsafe impl Backend for Mimalloc {
     const NAME: &'static str = "mimalloc";
-    // mimalloc returns NULL for impossible sizes without setting errno.
-    const SETS_ERRNO: bool = false;
-    const FREE_KEEPS_ERRNO: bool = false;
+    // mimalloc itself returns NULL without setting errno; the error handler
+    // installed by `init` sets ENOMEM for every allocation failure.
+    const SETS_ERRNO: bool = true;
+    // As jemalloc: errno changes only if its own madvise/munmap fails.
+    const FREE_KEEPS_ERRNO: bool = true;
+
+    #[inline(always)]
+    fn size_before_malloc(requested: usize) -> Option<usize> {
+        match SMALL_SIZES.get().get((requested + 7) >> 3) {
+            Some(&size) if size != 0 => Some(size as usize),
+            _ => None,
+        }
+    }
 
     #[inline(always)]
     unsafe fn malloc(size: usize) -> *mut c_void {
@@ -36,7 +46,7 @@ unsafe impl Backend for Mimalloc {
         unsafe { libmimalloc_sys::mi_realloc(ptr, size) }
     }
     #[inline(always)]
-    unsafe fn free(ptr: *mut c_void, _usable: usize) {
+    unsafe fn free(ptr: *mut c_void) {
         // SAFETY: the caller passes a mimalloc block.
         unsafe { libmimalloc_sys::mi_free(ptr) }
     }
@@ -64,5 +74,81 @@ unsafe impl Backend for Mimalloc {
     unsafe fn usable(ptr: *mut c_void) -> usize {
         // SAFETY: the caller passes a live mimalloc block.
         unsafe { mi_usable_size(ptr) }
+    }
+    #[inline(always)]
+    unsafe fn allocated_size(ptr: *mut c_void, requested: usize, plain: bool) -> usize {
+        let table = SMALL_SIZES.get();
+        match table.get((requested + 7) >> 3) {
+            Some(&size) if plain && size != 0 => size as usize,
+            // SAFETY: the caller passes a live mimalloc block.
+            _ => unsafe { mi_usable_size(ptr) },
+        }
+    }
+}
+
+/// Largest request whose fresh block's usable size is read from the table.
+const SMALL_MAX: usize = 4096;
+
+/// Usable size of a fresh `mi_malloc(n)` block for n up to [`SMALL_MAX`],
+/// indexed by `(n + 7) / 8`: mimalloc rounds every request up to a whole
+/// word and picks the size bin from that, so the word count decides the
+/// block size. Filled at start-up from real allocations, so it is exact by
+/// construction; all zero (meaning "look it up") until then.
+struct SmallSizes(core::cell::UnsafeCell<[u16; SMALL_MAX / 8 + 1]>);
+
+// SAFETY: written once by `init_size_table` before the backend is published
+// to other threads (the hook table store is the publication), read-only after.
+unsafe impl Sync for SmallSizes {}
+
+impl SmallSizes {
+    #[inline(always)]
+    fn get(&self) -> &[u16; SMALL_MAX / 8 + 1] {
+        // SAFETY: see the Sync impl.
+        unsafe { &*self.0.get() }
+    }
+}
+
+static SMALL_SIZES: SmallSizes = SmallSizes(core::cell::UnsafeCell::new([0; SMALL_MAX / 8 + 1]));
+
+unsafe extern "C" {
+    fn mi_register_error(
+        handler: Option<unsafe extern "C" fn(c_int, *mut c_void)>,
+        arg: *mut c_void,
+    );
+}
+
+/// mimalloc's error handler: it is called with ENOMEM (out of memory) or
+/// EOVERFLOW (impossible size) for every failed allocation, right before
+/// mimalloc returns NULL, so setting errno here gives glibc's behaviour.
+unsafe extern "C" fn on_mimalloc_error(err: c_int, _arg: *mut c_void) {
+    if err == libc::ENOMEM || err == libc::EOVERFLOW {
+        crate::posix::set_errno(libc::ENOMEM);
+    }
+}
+
+/// Prepares mimalloc for the shim: the errno handler and the small-size
+/// table. Called once, when mimalloc is chosen, before any hook uses it.
+pub fn init() {
+    // SAFETY: registers a handler that only sets errno.
+    unsafe { mi_register_error(Some(on_mimalloc_error), core::ptr::null_mut()) };
+    init_size_table();
+}
+
+/// Fills the small-size table by allocating one block of each word count.
+fn init_size_table() {
+    // SAFETY: runs once, before publication (see the Sync impl); the blocks
+    // are mimalloc's own, freed at once.
+    unsafe {
+        let table = &mut *SMALL_SIZES.0.get();
+        for (words, slot) in table.iter_mut().enumerate().skip(1) {
+            let p = libmimalloc_sys::mi_malloc(words * 8);
+            if p.is_null() {
+                continue;
+            }
+            *slot = u16::try_from(mi_usable_size(p)).unwrap_or(0);
+            libmimalloc_sys::mi_free(p);
+        }
+        // malloc(0): mimalloc hands out its smallest block.
+        table[0] = table[1];
     }
 }

@@ -9,15 +9,22 @@ mod system;
 
 pub use jemalloc::Jemalloc;
 pub use mimalloc::Mimalloc;
+pub use mimalloc::init as init_mimalloc;
 pub use system::System;
 
 use core::ffi::c_void;
 
 /// The operations the POSIX layer needs from an allocator.
 ///
+/// Besides forwarding, a backend tells the bytes of the blocks it hands out
+/// and takes back, as cheaply as it can: glibc by reading the chunk header,
+/// mimalloc by a lookup (or, for fresh small blocks, a table), and jemalloc
+/// through the per-thread byte counters it maintains anyway, read when a
+/// snapshot is taken, so its calls pay for no size at all.
+///
 /// # Safety
 /// Implementations must behave as the malloc family does: every pointer they
-/// return is owned by them and accepted by their `free` and `usable`.
+/// return is owned by them and accepted by their `free`.
 pub unsafe trait Backend {
     /// The name used in `ALLOCMUX_ALLOCATOR` and in profiles.
     const NAME: &'static str;
@@ -25,6 +32,9 @@ pub unsafe trait Backend {
     const SETS_ERRNO: bool;
     /// Whether `free` already leaves `errno` untouched.
     const FREE_KEEPS_ERRNO: bool;
+    /// Whether the allocator counts bytes per thread itself
+    /// ([`Backend::own_byte_counters`]), so the shim needs no sizes per call.
+    const OWN_COUNTERS: bool = false;
 
     /// `malloc(size)`.
     unsafe fn malloc(size: usize) -> *mut c_void;
@@ -32,8 +42,8 @@ pub unsafe trait Backend {
     unsafe fn calloc(count: usize, size: usize) -> *mut c_void;
     /// `realloc(ptr, size)` with `ptr` non-NULL and `size` non-zero.
     unsafe fn realloc(ptr: *mut c_void, size: usize) -> *mut c_void;
-    /// Frees a non-NULL block whose usable size is `usable`.
-    unsafe fn free(ptr: *mut c_void, usable: usize);
+    /// Frees a non-NULL block.
+    unsafe fn free(ptr: *mut c_void);
     /// A block of `size` bytes aligned to `align`, a power of two.
     unsafe fn aligned(align: usize, size: usize) -> *mut c_void;
     /// `memalign` with glibc's rules (non-power-of-two alignments rounded up).
@@ -42,8 +52,36 @@ pub unsafe trait Backend {
     unsafe fn valloc(size: usize) -> *mut c_void;
     /// `pvalloc(size)`.
     unsafe fn pvalloc(size: usize) -> *mut c_void;
-    /// Usable size of a non-NULL live block.
+    /// Usable size of a non-NULL live block (`malloc_usable_size`).
     unsafe fn usable(ptr: *mut c_void) -> usize;
+
+    /// The allocator's own per-thread byte counters (allocated, freed) for
+    /// the calling thread, if it keeps them. Then the shim reads those
+    /// instead of looking up block sizes on every call.
+    fn own_byte_counters() -> Option<[*mut u64; 2]> {
+        None
+    }
+
+    /// The usable size a plain `malloc(requested)` will hand out, when it
+    /// is known before the call (or irrelevant, with own byte counters):
+    /// then the hook records first and jumps to the allocator as its last
+    /// act, with no work after the call.
+    #[inline(always)]
+    fn size_before_malloc(_requested: usize) -> Option<usize> {
+        if Self::OWN_COUNTERS { Some(0) } else { None }
+    }
+
+    /// Usable size of the block `ptr` just handed out for `requested` bytes;
+    /// `plain` is true for `malloc` and `calloc` (no alignment, no realloc).
+    /// Only called for backends without byte counters of their own.
+    ///
+    /// # Safety
+    /// `ptr` is a live block of this backend.
+    #[inline(always)]
+    unsafe fn allocated_size(ptr: *mut c_void, _requested: usize, _plain: bool) -> usize {
+        // SAFETY: forwarded.
+        unsafe { Self::usable(ptr) }
+    }
 }
 
 /// The page size, from the auxiliary vector (no syscall, no allocation).

@@ -41,7 +41,7 @@ unsafe impl Backend for System {
         unsafe { __libc_realloc(ptr, size) }
     }
     #[inline(always)]
-    unsafe fn free(ptr: *mut c_void, _usable: usize) {
+    unsafe fn free(ptr: *mut c_void) {
         // SAFETY: the caller passes a glibc block.
         unsafe { __libc_free(ptr) }
     }

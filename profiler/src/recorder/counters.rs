@@ -2,7 +2,11 @@
 
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use crate::stats::{FUNC_COUNT, Func, SIZE_BUCKETS, Totals, size_bucket};
+use crate::stats::{FUNC_COUNT, Func, SIZE_BUCKETS, Totals};
+
+/// Buckets kept per thread: one per bit length of the request (0 to 64),
+/// so the hot path needs no clamp; folded into `SIZE_BUCKETS` on read.
+const RAW_BUCKETS: usize = 65;
 
 /// One set of counters: a thread's own, or the shared totals.
 ///
@@ -21,7 +25,7 @@ pub struct Counters {
     timed_ticks: AtomicU64,
     exact_calls: AtomicU64,
     exact_ticks: AtomicU64,
-    size_hist: [AtomicU64; SIZE_BUCKETS],
+    size_hist: [AtomicU64; RAW_BUCKETS],
 }
 
 #[inline(always)]
@@ -54,18 +58,35 @@ impl Counters {
             timed_ticks: Z,
             exact_calls: Z,
             exact_ticks: Z,
-            size_hist: [Z; SIZE_BUCKETS],
+            size_hist: [Z; RAW_BUCKETS],
         }
     }
 
-    /// Counts a call that handed out a block of `usable` bytes for a request
-    /// of `requested` bytes.
+    /// Counts a call that handed out a block for a request of `requested` bytes.
     #[inline(always)]
-    pub fn alloc<const SHARED: bool>(&self, f: Func, requested: usize, usable: usize) {
+    pub fn alloc<const SHARED: bool>(&self, f: Func, requested: usize) {
         bump::<SHARED>(&self.calls[f as usize], 1);
         bump::<SHARED>(&self.bytes_requested, requested as u64);
+        bump::<SHARED>(
+            &self.size_hist[(usize::BITS - requested.leading_zeros()) as usize],
+            1,
+        );
+    }
+
+    /// Counts the usable size of a block handed out.
+    #[inline(always)]
+    pub fn allocated<const SHARED: bool>(&self, usable: usize) {
         bump::<SHARED>(&self.bytes_allocated, usable as u64);
-        bump::<SHARED>(&self.size_hist[size_bucket(requested)], 1);
+    }
+
+    /// Usable bytes handed out so far.
+    pub fn bytes_allocated(&self) -> u64 {
+        self.bytes_allocated.load(Relaxed)
+    }
+
+    /// Usable bytes freed so far.
+    pub fn bytes_freed(&self) -> u64 {
+        self.bytes_freed.load(Relaxed)
     }
 
     /// Counts a freed block of `usable` bytes (the call itself is counted by
@@ -110,8 +131,8 @@ impl Counters {
         for (a, c) in t.calls.iter_mut().zip(&self.calls) {
             *a += c.load(Relaxed);
         }
-        for (a, c) in t.size_hist.iter_mut().zip(&self.size_hist) {
-            *a += c.load(Relaxed);
+        for (raw, c) in self.size_hist.iter().enumerate() {
+            t.size_hist[raw.min(SIZE_BUCKETS - 1)] += c.load(Relaxed);
         }
         t.failed_calls += self.failed_calls.load(Relaxed);
         t.bytes_requested += self.bytes_requested.load(Relaxed);
@@ -130,6 +151,7 @@ impl Counters {
         for (c, v) in self.calls.iter().zip(t.calls) {
             c.fetch_add(v, Relaxed);
         }
+        // Folded buckets go back to their first raw bucket (same fold on read).
         for (c, v) in self.size_hist.iter().zip(t.size_hist) {
             c.fetch_add(v, Relaxed);
         }

@@ -1,4 +1,5 @@
-//! The recording core: the only module of this crate with `unsafe` code.
+//! The recording core: the only module of this crate with `unsafe` code
+//! (with [`sys`], the process-control calls the tools need beyond std).
 //!
 //! It runs inside `malloc` of other people's programs (through the shim) and
 //! inside a Rust program's global allocator, so nothing here allocates, takes
@@ -19,13 +20,14 @@
 mod clock;
 mod counters;
 mod lock;
+pub mod sys;
 mod thread;
 
 pub use clock::{ClockPair, Tsc, clock_ns, monotonic_ns};
 pub use counters::Counters;
 pub use lock::SpinLock;
 pub use thread::{
-    Body, DEFAULT_TIME_SAMPLE_MEAN, PUBLISH_BYTES, Scope, ThreadState, after_fork_child,
-    after_fork_parent, before_fork, enter, prepare_thread_key, retire_thread, set_time_sample_mean,
-    snapshot, threads_seen, time_sample_mean,
+    Body, DEFAULT_TIME_SAMPLE_MEAN, EXACT_TIMING_BYTES, PUBLISH_BYTES, Scope, ThreadState,
+    after_fork_child, after_fork_parent, before_fork, enter, prepare_thread_key, retire_thread,
+    set_time_sample_mean, snapshot, threads_seen, time_sample_mean,
 };

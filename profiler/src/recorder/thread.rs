@@ -46,13 +46,21 @@ pub struct ThreadState {
     /// first calls set up the allocator's per-thread (or global) state and
     /// are far slower than the rest, too rare for the sample to weigh well.
     warmup: Cell<u8>,
-    /// Usable bytes this thread allocated minus those it freed.
-    live: Cell<i64>,
-    /// Highest `live` since the last publish.
+    /// Highest live byte count of this thread seen at a check since the
+    /// last publish.
     live_max: Cell<i64>,
-    /// The part of `live` already added to `GLOBAL_LIVE`.
+    /// The part of this thread's live bytes already added to `GLOBAL_LIVE`.
     published: Cell<i64>,
     rng: Cell<u64>,
+    /// Byte counters the allocator keeps for this thread itself (jemalloc's
+    /// `thread.allocatedp`/`deallocatedp`), read instead of counting block
+    /// sizes per call; null when the backend has none.
+    external: [AtomicPtr<u64>; 2],
+    /// Their values when this thread registered.
+    external_base: [AtomicU64; 2],
+    /// Their last values seen by this thread (a floor, should the allocator
+    /// reset its state during thread exit).
+    external_seen: [AtomicU64; 2],
     next: AtomicPtr<ThreadState>,
     prev: AtomicPtr<ThreadState>,
     counters: Counters,
@@ -75,50 +83,72 @@ impl ThreadState {
             countdown: Cell::new(0),
             status: Cell::new(FRESH),
             warmup: Cell::new(0),
-            live: Cell::new(0),
             live_max: Cell::new(0),
             published: Cell::new(0),
             rng: Cell::new(0),
+            external: [
+                AtomicPtr::new(ptr::null_mut()),
+                AtomicPtr::new(ptr::null_mut()),
+            ],
+            external_base: [AtomicU64::new(0), AtomicU64::new(0)],
+            external_seen: [AtomicU64::new(0), AtomicU64::new(0)],
             next: AtomicPtr::new(ptr::null_mut()),
             prev: AtomicPtr::new(ptr::null_mut()),
             counters: Counters::new(),
         }
     }
 
-    #[inline(always)]
-    fn track_alloc(&self, usable: usize) {
-        let live = self.live.get() + usable as i64;
-        self.live.set(live);
+    /// Bytes the allocator's own counters say this thread allocated and
+    /// freed since it registered (0, 0 without such counters).
+    fn external_bytes(&self) -> (u64, u64) {
+        let mut out = [0u64; 2];
+        for (i, o) in out.iter_mut().enumerate() {
+            let p = self.external[i].load(Relaxed);
+            if p.is_null() {
+                continue;
+            }
+            // SAFETY: points at the owning thread's counter, valid while the
+            // thread is registered (callers hold the registry lock or are the
+            // owner); only the owner writes it.
+            let now = unsafe { ptr::read_volatile(p) };
+            let seen = self.external_seen[i].fetch_max(now, Relaxed).max(now);
+            *o = seen.wrapping_sub(self.external_base[i].load(Relaxed));
+        }
+        (out[0], out[1])
+    }
+
+    /// This thread's live bytes: what it allocated minus what it freed.
+    fn live_now(&self) -> i64 {
+        let (ext_alloc, ext_freed) = self.external_bytes();
+        let c = &self.counters;
+        (c.bytes_allocated() + ext_alloc) as i64 - (c.bytes_freed() + ext_freed) as i64
+    }
+
+    /// Takes this thread's live bytes into account for the peak: run at the
+    /// sampled calls, after every large allocation, and at exit, never on
+    /// the per-call fast path.
+    #[cold]
+    #[inline(never)]
+    fn check_peak(&self) {
+        let live = self.live_now();
         if live > self.live_max.get() {
             self.live_max.set(live);
         }
-        self.maybe_publish(live);
-    }
-
-    #[inline(always)]
-    fn track_free(&self, usable: usize) {
-        let live = self.live.get() - usable as i64;
-        self.live.set(live);
-        self.maybe_publish(live);
-    }
-
-    #[inline(always)]
-    fn maybe_publish(&self, live: i64) {
-        // One unsigned compare for |live - published| > PUBLISH_BYTES.
-        let drift = (live - self.published.get() + PUBLISH_BYTES) as u64;
-        if drift > 2 * PUBLISH_BYTES as u64 {
+        if (live - self.published.get()).unsigned_abs() > PUBLISH_BYTES as u64 {
             self.publish();
         }
     }
 
     /// Adds this thread's unpublished live bytes to the global count and
-    /// raises the global peak by the highest point reached since last time.
+    /// raises the global peak by the highest point seen since last time.
     #[cold]
+    #[inline(never)]
     fn publish(&self) {
-        let live = self.live.get();
+        let live = self.live_now();
         let published = self.published.get();
+        let high = self.live_max.get().max(live);
         let before = GLOBAL_LIVE.fetch_add(live - published, Relaxed);
-        GLOBAL_PEAK.fetch_max(before + (self.live_max.get() - published), Relaxed);
+        GLOBAL_PEAK.fetch_max(before + (high - published), Relaxed);
         self.published.set(live);
         self.live_max.set(live);
     }
@@ -136,10 +166,25 @@ impl ThreadState {
 
     fn reset(&self) {
         self.countdown.set(0);
-        self.live.set(0);
         self.live_max.set(0);
         self.published.set(0);
         self.counters.reset();
+        self.rebase_external();
+    }
+
+    /// Counts the external counters from their current values on.
+    fn rebase_external(&self) {
+        for i in 0..2 {
+            let p = self.external[i].load(Relaxed);
+            let now = if p.is_null() {
+                0
+            } else {
+                // SAFETY: as in `external_bytes`; called by the owning thread.
+                unsafe { ptr::read_volatile(p) }
+            };
+            self.external_base[i].store(now, Relaxed);
+            self.external_seen[i].store(now, Relaxed);
+        }
     }
 }
 
@@ -177,9 +222,13 @@ pub trait Scope {
     /// Runs the allocator's own work on a block of `size` bytes, timing it
     /// if this call was sampled or its size is always timed.
     fn time<R>(&self, size: usize, op: impl FnOnce() -> R) -> R;
-    /// A block of `usable` bytes was handed out for a `requested`-byte request.
-    fn alloc(&self, f: Func, requested: usize, usable: usize);
-    /// A block of `usable` bytes was freed (by `free` or `realloc`).
+    /// A call of `f` handed out a block for a `requested`-byte request.
+    fn alloc(&self, f: Func, requested: usize);
+    /// The block handed out has `usable` bytes (not called for backends
+    /// whose own per-thread counters give the bytes; see [`Body`]).
+    fn allocated(&self, usable: usize);
+    /// A block of `usable` bytes was freed (by `free` or `realloc`); as for
+    /// `allocated`, only for backends without byte counters of their own.
     fn freed(&self, usable: usize);
     /// A call that hands out nothing (`free`, `malloc_usable_size`).
     fn call(&self, f: Func);
@@ -197,6 +246,14 @@ pub trait Body {
     /// # Safety
     /// As for the C function the body implements (valid pointers etc.).
     unsafe fn run<S: Scope>(self, s: &S) -> Self::Out;
+
+    /// The allocator's own per-thread byte counters (allocated, freed) for
+    /// the calling thread, if it keeps them: asked once per thread, when the
+    /// thread registers. Bodies of such an allocator do not report block
+    /// sizes through the scope.
+    fn external_counters(&self) -> Option<[*mut u64; 2]> {
+        None
+    }
 }
 
 /// Records on the owning thread's counters; reads the clock only for
@@ -229,14 +286,19 @@ impl Scope for Owned<'_> {
         }
     }
     #[inline(always)]
-    fn alloc(&self, f: Func, requested: usize, usable: usize) {
-        self.0.counters.alloc::<false>(f, requested, usable);
-        self.0.track_alloc(usable);
+    fn alloc(&self, f: Func, requested: usize) {
+        self.0.counters.alloc::<false>(f, requested);
+        if requested >= EXACT_TIMING_BYTES {
+            self.0.check_peak();
+        }
+    }
+    #[inline(always)]
+    fn allocated(&self, usable: usize) {
+        self.0.counters.allocated::<false>(usable);
     }
     #[inline(always)]
     fn freed(&self, usable: usize) {
         self.0.counters.freed::<false>(usable);
-        self.0.track_free(usable);
     }
     #[inline(always)]
     fn call(&self, f: Func) {
@@ -250,8 +312,11 @@ impl Scope for Owned<'_> {
 
 macro_rules! delegate_recording_to_owned {
     () => {
-        fn alloc(&self, f: Func, requested: usize, usable: usize) {
-            Owned(self.0).alloc(f, requested, usable)
+        fn alloc(&self, f: Func, requested: usize) {
+            Owned(self.0).alloc(f, requested)
+        }
+        fn allocated(&self, usable: usize) {
+            Owned(self.0).allocated(usable)
         }
         fn freed(&self, usable: usize) {
             Owned(self.0).freed(usable)
@@ -292,8 +357,11 @@ impl Scope for Shared {
     fn time<R>(&self, _size: usize, op: impl FnOnce() -> R) -> R {
         op()
     }
-    fn alloc(&self, f: Func, requested: usize, usable: usize) {
-        SHARED.alloc::<true>(f, requested, usable);
+    fn alloc(&self, f: Func, requested: usize) {
+        SHARED.alloc::<true>(f, requested);
+    }
+    fn allocated(&self, usable: usize) {
+        SHARED.allocated::<true>(usable);
         let before = GLOBAL_LIVE.fetch_add(usable as i64, Relaxed);
         GLOBAL_PEAK.fetch_max(before + usable as i64, Relaxed);
     }
@@ -343,14 +411,17 @@ unsafe fn slow<B: Body>(t: &ThreadState, body: B) -> B::Out {
                     t.countdown.set(t.next_countdown() - 1);
                 }
                 // SAFETY: forwarded from the caller of `enter`.
-                return unsafe { body.run(&Exact(t)) };
+                let r = unsafe { body.run(&Exact(t)) };
+                t.check_peak();
+                return r;
             }
             // SAFETY: forwarded from the caller of `enter`.
             let r = unsafe { body.run(&Sampled(t)) };
             t.countdown.set(t.next_countdown() - 1);
+            t.check_peak();
             r
         }
-        FRESH if register(t) => {
+        FRESH if register(t, body.external_counters()) => {
             t.warmup.set(WARMUP_CALLS);
             // SAFETY: forwarded; status is ACTIVE now, so this recursion ends.
             unsafe { slow(t, body) }
@@ -453,8 +524,14 @@ pub fn prepare_thread_key() -> bool {
     thread_key().is_some()
 }
 
-fn register(t: &ThreadState) -> bool {
+fn register(t: &ThreadState, external: Option<[*mut u64; 2]>) -> bool {
     t.status.set(BUSY);
+    if let Some(ext) = external {
+        for (slot, p) in t.external.iter().zip(ext) {
+            slot.store(p, Relaxed);
+        }
+    }
+    t.rebase_external();
     let Some(key) = thread_key() else {
         t.status.set(UNTRACKED);
         return false;
@@ -494,6 +571,7 @@ pub fn retire_thread(t: &ThreadState) {
     }
     t.status.set(BUSY);
     t.publish();
+    let (ext_alloc, ext_freed) = t.external_bytes();
     {
         let mut reg = REGISTRY.lock();
         let next = t.next.load(Relaxed);
@@ -512,6 +590,8 @@ pub fn retire_thread(t: &ThreadState) {
             }
         }
         SHARED.absorb(&t.counters);
+        SHARED.allocated::<true>(ext_alloc as usize);
+        SHARED.freed::<true>(ext_freed as usize);
     }
     t.status.set(RETIRED);
     t.countdown.set(0);
@@ -524,6 +604,7 @@ pub fn retire_thread(t: &ThreadState) {
 pub fn snapshot(current: Option<&ThreadState>) -> Totals {
     if let Some(t) = current {
         if t.status.get() == ACTIVE {
+            t.check_peak();
             t.publish();
         }
     }
@@ -536,6 +617,9 @@ pub fn snapshot(current: Option<&ThreadState>) -> Totals {
             // SAFETY: linked states are valid while the lock is held.
             unsafe {
                 (*p).counters.add_to(&mut tot);
+                let (ext_alloc, ext_freed) = (*p).external_bytes();
+                tot.bytes_allocated += ext_alloc;
+                tot.bytes_freed += ext_freed;
                 p = (*p).next.load(Relaxed);
             }
         }
@@ -586,7 +670,8 @@ mod tests {
         type Out = ();
         unsafe fn run<S: Scope>(self, s: &S) {
             s.time(self.0, || ());
-            s.alloc(Func::Malloc, self.0, self.0);
+            s.allocated(self.0);
+            s.alloc(Func::Malloc, self.0);
         }
     }
     struct Free(usize);

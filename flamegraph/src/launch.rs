@@ -1,0 +1,154 @@
+//! Runs a command under the shim and gathers the profiles of every process
+//! it started.
+
+use std::fs;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use allocmux::profile::{self, ProcessProfile, State};
+use allocmux::recorder::sys::{self, ChildExit, IgnoreInterrupts};
+use anyhow::{Context, Result};
+
+use crate::target;
+
+/// A backend the shim can use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Allocator {
+    /// glibc's malloc
+    System,
+    /// jemalloc
+    Jemalloc,
+    /// mimalloc
+    Mimalloc,
+}
+
+impl Allocator {
+    /// The name the shim understands.
+    pub fn name(self) -> &'static str {
+        match self {
+            Allocator::System => "system",
+            Allocator::Jemalloc => "jemalloc",
+            Allocator::Mimalloc => "mimalloc",
+        }
+    }
+}
+
+/// What to run and how.
+#[derive(Debug)]
+pub struct Launch<'a> {
+    /// Program and arguments.
+    pub command: &'a [String],
+    /// Backend.
+    pub allocator: Allocator,
+    /// Where the program's output goes: inherited (`run`) or discarded.
+    pub quiet: bool,
+    /// Extra environment for the program.
+    pub env: Vec<(String, String)>,
+}
+
+/// The outcome of one run.
+#[derive(Debug)]
+pub struct Outcome {
+    /// How the main process ended.
+    pub exit: ChildExit,
+    /// Wall time around the run.
+    pub wall_ns: u64,
+    /// Every profile left by the process tree.
+    pub profiles: Vec<ProcessProfile>,
+    /// Profile files that could not be read, with the reason.
+    pub unreadable: Vec<(PathBuf, String)>,
+}
+
+/// How long to wait, after the main process ends, for profiles still marked
+/// running whose processes are alive (background children finishing up).
+const STRAGGLER_WAIT: Duration = Duration::from_secs(2);
+
+/// Runs the command under the shim and gathers its profiles.
+pub fn launch(l: &Launch<'_>) -> Result<Outcome> {
+    let program = target::resolve(&l.command[0])?;
+    target::check_preloadable(&program)?;
+    let shim = crate::shim::locate()?;
+    let dir = tempfile::Builder::new()
+        .prefix("allocmux-")
+        .tempdir()
+        .context("creating a temporary directory for the profiles")?;
+    let mut preload = shim.as_os_str().to_owned();
+    if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
+        preload.push(":");
+        preload.push(old);
+    }
+    let mut cmd = Command::new(&program);
+    cmd.arg0(&l.command[0])
+        .args(&l.command[1..])
+        .env("LD_PRELOAD", preload)
+        .env("ALLOCMUX_ALLOCATOR", l.allocator.name())
+        .env("ALLOCMUX_OUTPUT", dir.path().join("%p.prof"))
+        .envs(l.env.iter().map(|(k, v)| (k, v)));
+    if l.quiet {
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+    }
+    let start = Instant::now();
+    let child = cmd
+        .spawn()
+        .with_context(|| format!("starting {}", program.display()))?;
+    let exit = {
+        let _ignore = IgnoreInterrupts::new();
+        sys::wait_child(child.id()).context("waiting for the program")?
+    };
+    let wall_ns = start.elapsed().as_nanos() as u64;
+    let (profiles, unreadable) = gather(dir.path(), Instant::now() + STRAGGLER_WAIT)?;
+    Ok(Outcome {
+        exit,
+        wall_ns,
+        profiles,
+        unreadable,
+    })
+}
+
+/// Profiles read from a directory, and the files that could not be read
+/// with the reason.
+pub type Gathered = (Vec<ProcessProfile>, Vec<(PathBuf, String)>);
+
+/// Reads every profile in `dir`, waiting until `deadline` for those whose
+/// process is still alive and has not written its exit profile.
+pub fn gather(dir: &Path, deadline: Instant) -> Result<Gathered> {
+    loop {
+        let (profiles, unreadable) = read_dir(dir)?;
+        let waiting = profiles
+            .iter()
+            .any(|p| p.state == State::Running && sys::process_alive(p.pid));
+        if !waiting || Instant::now() >= deadline {
+            return Ok((profiles, unreadable));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn read_dir(dir: &Path) -> Result<Gathered> {
+    let mut profiles = Vec::new();
+    let mut unreadable = Vec::new();
+    let mut entries: Vec<PathBuf> = fs::read_dir(dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| !p.to_string_lossy().ends_with(".tmp"))
+        .collect();
+    entries.sort();
+    for path in entries {
+        let text = match fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) => {
+                unreadable.push((path, e.to_string()));
+                continue;
+            }
+        };
+        match profile::parse(&text) {
+            Ok(mut p) => profiles.append(&mut p),
+            Err(e) => unreadable.push((path, e.to_string())),
+        }
+    }
+    Ok((profiles, unreadable))
+}

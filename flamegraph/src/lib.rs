@@ -1,0 +1,10 @@
+//! The allocmux command-line tool as a library: the `allocmux` binary is a
+//! thin wrapper over [`cli::run`].
+#![forbid(unsafe_code)]
+
+pub mod cli;
+pub mod demo;
+pub mod launch;
+pub mod report;
+pub mod shim;
+pub mod target;

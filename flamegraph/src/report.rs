@@ -1,0 +1,545 @@
+//! The figures of a run or of saved profiles, per process and in total, and
+//! their two renderings: a human table and JSON for scripts.
+
+use std::io::{self, Write};
+
+use allocmux::profile::{ProcessProfile, State};
+use allocmux::recorder::sys::ChildExit;
+use allocmux::stats::{Func, SIZE_BUCKETS, Totals, bucket_floor};
+use serde_json::{Value, json};
+
+/// One process's figures, with time converted to nanoseconds.
+#[derive(Clone, Debug)]
+pub struct ProcessFigures {
+    /// The profile as read.
+    pub profile: ProcessProfile,
+    /// Estimated time inside the allocator.
+    pub allocator_ns: u64,
+}
+
+impl ProcessFigures {
+    /// Share of the process's CPU time spent inside the allocator.
+    pub fn allocator_share(&self) -> f64 {
+        share(self.allocator_ns, self.profile.cpu_ns)
+    }
+
+    /// Short program name for tables.
+    pub fn program(&self) -> String {
+        let p = &self.profile;
+        let name = p
+            .argv
+            .first()
+            .map(String::as_str)
+            .filter(|s| !s.is_empty())
+            .unwrap_or(&p.exe);
+        name.rsplit('/').next().unwrap_or(name).to_string()
+    }
+}
+
+fn share(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 / whole as f64
+    }
+}
+
+/// How the command ran, when the report comes from `allocmux run`.
+#[derive(Clone, Debug)]
+pub struct RunInfo {
+    /// The command and its arguments.
+    pub command: Vec<String>,
+    /// The backend requested.
+    pub allocator: String,
+    /// How the main process ended, with the kernel's accounting.
+    pub exit: ChildExit,
+    /// Wall time measured around the whole run.
+    pub wall_ns: u64,
+}
+
+/// A whole report.
+#[derive(Clone, Debug)]
+pub struct Report {
+    /// Set for `allocmux run`.
+    pub run: Option<RunInfo>,
+    /// Every process, in start order.
+    pub processes: Vec<ProcessFigures>,
+}
+
+/// Sums over all processes.
+#[derive(Clone, Debug)]
+pub struct TotalFigures {
+    /// Counters summed (the peak is the sum of per-process peaks: an upper
+    /// bound of the combined peak, as processes peak at different times).
+    pub totals: Totals,
+    /// Allocator time summed.
+    pub allocator_ns: u64,
+    /// CPU time: the kernel's for a run (all waited-for processes), else summed.
+    pub cpu_ns: u64,
+    /// Wall time: measured around a run, else the longest process.
+    pub wall_ns: u64,
+    /// Peak RSS of the largest process.
+    pub max_rss_bytes: u64,
+    /// Threads summed.
+    pub threads: u64,
+}
+
+impl Report {
+    /// Builds the figures from profiles. TSC ticks are converted with the
+    /// rate measured over the longest-lived process (the TSC is invariant
+    /// and shared by all processes on the machine).
+    pub fn new(mut profiles: Vec<ProcessProfile>, run: Option<RunInfo>) -> Report {
+        profiles.sort_by_key(|p| (p.clock_start.mono_ns, p.pid));
+        // A forked child that execs at once leaves a profile with no calls,
+        // followed by its new image's profile under the same pid: drop it.
+        let superseded = |i: usize, p: &ProcessProfile| {
+            p.state == State::Running
+                && p.totals.total_calls() == 0
+                && profiles[i + 1..].iter().any(|q| q.pid == p.pid)
+        };
+        let keep: Vec<bool> = profiles
+            .iter()
+            .enumerate()
+            .map(|(i, p)| !superseded(i, p))
+            .collect();
+        let mut keep = keep.into_iter();
+        profiles.retain(|_| keep.next().unwrap_or(true));
+        let rate = profiles
+            .iter()
+            .filter_map(|p| p.ticks_per_ns().map(|r| (p.wall_ns(), r)))
+            .max_by_key(|&(span, _)| span)
+            .map(|(_, r)| r);
+        let processes = profiles
+            .into_iter()
+            .map(|p| {
+                let allocator_ns = rate
+                    .or_else(|| p.ticks_per_ns())
+                    .map_or(0, |r| p.allocator_ns(r));
+                ProcessFigures {
+                    profile: p,
+                    allocator_ns,
+                }
+            })
+            .collect();
+        Report { run, processes }
+    }
+
+    /// The totals row.
+    pub fn total(&self) -> TotalFigures {
+        let mut totals = Totals::default();
+        for p in &self.processes {
+            totals.add(&p.profile.totals);
+        }
+        let procs = || self.processes.iter();
+        TotalFigures {
+            totals,
+            allocator_ns: procs().map(|p| p.allocator_ns).sum(),
+            cpu_ns: match &self.run {
+                Some(r) => r.exit.user_ns + r.exit.sys_ns,
+                None => procs().map(|p| p.profile.cpu_ns).sum(),
+            },
+            wall_ns: match &self.run {
+                Some(r) => r.wall_ns,
+                None => procs().map(|p| p.profile.wall_ns()).max().unwrap_or(0),
+            },
+            max_rss_bytes: match &self.run {
+                Some(r) => r.exit.max_rss_bytes,
+                None => procs().map(|p| p.profile.max_rss_bytes).max().unwrap_or(0),
+            },
+            threads: procs().map(|p| p.profile.threads).sum(),
+        }
+    }
+
+    /// The JSON report (keys as in the design: per process and a total).
+    pub fn to_json(&self) -> Value {
+        let processes: Vec<Value> = self.processes.iter().map(process_json).collect();
+        let t = self.total();
+        let mut total = figures_json(&t.totals);
+        let obj = total.as_object_mut().expect("an object");
+        obj.insert("allocator".into(), json!(self.allocator_name()));
+        obj.insert("processes".into(), json!(self.processes.len()));
+        obj.insert("allocator_ns".into(), json!(t.allocator_ns));
+        obj.insert(
+            "allocator_time_share".into(),
+            json!(share(t.allocator_ns, t.cpu_ns)),
+        );
+        obj.insert("cpu_ns".into(), json!(t.cpu_ns));
+        obj.insert("wall_ns".into(), json!(t.wall_ns));
+        obj.insert("max_rss_bytes".into(), json!(t.max_rss_bytes));
+        obj.insert("threads".into(), json!(t.threads));
+        let mut report = json!({
+            "allocmux_report": 1,
+            "processes": processes,
+            "total": total,
+        });
+        if let Some(r) = &self.run {
+            let o = report.as_object_mut().expect("an object");
+            o.insert("command".into(), json!(r.command));
+            o.insert("exit_code".into(), json!(r.exit.code));
+            o.insert("signal".into(), json!(r.exit.signal));
+            o.insert("exit_status".into(), json!(r.exit.shell_status()));
+            o.insert("user_ns".into(), json!(r.exit.user_ns));
+            o.insert("sys_ns".into(), json!(r.exit.sys_ns));
+        }
+        report
+    }
+
+    fn allocator_name(&self) -> String {
+        if let Some(r) = &self.run {
+            return r.allocator.clone();
+        }
+        let mut names: Vec<&str> = self
+            .processes
+            .iter()
+            .map(|p| p.profile.allocator.as_str())
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        names.join(",")
+    }
+
+    /// The human summary.
+    pub fn write_human(&self, w: &mut dyn Write) -> io::Result<()> {
+        let t = self.total();
+        match &self.run {
+            Some(r) => {
+                let how = match (r.exit.code, r.exit.signal) {
+                    (Some(c), _) => format!("exited with status {c}"),
+                    (None, Some(s)) => format!("was killed by signal {s} ({})", signal_name(s)),
+                    _ => "ended".to_string(),
+                };
+                writeln!(
+                    w,
+                    "allocmux: `{}` under {} {how}",
+                    shell_words(&r.command),
+                    r.allocator
+                )?;
+                writeln!(
+                    w,
+                    "  wall {}   CPU {} (user {} + sys {})   max RSS {}   {} process{}",
+                    Dur(r.wall_ns),
+                    Dur(t.cpu_ns),
+                    Dur(r.exit.user_ns),
+                    Dur(r.exit.sys_ns),
+                    Bytes(t.max_rss_bytes),
+                    self.processes.len(),
+                    if self.processes.len() == 1 { "" } else { "es" }
+                )?;
+            }
+            None => writeln!(
+                w,
+                "allocmux report: {} process{} under {}",
+                self.processes.len(),
+                if self.processes.len() == 1 { "" } else { "es" },
+                self.allocator_name()
+            )?,
+        }
+        if self.processes.is_empty() {
+            writeln!(
+                w,
+                "  no process left a profile (statically linked, setuid, or killed before its first write?)"
+            )?;
+            return Ok(());
+        }
+        writeln!(
+            w,
+            "\n  {:<8} {:<16} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>6}",
+            "pid",
+            "program",
+            "allocs",
+            "frees",
+            "allocated",
+            "peak live",
+            "at exit",
+            "alloc time",
+            "share"
+        )?;
+        const SHOWN: usize = 12;
+        let mut order: Vec<&ProcessFigures> = self.processes.iter().collect();
+        if order.len() > SHOWN {
+            order.sort_by_key(|p| std::cmp::Reverse(p.profile.totals.total_calls()));
+        }
+        for p in order.iter().take(SHOWN) {
+            let tt = &p.profile.totals;
+            let mut name = p.program();
+            if p.profile.state == State::Running {
+                name.push('*');
+            }
+            writeln!(
+                w,
+                "  {:<8} {:<16} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>5.1}%",
+                p.profile.pid,
+                truncate(&name, 16),
+                Count(tt.allocation_calls()),
+                Count(tt.calls_of(Func::Free)),
+                Bytes(tt.bytes_allocated),
+                Bytes(tt.peak_live_bytes),
+                Bytes(tt.live_bytes()),
+                Dur(p.allocator_ns),
+                100.0 * p.allocator_share()
+            )?;
+        }
+        if order.len() > SHOWN {
+            writeln!(
+                w,
+                "  ... and {} more processes (see --json for all)",
+                order.len() - SHOWN
+            )?;
+        }
+        if self.processes.len() > 1 {
+            writeln!(
+                w,
+                "  {:<8} {:<16} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>5.1}%",
+                "total",
+                "",
+                Count(t.totals.allocation_calls()),
+                Count(t.totals.calls_of(Func::Free)),
+                Bytes(t.totals.bytes_allocated),
+                Bytes(t.totals.peak_live_bytes),
+                Bytes(t.totals.live_bytes()),
+                Dur(t.allocator_ns),
+                100.0 * share(t.allocator_ns, t.cpu_ns)
+            )?;
+        }
+        let calls: Vec<String> = Func::ALL
+            .iter()
+            .filter(|&&f| t.totals.calls_of(f) > 0)
+            .map(|&f| format!("{} {}", f.name(), Count(t.totals.calls_of(f))))
+            .collect();
+        writeln!(w, "\n  calls: {}", calls.join(", "))?;
+        if t.totals.failed_calls > 0 {
+            writeln!(
+                w,
+                "  failed calls (NULL or error returned): {}",
+                Count(t.totals.failed_calls)
+            )?;
+        }
+        if self
+            .processes
+            .iter()
+            .any(|p| p.profile.state == State::Running)
+        {
+            writeln!(
+                w,
+                "  * still running or ended without exit handlers (killed, _exit): figures from its last periodic write"
+            )?;
+        }
+        if self.processes.len() > 1 {
+            writeln!(
+                w,
+                "  total peak live is the sum of per-process peaks (an upper bound)"
+            )?;
+        }
+        Ok(())
+    }
+}
+
+fn figures_json(t: &Totals) -> Value {
+    let calls: serde_json::Map<String, Value> = Func::ALL
+        .iter()
+        .map(|&f| (f.name().to_string(), json!(t.calls_of(f))))
+        .collect();
+    let hist: Vec<Value> = (0..SIZE_BUCKETS)
+        .filter(|&b| t.size_hist[b] > 0)
+        .map(|b| json!({"min_bytes": bucket_floor(b), "max_bytes": bucket_floor(b + 1).saturating_sub(1).max(bucket_floor(b)), "count": t.size_hist[b]}))
+        .collect();
+    json!({
+        "calls": calls,
+        "allocation_calls": t.allocation_calls(),
+        "failed_calls": t.failed_calls,
+        "bytes_requested": t.bytes_requested,
+        "bytes_allocated": t.bytes_allocated,
+        "bytes_freed": t.bytes_freed,
+        "peak_live_bytes": t.peak_live_bytes,
+        "live_bytes_at_exit": t.live_bytes(),
+        "timed_calls": t.timed_calls,
+        "exact_timed_calls": t.exact_calls,
+        "size_histogram": hist,
+    })
+}
+
+fn process_json(p: &ProcessFigures) -> Value {
+    let pr = &p.profile;
+    let mut v = figures_json(&pr.totals);
+    let o = v.as_object_mut().expect("an object");
+    o.insert("pid".into(), json!(pr.pid));
+    o.insert("ppid".into(), json!(pr.ppid));
+    o.insert("exe".into(), json!(pr.exe));
+    o.insert("argv".into(), json!(pr.argv));
+    o.insert("allocator".into(), json!(pr.allocator));
+    o.insert(
+        "state".into(),
+        json!(if pr.state == State::Exited {
+            "exited"
+        } else {
+            "running"
+        }),
+    );
+    o.insert("allocator_ns".into(), json!(p.allocator_ns));
+    o.insert("allocator_time_share".into(), json!(p.allocator_share()));
+    o.insert("cpu_ns".into(), json!(pr.cpu_ns));
+    o.insert("wall_ns".into(), json!(pr.wall_ns()));
+    o.insert("max_rss_bytes".into(), json!(pr.max_rss_bytes));
+    o.insert("threads".into(), json!(pr.threads));
+    o.insert("time_sample_mean".into(), json!(pr.time_sample_mean));
+    v
+}
+
+/// A command line shown the way a shell would take it back.
+pub fn shell_words(args: &[String]) -> String {
+    args.iter()
+        .map(|a| {
+            if !a.is_empty()
+                && a.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b))
+            {
+                a.clone()
+            } else {
+                format!("'{}'", a.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        s.chars().take(n - 1).chain(['…']).collect()
+    }
+}
+
+fn signal_name(s: i32) -> &'static str {
+    match s {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        3 => "SIGQUIT",
+        4 => "SIGILL",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        11 => "SIGSEGV",
+        13 => "SIGPIPE",
+        14 => "SIGALRM",
+        15 => "SIGTERM",
+        _ => "signal",
+    }
+}
+
+/// A count with thousands separators.
+#[derive(Debug)]
+pub struct Count(pub u64);
+impl std::fmt::Display for Count {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = self.0.to_string();
+        let mut out = String::with_capacity(s.len() + s.len() / 3);
+        for (i, c) in s.chars().enumerate() {
+            if i > 0 && (s.len() - i) % 3 == 0 {
+                out.push(',');
+            }
+            out.push(c);
+        }
+        f.pad(&out)
+    }
+}
+
+/// A byte count in binary units.
+#[derive(Debug)]
+pub struct Bytes(pub u64);
+impl std::fmt::Display for Bytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+        let mut v = self.0 as f64;
+        let mut u = 0;
+        while v >= 1024.0 && u + 1 < UNITS.len() {
+            v /= 1024.0;
+            u += 1;
+        }
+        let s = if u == 0 {
+            format!("{} B", self.0)
+        } else {
+            format!("{v:.1} {}", UNITS[u])
+        };
+        f.pad(&s)
+    }
+}
+
+/// A duration in ns, shown with a fitting unit.
+#[derive(Debug)]
+pub struct Dur(pub u64);
+impl std::fmt::Display for Dur {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ns = self.0 as f64;
+        let s = if ns >= 1e9 {
+            format!("{:.2} s", ns / 1e9)
+        } else if ns >= 1e6 {
+            format!("{:.2} ms", ns / 1e6)
+        } else if ns >= 1e3 {
+            format!("{:.1} µs", ns / 1e3)
+        } else {
+            format!("{} ns", self.0)
+        };
+        f.pad(&s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn number_formats() {
+        assert_eq!(Count(0).to_string(), "0");
+        assert_eq!(Count(1234567).to_string(), "1,234,567");
+        assert_eq!(Count(123).to_string(), "123");
+        assert_eq!(Bytes(1023).to_string(), "1023 B");
+        assert_eq!(Bytes(1536).to_string(), "1.5 KiB");
+        assert_eq!(Dur(1_500_000).to_string(), "1.50 ms");
+        assert_eq!(format!("{:>6}", Count(1000)), " 1,000");
+    }
+
+    fn profile(pid: u32, start: u64, calls: u64, state: State) -> ProcessProfile {
+        let mut text = String::from("allocmux-profile 1\nprocess\n");
+        text += &format!(
+            "pid {pid}\nstate {}\nclock_start {start} {start}\n",
+            if state == State::Exited {
+                "exited"
+            } else {
+                "running"
+            }
+        );
+        if calls > 0 {
+            text += &format!("calls malloc {calls}\n");
+        }
+        text += "end\n";
+        allocmux::profile::parse(&text).unwrap().remove(0)
+    }
+
+    #[test]
+    fn drops_empty_images_replaced_by_exec() {
+        let r = Report::new(
+            vec![
+                profile(10, 1, 5, State::Exited),
+                profile(11, 2, 0, State::Running), // forked, then exec'd
+                profile(11, 3, 7, State::Exited),  // the new image
+                profile(12, 4, 0, State::Running), // killed early: kept
+            ],
+            None,
+        );
+        let pids: Vec<(u32, u64)> = r
+            .processes
+            .iter()
+            .map(|p| (p.profile.pid, p.profile.totals.total_calls()))
+            .collect();
+        assert_eq!(pids, vec![(10, 5), (11, 7), (12, 0)]);
+        assert_eq!(r.total().totals.calls_of(Func::Malloc), 12);
+    }
+
+    #[test]
+    fn shell_quoting() {
+        let a = ["python3", "-c", "print('hi')", ""].map(String::from);
+        assert_eq!(shell_words(&a), r#"python3 -c 'print('\''hi'\'')' ''"#);
+    }
+}
