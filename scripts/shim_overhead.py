@@ -12,6 +12,10 @@ all configurations alike. Usage:
 
   python3 scripts/shim_overhead.py [--rounds 21] [--iterations 4000000] [--threads 2] [--out FILE.md]
 
+With --callgrind it also counts instructions (valgrind --tool=callgrind) on
+a 1-thread churn of 200,000 pairs under each configuration: repeatable to
+the instruction whatever else the machine does, so a stable second figure.
+
 Needs gcc, cargo and Debian's libjemalloc2 (apt-get install libjemalloc2).
 """
 import argparse
@@ -49,6 +53,7 @@ def main():
     ap.add_argument("--iterations", type=int, default=4_000_000)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", help="also write the table as Markdown to this file")
+    ap.add_argument("--callgrind", action="store_true", help="also count instructions with callgrind")
     a = ap.parse_args()
     if not os.path.exists(DEBIAN_JEMALLOC):
         sys.exit(f"{DEBIAN_JEMALLOC} is missing: apt-get install libjemalloc2")
@@ -64,6 +69,16 @@ def main():
             "Debian libjemalloc.so.2": dict(base, LD_PRELOAD=DEBIAN_JEMALLOC),
             "shim jemalloc": dict(base, LD_PRELOAD=shim, ALLOCMUX_ALLOCATOR="jemalloc", ALLOCMUX_OUTPUT=out),
         }
+        instructions = {}
+        if a.callgrind:
+            pairs = 200_000
+            for name, env in configs.items():
+                out_file = os.path.join(tmp, "cg.out")
+                r = subprocess.run(
+                    ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_file}", churn, "1", str(pairs)],
+                    env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=True)
+                total = [l for l in r.stderr.splitlines() if "Collected" in l][0].split()[-1]
+                instructions[name] = int(total.replace(",", ""))
         times = {name: [] for name in configs}
         outputs = set()
         timed(cmd, configs["glibc (no preload)"])  # warm the page cache
@@ -93,6 +108,12 @@ def main():
     for num, den in [("shim jemalloc", "Debian libjemalloc.so.2"), ("shim system", "glibc (no preload)")]:
         m, lo, hi = ratio(num, den)
         lines.append(f"| {num} / {den} | {m:.3f} [{lo:.3f}, {hi:.3f}] |")
+    if instructions:
+        lines += ["", f"| instructions, 1 thread x 200,000 pairs (callgrind) | total | per pair over the bare allocator |", "|---|---|---|"]
+        bare = {"shim system": "glibc (no preload)", "shim jemalloc": "Debian libjemalloc.so.2"}
+        for name, n in instructions.items():
+            extra = f"{(n - instructions[bare[name]]) / 200_000:+.1f}" if name in bare else ""
+            lines.append(f"| {name} | {n:,} | {extra} |")
     text = "\n".join(lines)
     print(text)
     if a.out:

@@ -1,5 +1,6 @@
 //! The exported C symbols: names only. Each jumps through the hook table
-//! (`hooks`), which holds the chosen backend's functions.
+//! (`hooks`), which holds the chosen backend's functions; `_exit` writes the
+//! exit profile first, since it skips the exit handlers.
 //!
 //! Under `cfg(test)` the symbols are not exported, so a unit-test binary
 //! keeps glibc's malloc.
@@ -92,4 +93,22 @@ pub extern "C" fn pvalloc(size: usize) -> *mut c_void {
 pub extern "C" fn valloc(size: usize) -> *mut c_void {
     // SAFETY: the hook has valloc's contract.
     unsafe { (table().valloc)(size) }
+}
+
+/// `_exit(2)`: writes the exit profile (processes that leave this way, like
+/// dash and forked children, run no exit handlers), then ends the process
+/// as glibc's `_exit` does.
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub extern "C" fn _exit(status: c_int) -> ! {
+    crate::runtime::before_exit();
+    loop {
+        // SAFETY: exit_group ends the process; it does not return.
+        unsafe { libc::syscall(libc::SYS_exit_group, status) };
+    }
+}
+
+/// `_Exit(3)`, the C name of `_exit`.
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub extern "C" fn _Exit(status: c_int) -> ! {
+    _exit(status)
 }

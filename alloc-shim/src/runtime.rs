@@ -297,6 +297,29 @@ pub fn finish() {
     }
 }
 
+/// From the `_exit` hook: the exit profile, for processes that leave
+/// without exit handlers (dash, forked children). Skipped in a `vfork` child,
+/// which shares the parent's memory (its pid is not the one recorded: vfork
+/// runs no atfork handler), and if the writer stays busy, as when `_exit`
+/// comes from a signal handler that interrupted a write on this thread.
+pub fn before_exit() {
+    if backend() == Choice::Unrecorded || !STARTED.load(Relaxed) {
+        return;
+    }
+    for _ in 0..1000 {
+        if let Some(mut w) = WRITER.try_lock() {
+            // SAFETY: getpid has no preconditions.
+            if w.pid == unsafe { libc::getpid() } as u32 {
+                FLUSHER_STOP.store(true, Relaxed);
+                write_profile(&mut w, State::Exited, true);
+            }
+            return;
+        }
+        // SAFETY: sched_yield has no preconditions.
+        unsafe { libc::sched_yield() };
+    }
+}
+
 fn summary_line(w: &mut Writer) {
     let t = recorder::snapshot(Some(&tls::current().state));
     let now = ClockPair::now();

@@ -1,0 +1,369 @@
+//! The `allocmux` binary, run as a user would: exit statuses, the summary,
+//! the JSON report and profile files, and one clear line for each kind of
+//! bad input.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+fn allocmux() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_allocmux"));
+    // The test must use the shim built from this tree, not a cached one.
+    c.env("ALLOCMUX_SHIM", allocmux_cli::shim::BUILT_PATH);
+    c
+}
+
+fn run(cmd: &mut Command) -> Output {
+    cmd.output().expect("allocmux runs")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// The exact-count fixture of the shim's tests, compiled once.
+fn counts_fixture() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap().keep();
+        let out = dir.join("counts");
+        let src =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../alloc-shim/tests/fixtures/counts.c");
+        let st = Command::new("cc")
+            .args(["-O2", "-o"])
+            .arg(&out)
+            .arg(src)
+            .status()
+            .expect("cc runs");
+        assert!(st.success(), "compiling counts.c failed");
+        out
+    })
+}
+
+/// The checksum the counts fixture printed (its stdout must be untouched).
+fn checksum(out: &Output) -> String {
+    text(&out.stdout)
+        .trim_end()
+        .rsplit(' ')
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+fn json_of(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", text(&out.stdout)))
+}
+
+#[test]
+fn run_keeps_output_and_exit_status_and_summarises_on_stderr() {
+    let out = run(allocmux().args(["run", "--", "sh", "-c", "echo hello; echo oops >&2; exit 7"]));
+    assert_eq!(out.status.code(), Some(7));
+    assert_eq!(text(&out.stdout), "hello\n");
+    let err = text(&out.stderr);
+    assert!(
+        err.starts_with("oops\n"),
+        "the program's stderr comes first, untouched: {err}"
+    );
+    assert!(err.contains("under system exited with status 7"), "{err}");
+    // dash leaves through _exit, which the shim hooks to write its profile.
+    assert!(err.contains("calls: malloc"), "{err}");
+    assert!(
+        !err.contains("sh*"),
+        "dash's profile should be complete: {err}"
+    );
+}
+
+#[test]
+fn json_to_stdout_follows_the_programs_output() {
+    let out = run(allocmux().args(["run", "--json", "-", "--", "true"]));
+    assert!(out.status.success());
+    let v = json_of(&out);
+    assert_eq!(v["command"][0], "true");
+    assert_eq!(v["processes"].as_array().unwrap().len(), 1);
+}
+
+#[test]
+fn run_reports_death_by_signal_as_128_plus_signal() {
+    let out = run(allocmux().args(["run", "--", "sh", "-c", "kill -TERM $$"]));
+    assert_eq!(out.status.code(), Some(143));
+    assert!(
+        text(&out.stderr).contains("killed by signal 15 (SIGTERM)"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn json_report_has_the_design_keys_and_exact_counts() {
+    let fixture = counts_fixture().to_str().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let report = |n: &str| {
+        let json = dir.path().join(format!("{n}.json"));
+        let out = run(allocmux()
+            .args(["run", "-a", "jemalloc", "--json"])
+            .arg(&json)
+            .args(["--", fixture, n]));
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert_eq!(
+            text(&out.stdout),
+            format!("counts: {n} iterations, checksum {}\n", checksum(&out))
+        );
+        serde_json::from_slice::<Value>(&fs::read(&json).unwrap()).unwrap()
+    };
+    let (zero, thousand) = (report("0"), report("1000"));
+    for key in [
+        "allocator",
+        "calls",
+        "bytes_allocated",
+        "bytes_freed",
+        "peak_live_bytes",
+        "live_bytes_at_exit",
+        "allocator_ns",
+        "allocator_time_share",
+        "cpu_ns",
+        "wall_ns",
+        "max_rss_bytes",
+    ] {
+        assert!(thousand["total"].get(key).is_some(), "total lacks {key}");
+        assert!(
+            thousand["processes"][0].get(key).is_some(),
+            "process lacks {key}"
+        );
+    }
+    assert_eq!(thousand["total"]["allocator"], "jemalloc");
+    assert_eq!(thousand["exit_status"], 0);
+    let calls = |v: &Value, f: &str| v["total"]["calls"][f].as_u64().unwrap();
+    let per_iteration = [
+        ("malloc", 1),
+        ("calloc", 1),
+        ("realloc", 1),
+        ("aligned_alloc", 1),
+        ("malloc_usable_size", 1),
+        ("memalign", 1),
+        ("posix_memalign", 1),
+        ("pvalloc", 1),
+        ("valloc", 1),
+        ("free", 8),
+    ];
+    for (f, n) in per_iteration {
+        assert_eq!(calls(&thousand, f) - calls(&zero, f), 1000 * n, "{f}");
+    }
+    let bytes = |v: &Value| v["total"]["bytes_requested"].as_u64().unwrap();
+    assert_eq!(bytes(&thousand) - bytes(&zero), 1000 * 1176);
+}
+
+#[test]
+fn saved_profile_round_trips_through_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let prof = dir.path().join("run.prof");
+    let fixture = counts_fixture().to_str().unwrap();
+    let json = dir.path().join("run.json");
+    let out = run(allocmux()
+        .args(["run", "-a", "mimalloc", "-o"])
+        .arg(&prof)
+        .arg("--json")
+        .arg(&json)
+        .args(["--", fixture, "300"]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("profile saved to"),
+        "{}",
+        text(&out.stderr)
+    );
+    let live: Value = serde_json::from_slice(&fs::read(&json).unwrap()).unwrap();
+    let rep = run(allocmux().args(["report", "--json"]).arg(&prof));
+    assert!(rep.status.success(), "{}", text(&rep.stderr));
+    let saved = json_of(&rep);
+    for key in [
+        "calls",
+        "bytes_requested",
+        "bytes_allocated",
+        "bytes_freed",
+        "peak_live_bytes",
+        "allocator_ns",
+    ] {
+        assert_eq!(saved["total"][key], live["total"][key], "{key}");
+    }
+    let human = run(allocmux().arg("report").arg(&prof));
+    assert!(
+        text(&human.stdout).contains("1 process under mimalloc"),
+        "{}",
+        text(&human.stdout)
+    );
+}
+
+#[test]
+fn every_process_of_a_pipeline_is_profiled() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("r.json");
+    let out = run(allocmux().arg("run").arg("--json").arg(&json).args([
+        "--",
+        "bash",
+        "-c",
+        "seq 1 3000 | sort -n | tail -1",
+    ]));
+    assert!(out.status.success());
+    assert_eq!(text(&out.stdout), "3000\n");
+    let v: Value = serde_json::from_slice(&fs::read(&json).unwrap()).unwrap();
+    assert_eq!(v["exit_status"], 0);
+    let programs: Vec<String> = v["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            p["argv"][0]
+                .as_str()
+                .unwrap_or("")
+                .rsplit('/')
+                .next()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    for p in ["bash", "seq", "sort", "tail"] {
+        assert!(
+            programs.iter().any(|x| x == p),
+            "{p} missing from {programs:?}"
+        );
+    }
+}
+
+/// One line on stderr that names the problem, a non-zero exit, no panic.
+fn assert_clear_error(out: &Output, code: i32, needle: &str) {
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(code), "{err}");
+    assert!(err.contains(needle), "expected {needle:?} in {err:?}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn bad_arguments_are_refused_clearly() {
+    assert_clear_error(
+        &run(allocmux().args(["run", "-a", "tcmalloc", "--", "true"])),
+        2,
+        "invalid value 'tcmalloc'",
+    );
+    assert_clear_error(&run(allocmux().args(["run"])), 2, "required");
+    assert_clear_error(
+        &run(allocmux().args(["run", "--", "no-such-program-xyz"])),
+        127,
+        "command not found: no-such-program-xyz",
+    );
+    assert_clear_error(&run(allocmux().args(["report"])), 2, "required");
+}
+
+#[test]
+fn unpreloadable_targets_are_refused_before_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let suid = dir.path().join("suid-true");
+    fs::copy("/bin/true", &suid).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(&suid, fs::Permissions::from_mode(0o4755)).unwrap();
+    assert_clear_error(
+        &run(allocmux().arg("run").arg("--").arg(&suid)),
+        1,
+        "setuid or setgid",
+    );
+
+    let src = dir.path().join("s.c");
+    fs::write(&src, "int main(void) { return 0; }\n").unwrap();
+    let stat = dir.path().join("static");
+    let built = Command::new("cc")
+        .args(["-static", "-o"])
+        .arg(&stat)
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(built.success(), "cc -static needs libc.a (libc6-dev)");
+    assert_clear_error(
+        &run(allocmux().arg("run").arg("--").arg(&stat)),
+        1,
+        "statically linked",
+    );
+}
+
+#[test]
+fn existing_outputs_are_kept_unless_forced() {
+    let dir = tempfile::tempdir().unwrap();
+    let prof = dir.path().join("keep.prof");
+    fs::write(&prof, "precious").unwrap();
+    let out = run(allocmux()
+        .args(["run", "-o"])
+        .arg(&prof)
+        .args(["--", "true"]));
+    assert_clear_error(&out, 1, "already exists");
+    assert_eq!(fs::read_to_string(&prof).unwrap(), "precious");
+    let forced = run(allocmux()
+        .args(["run", "--force", "-o"])
+        .arg(&prof)
+        .args(["--", "true"]));
+    assert!(forced.status.success(), "{}", text(&forced.stderr));
+    assert!(
+        fs::read_to_string(&prof)
+            .unwrap()
+            .starts_with("allocmux-profile 1\n")
+    );
+
+    let missing_dir = dir.path().join("no/such/dir/x.json");
+    assert_clear_error(
+        &run(allocmux()
+            .arg("run")
+            .arg("--json")
+            .arg(&missing_dir)
+            .args(["--", "true"])),
+        1,
+        "cannot write the JSON report",
+    );
+}
+
+#[test]
+fn bad_profiles_get_a_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, body: &[u8]| {
+        let p = dir.path().join(name);
+        fs::write(&p, body).unwrap();
+        p
+    };
+    let cases = [
+        (write("empty.prof", b""), "empty"),
+        (write("other.prof", b"hello\n"), "not an allocmux profile"),
+        (
+            write("newer.prof", b"allocmux-profile 9\n"),
+            "newer than this allocmux reads",
+        ),
+        (
+            write("cut.prof", b"allocmux-profile 1\nprocess\npid 1\n"),
+            "truncated",
+        ),
+        (write("bin.prof", &[0xff, 0xfe, 0x00]), "not text"),
+        (dir.path().join("missing.prof"), "cannot read profile"),
+    ];
+    for (path, needle) in cases {
+        assert_clear_error(&run(allocmux().arg("report").arg(&path)), 1, needle);
+    }
+}
+
+#[test]
+fn demo_runs_every_allocator_and_writes_profiles() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(allocmux()
+        .args(["demo", "--size", "3000", "-o"])
+        .arg(dir.path()));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    for alloc in ["system", "jemalloc", "mimalloc"] {
+        assert!(stdout.contains(alloc), "{stdout}");
+        let prof = dir.path().join(format!("allocmux-demo-{alloc}.prof"));
+        let rep = run(allocmux().args(["report", "--json"]).arg(&prof));
+        let v = json_of(&rep);
+        assert_eq!(v["total"]["allocator"], alloc);
+        assert!(
+            v["total"]["calls"]["malloc"].as_u64().unwrap() > 3000,
+            "the workload allocates per pair"
+        );
+    }
+}
