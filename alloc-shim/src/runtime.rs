@@ -95,8 +95,10 @@ struct Writer {
     /// The output template from `ALLOCMUX_OUTPUT`, NUL-free.
     template: [u8; PATH_MAX],
     template_len: usize,
-    /// This process's claimed profile path and its temporary sibling, NUL-terminated.
+    /// This process's claimed profile path, NUL-terminated, and its length.
     path: [u8; PATH_MAX],
+    path_len: usize,
+    /// The temporary file of the write under way, NUL-terminated.
     tmp: [u8; PATH_MAX],
     has_output: bool,
     /// The exit profile was written; the flusher must not overwrite it.
@@ -118,6 +120,7 @@ static WRITER: SpinLock<Writer> = SpinLock::new(Writer {
     template: [0; PATH_MAX],
     template_len: 0,
     path: [0; PATH_MAX],
+    path_len: 0,
     tmp: [0; PATH_MAX],
     has_output: false,
     finished: false,
@@ -204,10 +207,8 @@ fn claim_output(w: &mut Writer) -> bool {
         if fd >= 0 {
             // SAFETY: fd is ours.
             unsafe { libc::close(fd) };
-            let mut tmp = PathBuf::new(&mut w.tmp);
-            let _ = tmp.push(&w.path[..plen]);
-            let _ = tmp.push(b".tmp");
-            return tmp.finish().is_some();
+            w.path_len = plen;
+            return true;
         }
         if errno() != libc::EEXIST {
             config::warn(format_args!(
@@ -246,7 +247,13 @@ fn write_profile(w: &mut Writer, state: State, exiting_thread: bool) {
         max_rss_bytes: max_rss_bytes(),
         time_sample_mean: recorder::time_sample_mean(),
     };
-    let Writer { buf, tmp, path, .. } = w;
+    let Writer {
+        buf,
+        tmp,
+        path,
+        path_len,
+        ..
+    } = w;
     let mut out = SliceWriter { buf, len: 0 };
     if profile::write_magic(&mut out)
         .and_then(|_| profile::write_process(&mut out, &header, &totals))
@@ -255,16 +262,11 @@ fn write_profile(w: &mut Writer, state: State, exiting_thread: bool) {
         return; // larger than the buffer: keep the previous complete file
     }
     let len = out.len;
+    let Some(fd) = create_temporary(&path[..*path_len], tmp) else {
+        return;
+    };
     // SAFETY: tmp and path are NUL-terminated; buf[..len] is initialised.
     unsafe {
-        let fd = libc::open(
-            tmp.as_ptr().cast(),
-            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            0o644,
-        );
-        if fd < 0 {
-            return;
-        }
         let ok = write_all(fd, &buf[..len]);
         libc::close(fd);
         if ok {
@@ -276,6 +278,38 @@ fn write_profile(w: &mut Writer, state: State, exiting_thread: bool) {
     if state == State::Exited {
         w.finished = true;
     }
+}
+
+/// Creates a new temporary file next to the profile, `PATH.tmp` or, if that
+/// name is taken, `PATH.tmp1` ... : exclusively and without following a
+/// symlink, so an existing file there is never truncated, and one planted
+/// there does not stop the profile from being written. Leaves the name,
+/// NUL-terminated, in `tmp`.
+fn create_temporary(path: &[u8], tmp: &mut [u8; PATH_MAX]) -> Option<c_int> {
+    for attempt in 0..16u32 {
+        let mut name = PathBuf::new(tmp);
+        name.push(path)?;
+        name.push(b".tmp")?;
+        if attempt > 0 {
+            write!(name, "{attempt}").ok()?;
+        }
+        name.finish()?;
+        // SAFETY: `tmp` is NUL-terminated by `finish`.
+        let fd = unsafe {
+            libc::open(
+                tmp.as_ptr().cast(),
+                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                0o644,
+            )
+        };
+        if fd >= 0 {
+            return Some(fd);
+        }
+        if errno() != libc::EEXIST {
+            return None;
+        }
+    }
+    None
 }
 
 /// At exit (`.fini_array`, after the program's `atexit` handlers): the
