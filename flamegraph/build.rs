@@ -88,7 +88,13 @@ fn main() {
 
     let built = target_dir.join("release").join("liballocmux_shim.so");
     let embedded = out.join("liballocmux_shim.so");
-    std::fs::copy(&built, &embedded).unwrap_or_else(|e| panic!("copying {}: {e}", built.display()));
+    // Copy, then rename into place: a test may have the previous copy mapped
+    // in a running process, and rewriting a mapped library in place
+    // corrupts that process.
+    let partial = out.join("liballocmux_shim.so.partial");
+    std::fs::copy(&built, &partial).unwrap_or_else(|e| panic!("copying {}: {e}", built.display()));
+    std::fs::rename(&partial, &embedded)
+        .unwrap_or_else(|e| panic!("installing {}: {e}", embedded.display()));
     println!(
         "cargo:rustc-env=ALLOCMUX_EMBEDDED_SHIM={}",
         embedded.display()

@@ -108,6 +108,7 @@ pub extern "C" fn _exit(status: c_int) -> ! {
 }
 
 /// `_Exit(3)`, the C name of `_exit`.
+#[allow(non_snake_case)] // the C name
 #[cfg_attr(not(test), unsafe(no_mangle))]
 pub extern "C" fn _Exit(status: c_int) -> ! {
     _exit(status)
