@@ -117,6 +117,7 @@ fn recorded_first<B: Backend>(requested: usize) -> Option<usize> {
 pub struct Malloc<B>(pub usize, pub PhantomData<B>);
 impl<B: Backend> Body for Malloc<B> {
     type Out = *mut c_void;
+    const FUNC: Func = Func::Malloc;
     #[inline(always)]
     unsafe fn run<S: Scope>(self, s: &S) -> *mut c_void {
         if let Some(usable) = recorded_first::<B>(self.0) {
@@ -127,22 +128,38 @@ impl<B: Backend> Body for Malloc<B> {
             // SAFETY: malloc has no preconditions.
             return s.time(self.0, move || unsafe { B::malloc(self.0) });
         }
-        // SAFETY: malloc has no preconditions.
-        let p = s.time(self.0, move || unsafe { B::malloc(self.0) });
-        // SAFETY: `p` came from B.
-        unsafe { handed_out::<B, S>(s, Func::Malloc, p, self.0, true) }
+        // SAFETY: as for malloc.
+        unsafe { malloc_recorded_after::<B, S>(self.0, *s) }
     }
     own_counters!();
+}
+
+/// `malloc` whose block is recorded after the call (large, or a size only
+/// known then); out of line so that the fast path keeps no registers.
+#[inline(never)]
+#[allow(improper_ctypes_definitions)] // called from Rust only; extern "C" so it cannot unwind and the caller can tail-call it
+unsafe extern "C" fn malloc_recorded_after<B: Backend, S: Scope>(size: usize, s: S) -> *mut c_void {
+    // SAFETY: malloc has no preconditions.
+    let p = s.time(size, move || unsafe { B::malloc(size) });
+    // SAFETY: `p` came from B.
+    unsafe { handed_out::<B, S>(&s, Func::Malloc, p, size, true) }
 }
 
 /// `free(ptr)`.
 pub struct Free<B>(pub *mut c_void, pub PhantomData<B>);
 impl<B: Backend> Body for Free<B> {
     type Out = ();
+    const FUNC: Func = Func::Free;
     #[inline(always)]
     unsafe fn run<S: Scope>(self, s: &S) {
         s.call(Func::Free);
         let p = self.0;
+        if B::OWN_COUNTERS {
+            // Nothing to look up: free(NULL) too goes straight to the
+            // backend, which ignores it, as the hook's only act.
+            // SAFETY: the program passes NULL or a live block of B.
+            return s.time(0, move || unsafe { B::free(p) });
+        }
         if p.is_null() {
             return;
         }
@@ -172,6 +189,7 @@ impl<B: Backend> Body for Free<B> {
 pub struct Calloc<B>(pub usize, pub usize, pub PhantomData<B>);
 impl<B: Backend> Body for Calloc<B> {
     type Out = *mut c_void;
+    const FUNC: Func = Func::Calloc;
     #[inline(always)]
     unsafe fn run<S: Scope>(self, s: &S) -> *mut c_void {
         let Some(total) = self.0.checked_mul(self.1) else {
@@ -188,17 +206,31 @@ impl<B: Backend> Body for Calloc<B> {
             return s.time(total, move || unsafe { B::calloc(self.0, self.1) });
         }
         // SAFETY: the product does not overflow.
-        let p = s.time(total, move || unsafe { B::calloc(self.0, self.1) });
-        // SAFETY: `p` came from B.
-        unsafe { handed_out::<B, S>(s, Func::Calloc, p, total, true) }
+        unsafe { calloc_recorded_after::<B, S>(self.0, self.1, *s) }
     }
     own_counters!();
+}
+
+/// `calloc` recorded after the call; see `malloc_recorded_after`.
+#[inline(never)]
+#[allow(improper_ctypes_definitions)] // called from Rust only; extern "C" so it cannot unwind and the caller can tail-call it
+unsafe extern "C" fn calloc_recorded_after<B: Backend, S: Scope>(
+    count: usize,
+    size: usize,
+    s: S,
+) -> *mut c_void {
+    let total = count * size;
+    // SAFETY: the caller checked that the product does not overflow.
+    let p = s.time(total, move || unsafe { B::calloc(count, size) });
+    // SAFETY: `p` came from B.
+    unsafe { handed_out::<B, S>(&s, Func::Calloc, p, total, true) }
 }
 
 /// `realloc(ptr, size)`.
 pub struct Realloc<B>(pub *mut c_void, pub usize, pub PhantomData<B>);
 impl<B: Backend> Body for Realloc<B> {
     type Out = *mut c_void;
+    const FUNC: Func = Func::Realloc;
     #[inline(always)]
     unsafe fn run<S: Scope>(self, s: &S) -> *mut c_void {
         let (old, size) = (self.0, self.1);
@@ -244,6 +276,7 @@ impl<B: Backend> Body for Realloc<B> {
 pub struct AlignedAlloc<B>(pub usize, pub usize, pub PhantomData<B>);
 impl<B: Backend> Body for AlignedAlloc<B> {
     type Out = *mut c_void;
+    const FUNC: Func = Func::AlignedAlloc;
     #[inline(always)]
     unsafe fn run<S: Scope>(self, s: &S) -> *mut c_void {
         let (align, size) = (self.0, self.1);
@@ -264,6 +297,7 @@ impl<B: Backend> Body for AlignedAlloc<B> {
 pub struct Memalign<B>(pub usize, pub usize, pub PhantomData<B>);
 impl<B: Backend> Body for Memalign<B> {
     type Out = *mut c_void;
+    const FUNC: Func = Func::Memalign;
     #[inline(always)]
     unsafe fn run<S: Scope>(self, s: &S) -> *mut c_void {
         // SAFETY: the backend applies glibc's memalign rules.
@@ -291,6 +325,7 @@ pub struct PosixMemalign<B>(
 );
 impl<B: Backend> Body for PosixMemalign<B> {
     type Out = c_int;
+    const FUNC: Func = Func::PosixMemalign;
     #[inline(always)]
     unsafe fn run<S: Scope>(self, s: &S) -> c_int {
         let (out, align, size) = (self.0, self.1, self.2);
@@ -319,6 +354,7 @@ impl<B: Backend> Body for PosixMemalign<B> {
 pub struct Valloc<B>(pub usize, pub PhantomData<B>);
 impl<B: Backend> Body for Valloc<B> {
     type Out = *mut c_void;
+    const FUNC: Func = Func::Valloc;
     #[inline(always)]
     unsafe fn run<S: Scope>(self, s: &S) -> *mut c_void {
         // SAFETY: no preconditions.
@@ -333,6 +369,7 @@ impl<B: Backend> Body for Valloc<B> {
 pub struct Pvalloc<B>(pub usize, pub PhantomData<B>);
 impl<B: Backend> Body for Pvalloc<B> {
     type Out = *mut c_void;
+    const FUNC: Func = Func::Pvalloc;
     #[inline(always)]
     unsafe fn run<S: Scope>(self, s: &S) -> *mut c_void {
         // SAFETY: no preconditions.
@@ -347,6 +384,7 @@ impl<B: Backend> Body for Pvalloc<B> {
 pub struct UsableSize<B>(pub *mut c_void, pub PhantomData<B>);
 impl<B: Backend> Body for UsableSize<B> {
     type Out = usize;
+    const FUNC: Func = Func::MallocUsableSize;
     #[inline(always)]
     unsafe fn run<S: Scope>(self, s: &S) -> usize {
         s.call(Func::MallocUsableSize);
@@ -361,6 +399,7 @@ impl<B: Backend> Body for UsableSize<B> {
 
 /// A scope that records nothing: secure execution, where the shim only
 /// forwards to glibc.
+#[derive(Clone, Copy)]
 pub struct Unrecorded;
 impl Scope for Unrecorded {
     #[inline(always)]

@@ -33,8 +33,19 @@ const ITERATIONS: u64 = 1000;
 
 /// Runs `counts n` under `backend`; checks its output and returns its one profile.
 fn counts(backend: &str, n: u64) -> ProcessProfile {
+    counts_sampled(backend, n, "1")
+}
+
+/// `counts`, with `ALLOCMUX_TIME_SAMPLE` set: 1 times every call, which
+/// also makes the size histogram exact (it is otherwise estimated from the
+/// timed calls).
+fn counts_sampled(backend: &str, n: u64, time_sample: &str) -> ProcessProfile {
     let exe = compile_c("counts.c");
-    let (out, profiles) = run_under(backend, Command::new(&exe).arg(n.to_string()), &[]);
+    let (out, profiles) = run_under(
+        backend,
+        Command::new(&exe).arg(n.to_string()),
+        &[("ALLOCMUX_TIME_SAMPLE", time_sample)],
+    );
     assert!(
         out.status.success(),
         "counts {n} under {backend} failed ({}):\nstdout:\n{}\nstderr:\n{}",
@@ -62,6 +73,23 @@ fn counts(backend: &str, n: u64) -> ProcessProfile {
     );
     assert_eq!(p.allocator, backend, "counts {n}: {}", summary(&p));
     p
+}
+
+/// With the default sampling, calls and bytes stay exact and the size
+/// histogram is an estimate: its total is near the number of requests.
+fn default_sampling_keeps_counts_exact(backend: &str) {
+    let base = counts_sampled(backend, 0, "256");
+    let many = counts_sampled(backend, 20 * ITERATIONS, "256");
+    let calls = |p: &ProcessProfile| p.totals.calls_of(Func::Malloc);
+    assert_eq!(calls(&many) - calls(&base), 20 * ITERATIONS);
+    let requested = many.totals.bytes_requested - base.totals.bytes_requested;
+    assert_eq!(requested, 20 * ITERATIONS * BYTES_PER_ITERATION);
+    let estimated: u64 = many.totals.size_hist.iter().sum();
+    let requests = 20 * ITERATIONS * REQUESTS.len() as u64;
+    assert!(
+        estimated > requests * 7 / 10 && estimated < requests * 13 / 10,
+        "histogram total {estimated} is far from the {requests} requests it estimates"
+    );
 }
 
 fn counts_differences_are_exact(backend: &str) {
@@ -238,4 +266,8 @@ fn threads_differences_are_exact(backend: &str) {
     );
 }
 
-per_backend!(counts_differences_are_exact, threads_differences_are_exact);
+per_backend!(
+    counts_differences_are_exact,
+    threads_differences_are_exact,
+    default_sampling_keeps_counts_exact
+);

@@ -128,7 +128,10 @@ pub struct Totals {
     pub exact_calls: u64,
     /// Sum of those calls' durations, in TSC ticks.
     pub exact_ticks: u64,
-    /// Request-size histogram, see [`SIZE_BUCKETS`].
+    /// Request-size histogram, see [`SIZE_BUCKETS`]: requests of
+    /// `EXACT_TIMING_BYTES` and more are all counted; smaller ones are
+    /// counted at the timed calls, each weighted by the sampling mean (an
+    /// unbiased estimate, exact with `ALLOCMUX_TIME_SAMPLE=1`).
     pub size_hist: [u64; SIZE_BUCKETS],
 }
 

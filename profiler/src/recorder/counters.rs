@@ -66,11 +66,32 @@ impl Counters {
     #[inline(always)]
     pub fn alloc<const SHARED: bool>(&self, f: Func, requested: usize) {
         bump::<SHARED>(&self.calls[f as usize], 1);
+        self.request::<SHARED>(requested);
+        self.histogram::<SHARED>(requested, 1);
+    }
+
+    /// Counts the bytes of a request, not the call.
+    #[inline(always)]
+    pub fn request<const SHARED: bool>(&self, requested: usize) {
         bump::<SHARED>(&self.bytes_requested, requested as u64);
-        bump::<SHARED>(
-            &self.size_hist[(usize::BITS - requested.leading_zeros()) as usize],
-            1,
-        );
+    }
+
+    /// Adds `weight` to the histogram bucket of a `requested`-byte request.
+    #[inline(always)]
+    pub fn histogram<const SHARED: bool>(&self, requested: usize, weight: u64) {
+        let bucket = (usize::BITS - requested.leading_zeros()) as usize;
+        bump::<SHARED>(&self.size_hist[bucket], weight);
+    }
+
+    /// Counts a failure, not the call.
+    #[inline(always)]
+    pub fn failed<const SHARED: bool>(&self) {
+        bump::<SHARED>(&self.failed_calls, 1);
+    }
+
+    /// Adds calls counted elsewhere (a retiring thread's) to shared counters.
+    pub fn add_calls(&self, f: Func, n: u64) {
+        self.calls[f as usize].fetch_add(n, Relaxed);
     }
 
     /// Counts the usable size of a block handed out.
