@@ -12,6 +12,10 @@ all configurations alike. Usage:
 
   python3 scripts/shim_overhead.py [--rounds 21] [--iterations 4000000] [--threads 2] [--out FILE.md]
 
+It then does the same, with fewer rounds, for two real programs where the
+allocator is one cost among others: python3 building and serialising a
+large dict, and allocmux's bundled edit-distance workload.
+
 With --callgrind it also counts instructions (valgrind --tool=callgrind) on
 a 1-thread churn of 200,000 pairs under each configuration: repeatable to
 the instruction whatever else the machine does, so a stable second figure.
@@ -54,6 +58,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", help="also write the table as Markdown to this file")
     ap.add_argument("--callgrind", action="store_true", help="also count instructions with callgrind")
+    ap.add_argument("--program-rounds", type=int, default=11, help="rounds for the real programs (0 skips them)")
     a = ap.parse_args()
     if not os.path.exists(DEBIAN_JEMALLOC):
         sys.exit(f"{DEBIAN_JEMALLOC} is missing: apt-get install libjemalloc2")
@@ -90,7 +95,22 @@ def main():
         if len(outputs) != 1:
             sys.exit("the churn's output differed between configurations")
 
-    def ratio(num, den):
+        programs = {}
+        if a.program_rounds > 0:
+            subprocess.run(["cargo", "build", "--release", "-q", "-p", "allocmux-cli"], cwd=ROOT, check=True)
+            allocmux = os.path.join(ROOT, "target", "release", "allocmux")
+            py = "import json; d = {i: [str(i) * 8, {'k': i}] for i in range(300000)}; print(len(json.dumps(d)))"
+            for label, cmd in [
+                ("python3 json", ["/usr/bin/python3", "-c", py]),
+                ("edit-distance workload", [allocmux, "__workload", "edit-distance", "40000"]),
+            ]:
+                t = {name: [] for name in configs}
+                for _ in range(a.program_rounds):
+                    for name, env in configs.items():
+                        t[name].append(timed(cmd, env)[0])
+                programs[label] = t
+
+    def ratio(num, den, times=times):
         # Per-round ratios (side by side in time), then their median.
         rs = [x / y for x, y in zip(times[num], times[den])]
         return statistics.median(rs), min(rs), max(rs)
@@ -108,6 +128,12 @@ def main():
     for num, den in [("shim jemalloc", "Debian libjemalloc.so.2"), ("shim system", "glibc (no preload)")]:
         m, lo, hi = ratio(num, den)
         lines.append(f"| {num} / {den} | {m:.3f} [{lo:.3f}, {hi:.3f}] |")
+    if programs:
+        lines += ["", f"| real program ({a.program_rounds} interleaved rounds) | shim jemalloc / Debian jemalloc | shim system / glibc |", "|---|---|---|"]
+        for label, t in programs.items():
+            j = ratio("shim jemalloc", "Debian libjemalloc.so.2", t)
+            g = ratio("shim system", "glibc (no preload)", t)
+            lines.append(f"| {label} | {j[0]:.3f} [{j[1]:.3f}, {j[2]:.3f}] | {g[0]:.3f} [{g[1]:.3f}, {g[2]:.3f}] |")
     if instructions:
         lines += ["", f"| instructions, 1 thread x 200,000 pairs (callgrind) | total | per pair over the bare allocator |", "|---|---|---|"]
         bare = {"shim system": "glibc (no preload)", "shim jemalloc": "Debian libjemalloc.so.2"}

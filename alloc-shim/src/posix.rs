@@ -128,6 +128,21 @@ impl<B: Backend> Body for Malloc<B> {
             // SAFETY: malloc has no preconditions.
             return s.time(self.0, move || unsafe { B::malloc(self.0) });
         }
+        if B::CHEAP_USABLE && self.0 < EXACT_TIMING_BYTES {
+            // The size is a header read after the call: inline, with the
+            // request counted first so only the thread state lives across it.
+            s.alloc(Func::Malloc, self.0);
+            // SAFETY: malloc has no preconditions.
+            let p = s.time(self.0, move || unsafe { B::malloc(self.0) });
+            if p.is_null() {
+                s.fail(Func::Malloc);
+                out_of_memory::<B>();
+            } else {
+                // SAFETY: `p` is a live block of B.
+                s.allocated(unsafe { B::usable(p) });
+            }
+            return p;
+        }
         // SAFETY: as for malloc.
         unsafe { malloc_recorded_after::<B, S>(self.0, *s) }
     }

@@ -32,6 +32,9 @@ pub unsafe trait Backend {
     const SETS_ERRNO: bool;
     /// Whether `free` already leaves `errno` untouched.
     const FREE_KEEPS_ERRNO: bool;
+    /// Whether `usable` is cheap enough (a header read) to call inline
+    /// after every small allocation, rather than out of line.
+    const CHEAP_USABLE: bool = false;
     /// Whether the allocator counts bytes per thread itself
     /// ([`Backend::own_byte_counters`]), so the shim needs no sizes per call.
     const OWN_COUNTERS: bool = false;

@@ -24,6 +24,7 @@ unsafe impl Backend for System {
     const NAME: &'static str = "system";
     const SETS_ERRNO: bool = true;
     const FREE_KEEPS_ERRNO: bool = true;
+    const CHEAP_USABLE: bool = true;
 
     #[inline(always)]
     unsafe fn malloc(size: usize) -> *mut c_void {
