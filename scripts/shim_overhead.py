@@ -16,6 +16,11 @@ It then does the same, with fewer rounds, for two real programs where the
 allocator is one cost among others: python3 building and serialising a
 large dict, and allocmux's bundled edit-distance workload.
 
+With --floors it also builds the shim twice more for the jemalloc
+comparison (`--cfg allocmux_bench="forward"`: malloc and free forward with no
+recording; `"count"`: one per-thread increment per call and nothing else), to
+show what interposition and the cheapest exact counting cost by themselves.
+
 With --callgrind it also counts instructions (valgrind --tool=callgrind) on
 a 1-thread churn of 200,000 pairs under each configuration: repeatable to
 the instruction whatever else the machine does, so a stable second figure.
@@ -33,6 +38,14 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEBIAN_JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
+
+
+def build_variant(cfg):
+    """The shim built with `--cfg allocmux_bench=cfg` in its own target directory."""
+    target = os.path.join(ROOT, "target", f"bench-{cfg}")
+    env = dict(os.environ, RUSTFLAGS=f'--cfg allocmux_bench="{cfg}"')
+    subprocess.run(["cargo", "build", "--release", "-q", "-p", "allocmux-shim", "--target-dir", target], cwd=ROOT, env=env, check=True)
+    return os.path.join(target, "release", "liballocmux_shim.so")
 
 
 def build(tmp):
@@ -58,6 +71,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", help="also write the table as Markdown to this file")
     ap.add_argument("--callgrind", action="store_true", help="also count instructions with callgrind")
+    ap.add_argument("--floors", action="store_true", help="also measure the forward-only and count-only shim builds")
     ap.add_argument("--program-rounds", type=int, default=11, help="rounds for the real programs (0 skips them)")
     a = ap.parse_args()
     if not os.path.exists(DEBIAN_JEMALLOC):
@@ -84,6 +98,10 @@ def main():
                     env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=True)
                 total = [l for l in r.stderr.splitlines() if "Collected" in l][0].split()[-1]
                 instructions[name] = int(total.replace(",", ""))
+        main_configs = dict(configs)  # the real programs run under these only
+        if a.floors:
+            for cfg, label in [("forward", "shim jemalloc, no recording"), ("count", "shim jemalloc, counting calls only")]:
+                configs[label] = dict(base, LD_PRELOAD=build_variant(cfg), ALLOCMUX_ALLOCATOR="jemalloc", ALLOCMUX_OUTPUT=out)
         times = {name: [] for name in configs}
         outputs = set()
         timed(cmd, configs["glibc (no preload)"])  # warm the page cache
@@ -104,9 +122,9 @@ def main():
                 ("python3 json", ["/usr/bin/python3", "-c", py]),
                 ("edit-distance workload", [allocmux, "__workload", "edit-distance", "40000"]),
             ]:
-                t = {name: [] for name in configs}
+                t = {name: [] for name in main_configs}
                 for _ in range(a.program_rounds):
-                    for name, env in configs.items():
+                    for name, env in main_configs.items():
                         t[name].append(timed(cmd, env)[0])
                 programs[label] = t
 
@@ -125,7 +143,9 @@ def main():
     for name, ts in times.items():
         lines.append(f"| {name} | {statistics.median(ts):.3f} | {min(ts):.3f} | {max(ts):.3f} |")
     lines += ["", "| ratio (per-round, median [min, max]) | value |", "|---|---|"]
-    for num, den in [("shim jemalloc", "Debian libjemalloc.so.2"), ("shim system", "glibc (no preload)")]:
+    pairs = [("shim jemalloc", "Debian libjemalloc.so.2"), ("shim system", "glibc (no preload)")]
+    pairs += [(n, "Debian libjemalloc.so.2") for n in times if n.startswith("shim jemalloc,")]
+    for num, den in pairs:
         m, lo, hi = ratio(num, den)
         lines.append(f"| {num} / {den} | {m:.3f} [{lo:.3f}, {hi:.3f}] |")
     if programs:

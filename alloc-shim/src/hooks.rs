@@ -129,8 +129,47 @@ macro_rules! recorded_hooks {
     }};
 }
 
-static SYSTEM: Hooks = recorded_hooks!(System);
-static JEMALLOC: Hooks = recorded_hooks!(Jemalloc);
+static SYSTEM: Hooks = bench_variant!(recorded_hooks!(System), System);
+static JEMALLOC: Hooks = bench_variant!(recorded_hooks!(Jemalloc), Jemalloc);
+
+/// The shim as it ships: the recorded hooks.
+#[cfg(not(any(allocmux_bench = "forward", allocmux_bench = "count")))]
+macro_rules! bench_variant {
+    ($hooks:expr, $B:ty) => {
+        $hooks
+    };
+}
+
+/// Benchmark builds only (`RUSTFLAGS='--cfg allocmux_bench="forward"'` or
+/// `"count"`, used by `scripts/shim_overhead.py --floors`): `malloc` and
+/// `free` forward with no recording at all, or with nothing but one
+/// per-thread increment, to measure what interposition and the cheapest
+/// exact counting cost by themselves.
+#[cfg(any(allocmux_bench = "forward", allocmux_bench = "count"))]
+macro_rules! bench_variant {
+    ($hooks:expr, $B:ty) => {{
+        unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
+            #[cfg(allocmux_bench = "count")]
+            tls::current().state.bench_count(allocmux::Func::Malloc);
+            // SAFETY: forwarded.
+            unsafe { <$B as Backend>::malloc(size) }
+        }
+        unsafe extern "C" fn free(ptr: *mut c_void) {
+            #[cfg(allocmux_bench = "count")]
+            tls::current().state.bench_count(allocmux::Func::Free);
+            if !ptr.is_null() {
+                // SAFETY: forwarded.
+                unsafe { <$B as Backend>::free(ptr) }
+            }
+        }
+        Hooks {
+            malloc,
+            free,
+            ..$hooks
+        }
+    }};
+}
+use bench_variant;
 static MIMALLOC: Hooks = recorded_hooks!(Mimalloc);
 
 /// Secure execution: glibc, nothing recorded.
