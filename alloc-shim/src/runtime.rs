@@ -10,6 +10,7 @@ use core::sync::atomic::{AtomicBool, AtomicU8, Ordering::Relaxed};
 
 use allocmux::profile::{self, Header, State};
 use allocmux::recorder::{self, ClockPair, SpinLock};
+use allocmux::stats::ByteSize as Size;
 
 use crate::backend::{Backend, Jemalloc, Mimalloc, System};
 use crate::{config, tls};
@@ -612,25 +613,6 @@ impl core::fmt::Display for Errno {
             Bytes(&buf[..len]).fmt(f)
         } else {
             write!(f, "error {}", self.0)
-        }
-    }
-}
-
-/// A byte count in binary units.
-struct Size(u64);
-impl core::fmt::Display for Size {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-        let mut v = self.0 as f64;
-        let mut u = 0;
-        while v >= 1024.0 && u + 1 < UNITS.len() {
-            v /= 1024.0;
-            u += 1;
-        }
-        if u == 0 {
-            write!(f, "{} B", self.0)
-        } else {
-            write!(f, "{v:.1} {}", UNITS[u])
         }
     }
 }

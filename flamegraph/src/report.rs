@@ -445,26 +445,8 @@ impl std::fmt::Display for Count {
     }
 }
 
-/// A byte count in binary units.
-#[derive(Debug)]
-pub struct Bytes(pub u64);
-impl std::fmt::Display for Bytes {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-        let mut v = self.0 as f64;
-        let mut u = 0;
-        while v >= 1024.0 && u + 1 < UNITS.len() {
-            v /= 1024.0;
-            u += 1;
-        }
-        let s = if u == 0 {
-            format!("{} B", self.0)
-        } else {
-            format!("{v:.1} {}", UNITS[u])
-        };
-        f.pad(&s)
-    }
-}
+/// A byte count in binary units (the shared, allocation-free formatter).
+pub use allocmux::stats::ByteSize as Bytes;
 
 /// A duration in ns, shown with a fitting unit.
 #[derive(Debug)]
@@ -494,8 +476,6 @@ mod tests {
         assert_eq!(Count(0).to_string(), "0");
         assert_eq!(Count(1234567).to_string(), "1,234,567");
         assert_eq!(Count(123).to_string(), "123");
-        assert_eq!(Bytes(1023).to_string(), "1023 B");
-        assert_eq!(Bytes(1536).to_string(), "1.5 KiB");
         assert_eq!(Dur(1_500_000).to_string(), "1.50 ms");
         assert_eq!(format!("{:>6}", Count(1000)), " 1,000");
     }
