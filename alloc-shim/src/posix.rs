@@ -36,13 +36,6 @@ pub fn set_errno(e: c_int) {
     unsafe { *tls::current().errno() = e };
 }
 
-#[inline(always)]
-fn out_of_memory<B: Backend>() {
-    if !B::SETS_ERRNO {
-        set_errno(libc::ENOMEM);
-    }
-}
-
 /// Records a fresh block, or the failure that produced none.
 #[inline(always)]
 unsafe fn handed_out<B: Backend, S: Scope>(
@@ -54,7 +47,6 @@ unsafe fn handed_out<B: Backend, S: Scope>(
 ) -> *mut c_void {
     if p.is_null() {
         s.fail(f);
-        out_of_memory::<B>();
     } else {
         // SAFETY: `p` is a live block of B.
         unsafe { record_block::<B, S>(s, f, p, requested, plain) };
@@ -136,7 +128,6 @@ impl<B: Backend> Body for Malloc<B> {
             let p = s.time(self.0, move || unsafe { B::malloc(self.0) });
             if p.is_null() {
                 s.fail(Func::Malloc);
-                out_of_memory::<B>();
             } else {
                 // SAFETY: `p` is a live block of B.
                 s.allocated(unsafe { B::usable(p) });
@@ -184,18 +175,8 @@ impl<B: Backend> Body for Free<B> {
         if !B::OWN_COUNTERS {
             s.freed(usable);
         }
-        if B::FREE_KEEPS_ERRNO {
-            // SAFETY: as above.
-            s.time(usable, move || unsafe { B::free(p) });
-        } else {
-            let errno = tls::current().errno();
-            // SAFETY: `errno` is this thread's; the block is live.
-            unsafe {
-                let saved = *errno;
-                s.time(usable, move || B::free(p));
-                *errno = saved;
-            }
-        }
+        // SAFETY: as above.
+        s.time(usable, move || unsafe { B::free(p) });
     }
     own_counters!();
 }
@@ -274,7 +255,6 @@ impl<B: Backend> Body for Realloc<B> {
         if p.is_null() {
             // The old block is untouched and still the program's.
             s.fail(Func::Realloc);
-            out_of_memory::<B>();
         } else {
             if !B::OWN_COUNTERS {
                 s.freed(old_usable);
@@ -318,11 +298,9 @@ impl<B: Backend> Body for Memalign<B> {
         // SAFETY: the backend applies glibc's memalign rules.
         let p = s.time(self.1, move || unsafe { B::memalign(self.0, self.1) });
         if p.is_null() {
-            // EINVAL for an impossible alignment is already set; keep it.
+            // The backend set errno: EINVAL for an impossible alignment,
+            // ENOMEM otherwise.
             s.fail(Func::Memalign);
-            if self.0 <= usize::MAX / 2 + 1 {
-                out_of_memory::<B>();
-            }
             return p;
         }
         // SAFETY: `p` came from B.

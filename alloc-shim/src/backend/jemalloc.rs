@@ -39,13 +39,6 @@ fn counter(name: &core::ffi::CStr) -> Option<*mut u64> {
 // SAFETY: forwards to jemalloc.
 unsafe impl Backend for Jemalloc {
     const NAME: &'static str = "jemalloc";
-    const SETS_ERRNO: bool = true;
-    // jemalloc's free sets errno only when one of its own madvise or munmap
-    // calls fails (jemalloc/src/pages.c), which on its own mappings happens
-    // only at the kernel's map-count limit; the free path is otherwise
-    // errno-neutral, so the shim adds no save and restore (and can jump to
-    // it as a tail call).
-    const FREE_KEEPS_ERRNO: bool = true;
     const OWN_COUNTERS: bool = true;
 
     fn own_byte_counters() -> Option<[*mut u64; 2]> {

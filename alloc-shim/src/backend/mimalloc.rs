@@ -16,11 +16,6 @@ pub struct Mimalloc;
 // SAFETY: forwards to mimalloc.
 unsafe impl Backend for Mimalloc {
     const NAME: &'static str = "mimalloc";
-    // mimalloc itself returns NULL without setting errno; the error handler
-    // installed by `init` sets ENOMEM for every allocation failure.
-    const SETS_ERRNO: bool = true;
-    // As jemalloc: errno changes only if its own madvise/munmap fails.
-    const FREE_KEEPS_ERRNO: bool = true;
 
     #[inline(always)]
     fn size_before_malloc(requested: usize) -> Option<usize> {

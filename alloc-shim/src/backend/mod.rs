@@ -24,14 +24,15 @@ use core::ffi::c_void;
 ///
 /// # Safety
 /// Implementations must behave as the malloc family does: every pointer they
-/// return is owned by them and accepted by their `free`.
+/// return is owned by them and accepted by their `free`. A failed allocation
+/// sets `errno` to `ENOMEM` (mimalloc's does through the error handler the
+/// shim registers), and `free` leaves `errno` alone (glibc guarantees it;
+/// jemalloc and mimalloc change it only when one of their own `madvise` or
+/// `munmap` calls fails, which on their own mappings happens only at the
+/// kernel's map-count limit), so a hook can end in a tail jump to them.
 pub unsafe trait Backend {
     /// The name used in `ALLOCMUX_ALLOCATOR` and in profiles.
     const NAME: &'static str;
-    /// Whether a failed allocation already sets `errno` to `ENOMEM`.
-    const SETS_ERRNO: bool;
-    /// Whether `free` already leaves `errno` untouched.
-    const FREE_KEEPS_ERRNO: bool;
     /// Whether `usable` is cheap enough (a header read) to call inline
     /// after every small allocation, rather than out of line.
     const CHEAP_USABLE: bool = false;

@@ -22,8 +22,6 @@ pub struct System;
 // SAFETY: forwards to glibc's own allocator.
 unsafe impl Backend for System {
     const NAME: &'static str = "system";
-    const SETS_ERRNO: bool = true;
-    const FREE_KEEPS_ERRNO: bool = true;
     const CHEAP_USABLE: bool = true;
 
     #[inline(always)]
