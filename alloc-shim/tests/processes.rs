@@ -29,13 +29,7 @@ struct ForkExec {
 fn fork_exec(backend: &str, n: u64) -> ForkExec {
     let exe = compile_c("forkexec.c");
     let (out, files) = run_under_with(backend, Command::new(&exe).arg(n.to_string()), &[], None);
-    let listing = || {
-        files
-            .iter()
-            .map(|(f, p)| format!("  {f}: {}", summary(p)))
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
+    let listing = || listing(&files);
     assert!(
         out.status.success(),
         "forkexec {n} under {backend} failed ({}):\n{}\n{}\nprofiles:\n{}",
@@ -215,13 +209,7 @@ fn fork_while_threads_allocate(backend: &str) {
         .map(|(_, p)| p)
         .filter(|p| p.ppid == parent.pid)
         .collect();
-    let listing = || {
-        files
-            .iter()
-            .map(|(f, p)| format!("  {f}: {}", summary(p)))
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
+    let listing = || listing(&files);
     assert_eq!(
         (children.len(), files.len()),
         (FORKS, FORKS + 1),

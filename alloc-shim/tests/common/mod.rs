@@ -318,6 +318,15 @@ pub fn run_under(
     (out, files.into_iter().map(|(_, p)| p).collect())
 }
 
+/// One line per profile file (name and summary), for assertion messages.
+pub fn listing(files: &[(String, ProcessProfile)]) -> String {
+    files
+        .iter()
+        .map(|(f, p)| format!("  {f}: {}", summary(p)))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// [`run_under`] with stdin input, returning each profile with its file name.
 pub fn run_under_with(
     backend: &str,
