@@ -39,7 +39,8 @@ pub fn table() -> &'static Hooks {
     unsafe { &*TABLE.load(Relaxed) }
 }
 
-/// Makes `choice` the process's backend. Called once, by the first call.
+/// Makes `choice` the process's backend. Called by the first call (or by
+/// several threads' first calls at once, with the same choice: idempotent).
 pub fn install(choice: Choice) {
     let t: &'static Hooks = match choice {
         Choice::System => &SYSTEM,

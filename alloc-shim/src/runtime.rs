@@ -6,7 +6,9 @@
 
 use core::ffi::{c_char, c_int, c_void};
 use core::fmt::Write as _;
-use core::sync::atomic::{AtomicBool, AtomicU8, Ordering::Relaxed};
+use core::sync::atomic::{
+    AtomicBool, AtomicU8, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
+};
 
 use allocmux::profile::{self, Header, State};
 use allocmux::recorder::{self, ClockPair, SpinLock};
@@ -37,7 +39,7 @@ static BACKEND: AtomicU8 = AtomicU8::new(0);
 /// that the choice installs.
 #[inline]
 pub fn backend() -> Choice {
-    match BACKEND.load(Relaxed) {
+    match BACKEND.load(Acquire) {
         1 => Choice::System,
         2 => Choice::Jemalloc,
         3 => Choice::Mimalloc,
@@ -58,15 +60,14 @@ fn choose_backend() -> Choice {
             config::Allocator::System => Choice::System,
         }
     };
-    // Two threads racing here read the same environment and agree; the
-    // first store wins either way.
-    match BACKEND.compare_exchange(0, choice as u8, Relaxed, Relaxed) {
-        Ok(_) => {
-            crate::hooks::install(choice);
-            choice
-        }
-        Err(_) => backend(),
-    }
+    // Install first, publish last: a first call that finds the choice made
+    // (`FIRST_CALL` trampolines read `backend()` and then jump through the
+    // table) must find the table in place, or it would jump to itself.
+    // Threads racing here read the same environment and make the same
+    // choice, and installing is idempotent, so no lock is needed.
+    crate::hooks::install(choice);
+    BACKEND.store(choice as u8, Release);
+    choice
 }
 
 fn backend_name(c: Choice) -> &'static str {

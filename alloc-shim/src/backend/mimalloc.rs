@@ -1,6 +1,7 @@
 //! mimalloc (libmimalloc-sys, built without overriding `malloc`).
 
 use core::ffi::{c_int, c_void};
+use core::sync::atomic::{AtomicU16, Ordering::Relaxed};
 
 use super::{Backend, memalign_via_aligned, page_size, pvalloc_via_aligned};
 
@@ -19,10 +20,8 @@ unsafe impl Backend for Mimalloc {
 
     #[inline(always)]
     fn size_before_malloc(requested: usize) -> Option<usize> {
-        match SMALL_SIZES.get().get((requested + 7) >> 3) {
-            Some(&size) if size != 0 => Some(size as usize),
-            _ => None,
-        }
+        let size = SMALL_SIZES.get((requested + 7) >> 3)?.load(Relaxed);
+        (size != 0).then_some(size as usize)
     }
 
     #[inline(always)]
@@ -72,9 +71,8 @@ unsafe impl Backend for Mimalloc {
     }
     #[inline(always)]
     unsafe fn allocated_size(ptr: *mut c_void, requested: usize, plain: bool) -> usize {
-        let table = SMALL_SIZES.get();
-        match table.get((requested + 7) >> 3) {
-            Some(&size) if plain && size != 0 => size as usize,
+        match Self::size_before_malloc(requested) {
+            Some(size) if plain => size,
             // SAFETY: the caller passes a live mimalloc block.
             _ => unsafe { mi_usable_size(ptr) },
         }
@@ -88,22 +86,11 @@ const SMALL_MAX: usize = 4096;
 /// indexed by `(n + 7) / 8`: mimalloc rounds every request up to a whole
 /// word and picks the size bin from that, so the word count decides the
 /// block size. Filled at start-up from real allocations, so it is exact by
-/// construction; all zero (meaning "look it up") until then.
-struct SmallSizes(core::cell::UnsafeCell<[u16; SMALL_MAX / 8 + 1]>);
-
-// SAFETY: written once by `init_size_table` before the backend is published
-// to other threads (the hook table store is the publication), read-only after.
-unsafe impl Sync for SmallSizes {}
-
-impl SmallSizes {
-    #[inline(always)]
-    fn get(&self) -> &[u16; SMALL_MAX / 8 + 1] {
-        // SAFETY: see the Sync impl.
-        unsafe { &*self.0.get() }
-    }
-}
-
-static SMALL_SIZES: SmallSizes = SmallSizes(core::cell::UnsafeCell::new([0; SMALL_MAX / 8 + 1]));
+/// construction; zero means "look it up", so a table being filled (by one
+/// or, racing, several first calls) is always safe to read. Relaxed atomic
+/// loads are plain moves.
+static SMALL_SIZES: [AtomicU16; SMALL_MAX / 8 + 1] =
+    [const { AtomicU16::new(0) }; SMALL_MAX / 8 + 1];
 
 unsafe extern "C" {
     fn mi_register_error(
@@ -131,19 +118,19 @@ pub fn init() {
 
 /// Fills the small-size table by allocating one block of each word count.
 fn init_size_table() {
-    // SAFETY: runs once, before publication (see the Sync impl); the blocks
-    // are mimalloc's own, freed at once.
-    unsafe {
-        let table = &mut *SMALL_SIZES.0.get();
-        for (words, slot) in table.iter_mut().enumerate().skip(1) {
+    for (words, slot) in SMALL_SIZES.iter().enumerate().skip(1) {
+        // SAFETY: mimalloc's own block, freed at once.
+        let size = unsafe {
             let p = libmimalloc_sys::mi_malloc(words * 8);
             if p.is_null() {
                 continue;
             }
-            *slot = u16::try_from(mi_usable_size(p)).unwrap_or(0);
+            let size = mi_usable_size(p);
             libmimalloc_sys::mi_free(p);
-        }
-        // malloc(0): mimalloc hands out its smallest block.
-        table[0] = table[1];
+            size
+        };
+        slot.store(u16::try_from(size).unwrap_or(0), Relaxed);
     }
+    // malloc(0): mimalloc hands out its smallest block.
+    SMALL_SIZES[0].store(SMALL_SIZES[1].load(Relaxed), Relaxed);
 }
