@@ -13,4 +13,4 @@ pub mod profile;
 pub mod recorder;
 pub mod stats;
 
-pub use stats::{Func, Totals};
+pub use stats::{Func, SiteCounts, Totals};

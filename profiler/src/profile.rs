@@ -29,15 +29,33 @@
 //! exact_calls 2               calls always timed (large blocks, each thread's first calls) ...
 //! exact_ticks 900             ... and their durations in TSC ticks (each stands for itself)
 //! size_hist 7 10              request-size bucket (see `stats::SIZE_BUCKETS`) and count
+//! stacks sample 524288        stack recording: `sample MEAN_BYTES` or `exact 1` (absent: off)
+//! stacks_lost 0               allocations whose stack could not be recorded
+//! module 5581000 5592000 1000 1000 8e1f… /usr/bin/prog
+//!                             an executable mapping: start, end, file offset and load
+//!                             bias (hex), build id (hex, `-` if none), path (escaped)
+//! stack 3 3 96 120 1 32 1 32 55810a3 55810f0
+//!                             one distinct call stack: samples taken, then the estimates of
+//!                             allocations, bytes, allocator ticks, allocations and bytes live
+//!                             at the peak, allocations and bytes live now (at exit), then the
+//!                             return addresses (hex), the allocating call site first
 //! end                         closes the section; a section without it is truncated
 //! ```
+//!
+//! A stack's figures count the allocations made from it (`malloc`,
+//! `calloc`, `realloc`, the aligned functions); its ticks are the time of
+//! those calls plus the time of the `free`s of the blocks they made. In
+//! `sample` mode every allocation of `n` bytes is sampled with probability
+//! `1 - exp(-n / MEAN_BYTES)` and counted with the weight `1 / p`, so each
+//! estimate is unbiased (the Horvitz-Thompson form of pprof's heap-sample
+//! scaling); in `exact` mode every allocation is a sample of weight 1.
 //!
 //! Readers ignore keys they do not know (later minor additions), refuse a
 //! higher version number, and reject a section that does not end with `end`.
 
 use core::fmt::{self, Write};
 
-use crate::stats::{Func, SIZE_BUCKETS, Totals};
+use crate::stats::{Func, SIZE_BUCKETS, SiteCounts, Totals};
 
 /// The format version this crate writes and the highest it reads.
 pub const FORMAT_VERSION: u32 = 1;
@@ -98,8 +116,15 @@ pub fn write_magic<W: Write>(w: &mut W) -> fmt::Result {
     writeln!(w, "{MAGIC} {FORMAT_VERSION}")
 }
 
-/// Writes one process section.
+/// Writes one process section without stacks.
 pub fn write_process<W: Write>(w: &mut W, h: &Header<'_>, t: &Totals) -> fmt::Result {
+    write_counters(w, h, t)?;
+    write_end(w)
+}
+
+/// Opens a process section and writes its header and counters; stack
+/// lines may follow, then [`write_end`] closes it.
+pub fn write_counters<W: Write>(w: &mut W, h: &Header<'_>, t: &Totals) -> fmt::Result {
     w.write_str("process\n")?;
     writeln!(w, "pid {}", h.pid)?;
     writeln!(w, "ppid {}", h.ppid)?;
@@ -143,7 +168,61 @@ pub fn write_process<W: Write>(w: &mut W, h: &Header<'_>, t: &Totals) -> fmt::Re
             writeln!(w, "size_hist {b} {n}")?;
         }
     }
+    Ok(())
+}
+
+/// Closes a process section.
+pub fn write_end<W: Write>(w: &mut W) -> fmt::Result {
     w.write_str("end\n")
+}
+
+/// Writes the stack-recording mode line and the count of lost stacks.
+pub fn write_stack_mode<W: Write>(w: &mut W, mode: StackMode, lost: u64) -> fmt::Result {
+    match mode {
+        StackMode::Off => return Ok(()),
+        StackMode::Sample { mean_bytes } => writeln!(w, "stacks sample {mean_bytes}")?,
+        StackMode::Exact => w.write_str("stacks exact 1\n")?,
+    }
+    writeln!(w, "stacks_lost {lost}")
+}
+
+/// Writes one module line (`build_id` as raw bytes, empty if none).
+pub fn write_module<W: Write>(w: &mut W, m: &ModuleRef<'_>) -> fmt::Result {
+    write!(
+        w,
+        "module {:x} {:x} {:x} {:x} ",
+        m.start, m.end, m.file_offset, m.bias
+    )?;
+    if m.build_id.is_empty() {
+        w.write_char('-')?;
+    }
+    for b in m.build_id {
+        write!(w, "{b:02x}")?;
+    }
+    w.write_char(' ')?;
+    write_escaped(w, m.path)?;
+    w.write_char('\n')
+}
+
+/// Writes one stack line: its figures, then its return addresses, the
+/// allocating call site first.
+pub fn write_stack<W: Write>(w: &mut W, c: &SiteCounts, frames: &[u64]) -> fmt::Result {
+    write!(
+        w,
+        "stack {} {} {} {} {} {} {} {}",
+        c.samples,
+        c.allocs,
+        c.bytes,
+        c.ticks,
+        c.peak_allocs,
+        c.peak_bytes,
+        c.live_allocs,
+        c.live_bytes
+    )?;
+    for f in frames {
+        write!(w, " {f:x}")?;
+    }
+    w.write_char('\n')
 }
 
 /// Writes bytes with everything but printable ASCII (and `%`) as `%XX`.
@@ -159,6 +238,16 @@ fn write_escaped<W: Write>(w: &mut W, bytes: &[u8]) -> fmt::Result {
         }
     }
     Ok(())
+}
+
+fn decode_hex(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
 }
 
 fn unescape(s: &str) -> Result<Vec<u8>, String> {
@@ -178,6 +267,91 @@ fn unescape(s: &str) -> Result<Vec<u8>, String> {
         }
     }
     Ok(out)
+}
+
+/// How a process recorded call stacks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum StackMode {
+    /// No stacks (`ALLOCMUX_STACKS=off`).
+    #[default]
+    Off,
+    /// A Poisson sample over allocated bytes with this mean gap.
+    Sample {
+        /// Mean bytes between two sampled allocations.
+        mean_bytes: u64,
+    },
+    /// Every allocation's stack.
+    Exact,
+}
+
+/// An executable mapping of the process, borrowed for writing.
+#[derive(Clone, Copy, Debug)]
+pub struct ModuleRef<'a> {
+    /// First address of the mapping.
+    pub start: u64,
+    /// One past its last address.
+    pub end: u64,
+    /// File offset of `start`.
+    pub file_offset: u64,
+    /// Load bias: the ELF virtual address of `addr` is `addr - bias`.
+    pub bias: u64,
+    /// GNU build id, empty if the file has none.
+    pub build_id: &'a [u8],
+    /// Path of the file.
+    pub path: &'a [u8],
+}
+
+/// An executable mapping of the process, as read back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Module {
+    /// First address of the mapping.
+    pub start: u64,
+    /// One past its last address.
+    pub end: u64,
+    /// File offset of `start`.
+    pub file_offset: u64,
+    /// Load bias: the ELF virtual address of `addr` is `addr - bias`.
+    pub bias: u64,
+    /// GNU build id as lowercase hex, empty if none.
+    pub build_id: String,
+    /// Path of the file (lossily decoded).
+    pub path: String,
+}
+
+impl Module {
+    /// Whether `addr` lies in this mapping.
+    pub fn contains(&self, addr: u64) -> bool {
+        (self.start..self.end).contains(&addr)
+    }
+}
+
+/// One distinct call stack and the allocations made from it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stack {
+    /// Return addresses, the allocating call site first.
+    pub frames: Vec<u64>,
+    /// What the allocations from this stack did (estimates in `sample` mode).
+    pub counts: SiteCounts,
+}
+
+/// The call stacks of one process.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Stacks {
+    /// How they were recorded.
+    pub mode: StackMode,
+    /// Allocations whose stack could not be recorded.
+    pub lost: u64,
+    /// Executable mappings, to symbolize the addresses.
+    pub modules: Vec<Module>,
+    /// The stacks, each once.
+    pub stacks: Vec<Stack>,
+}
+
+impl Stacks {
+    /// The module holding `addr`, if any.
+    pub fn module_of(&self, addr: u64) -> Option<&Module> {
+        self.modules.iter().find(|m| m.contains(addr))
+    }
 }
 
 /// One process, as read back from a profile.
@@ -210,6 +384,8 @@ pub struct ProcessProfile {
     pub time_sample_mean: u32,
     /// The counters.
     pub totals: Totals,
+    /// Call stacks, if recorded.
+    pub stacks: Stacks,
 }
 
 impl ProcessProfile {
@@ -264,7 +440,27 @@ impl ProcessProfile {
             max_rss_bytes: self.max_rss_bytes,
             time_sample_mean: self.time_sample_mean,
         };
-        write_process(w, &h, &self.totals)
+        write_counters(w, &h, &self.totals)?;
+        let st = &self.stacks;
+        write_stack_mode(w, st.mode, st.lost)?;
+        for m in &st.modules {
+            let build_id = decode_hex(&m.build_id).unwrap_or_default();
+            write_module(
+                w,
+                &ModuleRef {
+                    start: m.start,
+                    end: m.end,
+                    file_offset: m.file_offset,
+                    bias: m.bias,
+                    build_id: &build_id,
+                    path: m.path.as_bytes(),
+                },
+            )?;
+        }
+        for s in &st.stacks {
+            write_stack(w, &s.counts, &s.frames)?;
+        }
+        write_end(w)
     }
 }
 
@@ -418,6 +614,86 @@ pub fn parse(text: &str) -> Result<Vec<ProcessProfile>, ParseError> {
                 }
                 t.size_hist[b] = num(v)?;
             }
+            "stacks" => {
+                let (mode, v) = rest.split_once(' ').unwrap_or((rest, ""));
+                p.stacks.mode = match mode {
+                    "sample" => StackMode::Sample {
+                        mean_bytes: num(v)?.max(1),
+                    },
+                    "exact" => StackMode::Exact,
+                    "off" => StackMode::Off,
+                    other => return Err(err(n, format!("unknown stack mode {other:?}"))),
+                }
+            }
+            "stacks_lost" => p.stacks.lost = num(rest)?,
+            "module" => {
+                let f: Vec<&str> = rest.splitn(6, ' ').collect();
+                let [start, end, off, bias, id, path] = f[..] else {
+                    return Err(err(n, "`module` needs six fields".into()));
+                };
+                let hex = |s: &str| {
+                    u64::from_str_radix(s, 16)
+                        .map_err(|_| err(n, format!("`module` needs hex numbers, found {s:?}")))
+                };
+                let build_id = if id == "-" {
+                    String::new()
+                } else {
+                    id.to_string()
+                };
+                if decode_hex(&build_id).is_none() {
+                    return Err(err(n, format!("bad build id {id:?}")));
+                }
+                p.stacks.modules.push(Module {
+                    start: hex(start)?,
+                    end: hex(end)?,
+                    file_offset: hex(off)?,
+                    bias: hex(bias)?,
+                    build_id,
+                    path: String::from_utf8_lossy(&unescape(path).map_err(|m| err(n, m))?)
+                        .into_owned(),
+                });
+            }
+            "stack" => {
+                let mut f = rest.split(' ').filter(|w| !w.is_empty());
+                let mut c = [0u64; 8];
+                for v in &mut c {
+                    *v = num(f.next().ok_or_else(|| {
+                        err(n, "`stack` needs eight figures and its addresses".into())
+                    })?)?;
+                }
+                let frames = f
+                    .map(|a| {
+                        u64::from_str_radix(a, 16)
+                            .map_err(|_| err(n, format!("bad stack address {a:?}")))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                if frames.is_empty() {
+                    return Err(err(n, "a `stack` has no addresses".into()));
+                }
+                let [
+                    samples,
+                    allocs,
+                    bytes,
+                    ticks,
+                    peak_allocs,
+                    peak_bytes,
+                    live_allocs,
+                    live_bytes,
+                ] = c;
+                p.stacks.stacks.push(Stack {
+                    frames,
+                    counts: SiteCounts {
+                        samples,
+                        allocs,
+                        bytes,
+                        ticks,
+                        peak_allocs,
+                        peak_bytes,
+                        live_allocs,
+                        live_bytes,
+                    },
+                });
+            }
             _ => {} // a key from a later minor revision
         }
     }
@@ -448,6 +724,7 @@ fn empty_process() -> ProcessProfile {
         max_rss_bytes: 0,
         time_sample_mean: 1,
         totals: Totals::default(),
+        stacks: Stacks::default(),
     }
 }
 
@@ -489,6 +766,78 @@ mod tests {
             max_rss_bytes: 4 << 20,
             time_sample_mean: 256,
             totals: t,
+            stacks: Stacks::default(),
+        }
+    }
+
+    fn with_stacks() -> ProcessProfile {
+        let mut p = sample();
+        p.stacks = Stacks {
+            mode: StackMode::Sample { mean_bytes: 4096 },
+            lost: 2,
+            modules: vec![Module {
+                start: 0x5581_0000,
+                end: 0x5592_0000,
+                file_offset: 0x1000,
+                bias: 0x5580_f000,
+                build_id: "8e1f00aa".into(),
+                path: "/usr/bin/my prog".into(),
+            }],
+            stacks: vec![Stack {
+                frames: vec![0x5581_00a3, 0x5581_00f0],
+                counts: SiteCounts {
+                    samples: 3,
+                    allocs: 30,
+                    bytes: 960,
+                    ticks: 1200,
+                    peak_allocs: 10,
+                    peak_bytes: 320,
+                    live_allocs: 1,
+                    live_bytes: 32,
+                },
+            }],
+        };
+        p
+    }
+
+    #[test]
+    fn stacks_round_trip() {
+        let p = with_stacks();
+        let text = to_string(std::slice::from_ref(&p));
+        assert!(
+            text.contains("stacks sample 4096\nstacks_lost 2\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("module 55810000 55920000 1000 5580f000 8e1f00aa /usr/bin/my%20prog\n")
+        );
+        assert!(text.contains("stack 3 30 960 1200 10 320 1 32 558100a3 558100f0\nend\n"));
+        let back = parse(&text).unwrap();
+        assert_eq!(back, vec![p.clone()]);
+        assert_eq!(
+            back[0].stacks.module_of(0x5581_00a3),
+            Some(&p.stacks.modules[0])
+        );
+        assert_eq!(back[0].stacks.module_of(0x10), None);
+    }
+
+    #[test]
+    fn rejects_bad_stack_lines() {
+        let base = "allocmux-profile 1\nprocess\n";
+        let cases = [
+            ("stacks sometimes 3", "unknown stack mode"),
+            ("module 1 2 3", "six fields"),
+            ("module 1 2 3 zz - /x", "hex numbers"),
+            ("module 1 2 3 4 abc /x", "bad build id"),
+            ("stack 1 2 3", "eight figures"),
+            ("stack 1 2 3 4 5 6 7 8", "no addresses"),
+            ("stack 1 2 3 4 5 6 7 8 xyz", "bad stack address"),
+        ];
+        for (line, want) in cases {
+            let e = parse(&format!("{base}{line}\nend\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(want), "{line:?}: {e}");
         }
     }
 

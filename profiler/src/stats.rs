@@ -200,6 +200,42 @@ impl Totals {
     }
 }
 
+/// What the allocations made from one call stack did. In `sample` mode
+/// every figure but `samples` is an estimate (see the profile format).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SiteCounts {
+    /// Allocations recorded with this stack (sampled ones in `sample` mode).
+    pub samples: u64,
+    /// Allocation calls.
+    pub allocs: u64,
+    /// Bytes requested by them.
+    pub bytes: u64,
+    /// Allocator time of those calls and of the `free`s of their blocks, in TSC ticks.
+    pub ticks: u64,
+    /// Blocks from this stack live when the process's live bytes peaked.
+    pub peak_allocs: u64,
+    /// Their bytes.
+    pub peak_bytes: u64,
+    /// Blocks from this stack still live (at exit, for a finished process).
+    pub live_allocs: u64,
+    /// Their bytes.
+    pub live_bytes: u64,
+}
+
+impl SiteCounts {
+    /// Adds another stack's figures (the same stack from another process).
+    pub fn add(&mut self, o: &SiteCounts) {
+        self.samples += o.samples;
+        self.allocs += o.allocs;
+        self.bytes += o.bytes;
+        self.ticks += o.ticks;
+        self.peak_allocs += o.peak_allocs;
+        self.peak_bytes += o.peak_bytes;
+        self.live_allocs += o.live_allocs;
+        self.live_bytes += o.live_bytes;
+    }
+}
+
 /// A byte count shown in binary units ("512 B", "1.5 KiB", "2.0 GiB"),
 /// honouring width and alignment. Formats without allocating, so the shim
 /// can use it inside the host process.
