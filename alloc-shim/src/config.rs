@@ -36,10 +36,6 @@ pub enum Stacks {
 pub struct Config {
     /// The profile path template, if output to a file is wanted.
     pub output: Option<&'static [u8]>,
-    /// Stack capture mode (recorded; capture itself arrives with stacks support).
-    pub stacks: Stacks,
-    /// Mean bytes between sampled stacks.
-    pub sample_bytes: u64,
     /// Mean calls between timed calls.
     pub time_sample_mean: u32,
 }
@@ -64,6 +60,31 @@ pub fn allocator() -> Allocator {
     };
     parse_allocator(lookup(env, b"ALLOCMUX_ALLOCATOR").unwrap_or(b"")).unwrap_or(Allocator::System)
 }
+
+/// The stack mode from `ALLOCMUX_STACKS` and `ALLOCMUX_SAMPLE_BYTES`,
+/// silently `Off` for anything unknown (the constructor reports bad
+/// values). Read at the first allocation, with the backend.
+pub fn stack_mode() -> allocmux::profile::StackMode {
+    use allocmux::profile::StackMode;
+    // SAFETY: reading the `environ` pointer itself.
+    let env = unsafe { environ };
+    let env = if env.is_null() {
+        initial_environment()
+    } else {
+        env
+    };
+    match lookup(env, b"ALLOCMUX_STACKS") {
+        Some(b"sample") => StackMode::Sample {
+            mean_bytes: parse_number(lookup(env, b"ALLOCMUX_SAMPLE_BYTES"), 1, MAX_SAMPLE_BYTES)
+                .unwrap_or(DEFAULT_SAMPLE_BYTES),
+        },
+        Some(b"exact") => StackMode::Exact,
+        _ => StackMode::Off,
+    }
+}
+
+const DEFAULT_SAMPLE_BYTES: u64 = 524_288;
+const MAX_SAMPLE_BYTES: u64 = 1 << 40;
 
 /// The environment the process started with, found from the start of its
 /// stack (`argc`, `argv`, NULL, `envp`): used only for allocations made
@@ -132,7 +153,9 @@ pub fn read(envp: *const *const c_char) -> Config {
             ));
         }
     }
-    let stacks = match get(b"ALLOCMUX_STACKS") {
+    // The stack settings take effect at the first allocation
+    // (`stack_mode`); here they are only checked, to warn once.
+    let _stacks = match get(b"ALLOCMUX_STACKS") {
         None | Some(b"off") => Stacks::Off,
         Some(b"sample") => Stacks::Sample,
         Some(b"exact") => Stacks::Exact,
@@ -144,12 +167,12 @@ pub fn read(envp: *const *const c_char) -> Config {
             Stacks::Off
         }
     };
-    let sample_bytes = number(
+    let _sample_bytes = number(
         get(b"ALLOCMUX_SAMPLE_BYTES"),
         "ALLOCMUX_SAMPLE_BYTES",
-        524_288,
+        DEFAULT_SAMPLE_BYTES,
         1,
-        1 << 40,
+        MAX_SAMPLE_BYTES,
     );
     let time_sample_mean = number(
         get(b"ALLOCMUX_TIME_SAMPLE"),
@@ -169,20 +192,22 @@ pub fn read(envp: *const *const c_char) -> Config {
     });
     Config {
         output,
-        stacks,
-        sample_bytes,
         time_sample_mean,
     }
 }
 
+fn parse_number(v: Option<&[u8]>, min: u64, max: u64) -> Option<u64> {
+    core::str::from_utf8(v?)
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .filter(|n| (min..=max).contains(n))
+}
+
 fn number(v: Option<&[u8]>, name: &str, default: u64, min: u64, max: u64) -> u64 {
     let Some(v) = v else { return default };
-    let parsed = core::str::from_utf8(v)
-        .ok()
-        .and_then(|s| s.trim().parse::<u64>().ok());
-    match parsed {
-        Some(n) if (min..=max).contains(&n) => n,
-        _ => {
+    match parse_number(Some(v), min, max) {
+        Some(n) => n,
+        None => {
             warn(format_args!(
                 "{name}={:?} is not a whole number from {min} to {max}; using {default}",
                 crate::runtime::Bytes(v).to_str_lossy()

@@ -9,6 +9,7 @@ use core::ffi::{c_int, c_void};
 use core::marker::PhantomData;
 use core::sync::atomic::{AtomicPtr, Ordering::Relaxed};
 
+use allocmux::recorder::stacks::{StackBody, enter_stacks};
 use allocmux::recorder::{Body, enter};
 
 use crate::backend::{Backend, Jemalloc, Mimalloc, System};
@@ -39,60 +40,71 @@ pub fn table() -> &'static Hooks {
     unsafe { &*TABLE.load(Relaxed) }
 }
 
-/// Makes `choice` the process's backend. Called by the first call (or by
-/// several threads' first calls at once, with the same choice: idempotent).
-pub fn install(choice: Choice) {
-    let t: &'static Hooks = match choice {
-        Choice::System => &SYSTEM,
-        Choice::Jemalloc => &JEMALLOC,
-        Choice::Mimalloc => {
+/// Makes `choice` the process's backend, with stack recording if `stacks`
+/// (set up beforehand). Called by the first call (or by several threads'
+/// first calls at once, with the same choice: idempotent).
+pub fn install(choice: Choice, stacks: bool) {
+    let t: &'static Hooks = match (choice, stacks) {
+        (Choice::System, false) => &SYSTEM,
+        (Choice::System, true) => &SYSTEM_STACKS,
+        (Choice::Jemalloc, false) => &JEMALLOC,
+        (Choice::Jemalloc, true) => &JEMALLOC_STACKS,
+        (Choice::Mimalloc, _) => {
             crate::backend::init_mimalloc();
-            &MIMALLOC
+            if stacks { &MIMALLOC_STACKS } else { &MIMALLOC }
         }
-        Choice::Unrecorded => &UNRECORDED,
+        (Choice::Unrecorded, _) => &UNRECORDED,
     };
     TABLE.store(t as *const Hooks as *mut Hooks, Relaxed);
 }
 
+/// Runs a body on this thread's recorder.
+#[inline(always)]
+unsafe fn plain<X: Body>(body: X) -> X::Out {
+    // SAFETY: this thread's own state; the caller's arguments.
+    unsafe { enter(&tls::current().state, body) }
+}
+
+/// Runs a body on this thread's recorder, with stack recording.
+#[inline(always)]
+unsafe fn with_stacks<X: StackBody>(body: X) -> X::Out {
+    let t = tls::current();
+    // SAFETY: this thread's own states; the caller's arguments.
+    unsafe { enter_stacks(&t.state, &t.stacks, body) }
+}
+
 macro_rules! recorded_hooks {
-    ($B:ty) => {{
+    ($B:ty) => {
+        recorded_hooks!($B, plain)
+    };
+    ($B:ty, $run:ident) => {{
         unsafe extern "C" fn malloc<B: Backend>(size: usize) -> *mut c_void {
             // SAFETY: this thread's own state; the program's arguments.
-            unsafe { enter(&tls::current().state, Malloc::<B>(size, PhantomData)) }
+            unsafe { $run(Malloc::<B>(size, PhantomData)) }
         }
         unsafe extern "C" fn free<B: Backend>(ptr: *mut c_void) {
             // SAFETY: as above.
-            unsafe { enter(&tls::current().state, Free::<B>(ptr, PhantomData)) }
+            unsafe { $run(Free::<B>(ptr, PhantomData)) }
         }
         unsafe extern "C" fn calloc<B: Backend>(n: usize, size: usize) -> *mut c_void {
             // SAFETY: as above.
-            unsafe { enter(&tls::current().state, Calloc::<B>(n, size, PhantomData)) }
+            unsafe { $run(Calloc::<B>(n, size, PhantomData)) }
         }
         unsafe extern "C" fn realloc<B: Backend>(ptr: *mut c_void, size: usize) -> *mut c_void {
             // SAFETY: as above.
-            unsafe { enter(&tls::current().state, Realloc::<B>(ptr, size, PhantomData)) }
+            unsafe { $run(Realloc::<B>(ptr, size, PhantomData)) }
         }
         unsafe extern "C" fn aligned_alloc<B: Backend>(align: usize, size: usize) -> *mut c_void {
             // SAFETY: as above.
-            unsafe {
-                enter(
-                    &tls::current().state,
-                    AlignedAlloc::<B>(align, size, PhantomData),
-                )
-            }
+            unsafe { $run(AlignedAlloc::<B>(align, size, PhantomData)) }
         }
         unsafe extern "C" fn malloc_usable_size<B: Backend>(ptr: *mut c_void) -> usize {
             // SAFETY: as above.
-            unsafe { enter(&tls::current().state, UsableSize::<B>(ptr, PhantomData)) }
+            unsafe { $run(UsableSize::<B>(ptr, PhantomData)) }
         }
         unsafe extern "C" fn memalign<B: Backend>(align: usize, size: usize) -> *mut c_void {
             // SAFETY: as above.
-            unsafe {
-                enter(
-                    &tls::current().state,
-                    Memalign::<B>(align, size, PhantomData),
-                )
-            }
+            unsafe { $run(Memalign::<B>(align, size, PhantomData)) }
         }
         unsafe extern "C" fn posix_memalign<B: Backend>(
             out: *mut *mut c_void,
@@ -100,20 +112,15 @@ macro_rules! recorded_hooks {
             size: usize,
         ) -> c_int {
             // SAFETY: as above.
-            unsafe {
-                enter(
-                    &tls::current().state,
-                    PosixMemalign::<B>(out, align, size, PhantomData),
-                )
-            }
+            unsafe { $run(PosixMemalign::<B>(out, align, size, PhantomData)) }
         }
         unsafe extern "C" fn pvalloc<B: Backend>(size: usize) -> *mut c_void {
             // SAFETY: as above.
-            unsafe { enter(&tls::current().state, Pvalloc::<B>(size, PhantomData)) }
+            unsafe { $run(Pvalloc::<B>(size, PhantomData)) }
         }
         unsafe extern "C" fn valloc<B: Backend>(size: usize) -> *mut c_void {
             // SAFETY: as above.
-            unsafe { enter(&tls::current().state, Valloc::<B>(size, PhantomData)) }
+            unsafe { $run(Valloc::<B>(size, PhantomData)) }
         }
         Hooks {
             malloc: malloc::<$B>,
@@ -172,6 +179,9 @@ macro_rules! bench_variant {
 }
 use bench_variant;
 static MIMALLOC: Hooks = recorded_hooks!(Mimalloc);
+static SYSTEM_STACKS: Hooks = recorded_hooks!(System, with_stacks);
+static JEMALLOC_STACKS: Hooks = recorded_hooks!(Jemalloc, with_stacks);
+static MIMALLOC_STACKS: Hooks = recorded_hooks!(Mimalloc, with_stacks);
 
 /// Secure execution: glibc, nothing recorded.
 static UNRECORDED: Hooks = {

@@ -22,6 +22,7 @@ use core::marker::PhantomData;
 use core::ptr;
 
 use allocmux::Func;
+use allocmux::recorder::stacks::StackBody;
 use allocmux::recorder::{Body, Scope};
 
 use allocmux::recorder::EXACT_TIMING_BYTES;
@@ -106,6 +107,7 @@ fn recorded_first<B: Backend>(requested: usize) -> Option<usize> {
 }
 
 /// `malloc(size)`.
+#[derive(Clone, Copy)]
 pub struct Malloc<B>(pub usize, pub PhantomData<B>);
 impl<B: Backend> Body for Malloc<B> {
     type Out = *mut c_void;
@@ -152,6 +154,7 @@ unsafe extern "C" fn malloc_recorded_after<B: Backend, S: Scope>(size: usize, s:
 }
 
 /// `free(ptr)`.
+#[derive(Clone, Copy)]
 pub struct Free<B>(pub *mut c_void, pub PhantomData<B>);
 impl<B: Backend> Body for Free<B> {
     type Out = ();
@@ -182,6 +185,7 @@ impl<B: Backend> Body for Free<B> {
 }
 
 /// `calloc(count, size)`.
+#[derive(Clone, Copy)]
 pub struct Calloc<B>(pub usize, pub usize, pub PhantomData<B>);
 impl<B: Backend> Body for Calloc<B> {
     type Out = *mut c_void;
@@ -223,6 +227,7 @@ unsafe extern "C" fn calloc_recorded_after<B: Backend, S: Scope>(
 }
 
 /// `realloc(ptr, size)`.
+#[derive(Clone, Copy)]
 pub struct Realloc<B>(pub *mut c_void, pub usize, pub PhantomData<B>);
 impl<B: Backend> Body for Realloc<B> {
     type Out = *mut c_void;
@@ -268,6 +273,7 @@ impl<B: Backend> Body for Realloc<B> {
 }
 
 /// `aligned_alloc(alignment, size)`.
+#[derive(Clone, Copy)]
 pub struct AlignedAlloc<B>(pub usize, pub usize, pub PhantomData<B>);
 impl<B: Backend> Body for AlignedAlloc<B> {
     type Out = *mut c_void;
@@ -289,6 +295,7 @@ impl<B: Backend> Body for AlignedAlloc<B> {
 }
 
 /// `memalign(alignment, size)`.
+#[derive(Clone, Copy)]
 pub struct Memalign<B>(pub usize, pub usize, pub PhantomData<B>);
 impl<B: Backend> Body for Memalign<B> {
     type Out = *mut c_void;
@@ -310,6 +317,7 @@ impl<B: Backend> Body for Memalign<B> {
 }
 
 /// `posix_memalign(&ptr, alignment, size)`.
+#[derive(Clone, Copy)]
 pub struct PosixMemalign<B>(
     pub *mut *mut c_void,
     pub usize,
@@ -344,6 +352,7 @@ impl<B: Backend> Body for PosixMemalign<B> {
 }
 
 /// `valloc(size)`.
+#[derive(Clone, Copy)]
 pub struct Valloc<B>(pub usize, pub PhantomData<B>);
 impl<B: Backend> Body for Valloc<B> {
     type Out = *mut c_void;
@@ -359,6 +368,7 @@ impl<B: Backend> Body for Valloc<B> {
 }
 
 /// `pvalloc(size)`.
+#[derive(Clone, Copy)]
 pub struct Pvalloc<B>(pub usize, pub PhantomData<B>);
 impl<B: Backend> Body for Pvalloc<B> {
     type Out = *mut c_void;
@@ -374,6 +384,7 @@ impl<B: Backend> Body for Pvalloc<B> {
 }
 
 /// `malloc_usable_size(ptr)`.
+#[derive(Clone, Copy)]
 pub struct UsableSize<B>(pub *mut c_void, pub PhantomData<B>);
 impl<B: Backend> Body for UsableSize<B> {
     type Out = usize;
@@ -409,4 +420,91 @@ impl Scope for Unrecorded {
     fn call(&self, _: Func) {}
     #[inline(always)]
     fn fail(&self, _: Func) {}
+}
+
+// What each call does to blocks, for stack recording (`recorder::stacks`).
+
+impl<B: Backend> StackBody for Malloc<B> {
+    fn request(&self) -> Option<usize> {
+        Some(self.0)
+    }
+    fn handed_out(&self, out: &*mut c_void) -> usize {
+        *out as usize
+    }
+}
+
+impl<B: Backend> StackBody for Free<B> {
+    fn request(&self) -> Option<usize> {
+        None
+    }
+    fn released(&self) -> usize {
+        self.0 as usize
+    }
+    fn handed_out(&self, _: &()) -> usize {
+        0
+    }
+}
+
+impl<B: Backend> StackBody for Calloc<B> {
+    fn request(&self) -> Option<usize> {
+        self.0.checked_mul(self.1) // an overflow fails: nothing to sample
+    }
+    fn handed_out(&self, out: &*mut c_void) -> usize {
+        *out as usize
+    }
+}
+
+impl<B: Backend> StackBody for Realloc<B> {
+    fn request(&self) -> Option<usize> {
+        // realloc(p, 0) frees p and hands out nothing.
+        (self.1 != 0 || self.0.is_null()).then_some(self.1)
+    }
+    fn released(&self) -> usize {
+        self.0 as usize
+    }
+    fn did_release(&self, out: &*mut c_void) -> bool {
+        // A failed realloc leaves the old block with the program.
+        !out.is_null() || self.1 == 0
+    }
+    fn handed_out(&self, out: &*mut c_void) -> usize {
+        *out as usize
+    }
+}
+
+macro_rules! hands_out_its_result {
+    ($($body:ident($size:tt)),*) => {$(
+        impl<B: Backend> StackBody for $body<B> {
+            fn request(&self) -> Option<usize> {
+                Some(self.$size)
+            }
+            fn handed_out(&self, out: &*mut c_void) -> usize {
+                *out as usize
+            }
+        }
+    )*};
+}
+hands_out_its_result!(AlignedAlloc(1), Memalign(1), Valloc(0), Pvalloc(0));
+
+impl<B: Backend> StackBody for PosixMemalign<B> {
+    fn request(&self) -> Option<usize> {
+        Some(self.2)
+    }
+    fn handed_out(&self, out: &c_int) -> usize {
+        if *out == 0 {
+            // SAFETY: on success the call stored the block in the
+            // program's out-pointer.
+            unsafe { *self.0 as usize }
+        } else {
+            0
+        }
+    }
+}
+
+impl<B: Backend> StackBody for UsableSize<B> {
+    fn request(&self) -> Option<usize> {
+        None
+    }
+    fn handed_out(&self, _: &usize) -> usize {
+        0
+    }
 }

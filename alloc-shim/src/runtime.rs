@@ -10,7 +10,7 @@ use core::sync::atomic::{
     AtomicBool, AtomicU8, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
 };
 
-use allocmux::profile::{self, Header, State};
+use allocmux::profile::{self, Header, StackMode, State};
 use allocmux::recorder::{self, ClockPair, SpinLock};
 use allocmux::stats::ByteSize as Size;
 
@@ -65,7 +65,11 @@ fn choose_backend() -> Choice {
     // table) must find the table in place, or it would jump to itself.
     // Threads racing here read the same environment and make the same
     // choice, and installing is idempotent, so no lock is needed.
-    crate::hooks::install(choice);
+    let stacks = choice != Choice::Unrecorded && config::stack_mode() != StackMode::Off;
+    if stacks {
+        recorder::stacks::configure(config::stack_mode(), true);
+    }
+    crate::hooks::install(choice, stacks);
     BACKEND.store(choice as u8, Release);
     choice
 }
@@ -109,6 +113,9 @@ struct Writer {
     /// file the program later opened on descriptor 2.
     stderr_id: Option<(u64, u64)>,
     buf: [u8; OUT_BUF],
+    /// The stack lines and the section's end: they grow with the number
+    /// of distinct stacks, so they live on the shim's own heap.
+    tail: String,
 }
 
 static WRITER: SpinLock<Writer> = SpinLock::new(Writer {
@@ -128,6 +135,7 @@ static WRITER: SpinLock<Writer> = SpinLock::new(Writer {
     finished: false,
     stderr_id: None,
     buf: [0; OUT_BUF],
+    tail: String::new(),
 });
 static STARTED: AtomicBool = AtomicBool::new(false);
 static FLUSHER_STOP: AtomicBool = AtomicBool::new(false);
@@ -138,12 +146,6 @@ pub fn init(envp: *const *const c_char) {
         return;
     }
     let cfg = config::read(envp);
-    if cfg.stacks != config::Stacks::Off {
-        config::warn(format_args!(
-            "ALLOCMUX_STACKS={:?} (every {} bytes): call-stack capture is not in this version yet; recording totals only",
-            cfg.stacks, cfg.sample_bytes
-        ));
-    }
     recorder::set_time_sample_mean(cfg.time_sample_mean);
     recorder::prepare_thread_key();
     {
@@ -251,6 +253,7 @@ fn write_profile(w: &mut Writer, state: State, exiting_thread: bool) {
     };
     let Writer {
         buf,
+        tail,
         tmp,
         path,
         path_len,
@@ -258,18 +261,21 @@ fn write_profile(w: &mut Writer, state: State, exiting_thread: bool) {
     } = w;
     let mut out = SliceWriter { buf, len: 0 };
     if profile::write_magic(&mut out)
-        .and_then(|_| profile::write_process(&mut out, &header, &totals))
+        .and_then(|_| profile::write_counters(&mut out, &header, &totals))
         .is_err()
     {
         return; // larger than the buffer: keep the previous complete file
     }
     let len = out.len;
+    tail.clear();
+    // Writing into a String cannot fail.
+    let _ = recorder::stacks::write(tail).and_then(|_| profile::write_end(tail));
     let Some(fd) = create_temporary(&path[..*path_len], tmp) else {
         return;
     };
     // SAFETY: tmp and path are NUL-terminated; buf[..len] is initialised.
     unsafe {
-        let ok = write_all(fd, &buf[..len]);
+        let ok = write_all(fd, &buf[..len]) && write_all(fd, tail.as_bytes());
         libc::close(fd);
         if ok {
             libc::rename(tmp.as_ptr().cast(), path.as_ptr().cast());
@@ -441,15 +447,18 @@ extern "C" fn flusher_main(_: *mut c_void) -> *mut c_void {
 extern "C" fn fork_prepare() {
     WRITER.lock_and_forget();
     recorder::before_fork();
+    recorder::stacks::before_fork();
 }
 
 extern "C" fn fork_parent() {
+    recorder::stacks::after_fork_parent();
     recorder::after_fork_parent();
     // SAFETY: fork_prepare took the lock in this thread and forgot the guard.
     unsafe { WRITER.force_unlock() };
 }
 
 extern "C" fn fork_child() {
+    recorder::stacks::after_fork_child();
     recorder::after_fork_child(&tls::current().state);
     // SAFETY: fork_prepare took the lock; the child has no other thread.
     unsafe { WRITER.force_unlock() };

@@ -12,12 +12,15 @@
 use core::cell::Cell;
 
 use allocmux::recorder::ThreadState;
+use allocmux::recorder::stacks::StackThread;
 
 /// What the shim keeps per thread. All-zero is valid (it lives in `.tbss`).
 #[repr(C, align(64))]
 pub struct ShimThread {
     /// The recorder's counters and sampling state.
     pub state: ThreadState,
+    /// Stack sampling state (unused with stacks off).
+    pub stacks: StackThread,
     /// This thread's `errno`, cached: `free` saves and restores it, and
     /// `__errno_location()` is a call into libc.
     errno: Cell<*mut libc::c_int>,
@@ -28,6 +31,7 @@ impl ShimThread {
     const fn new() -> Self {
         ShimThread {
             state: ThreadState::new(),
+            stacks: StackThread::new(),
             errno: Cell::new(core::ptr::null_mut()),
         }
     }

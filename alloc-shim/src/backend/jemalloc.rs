@@ -13,7 +13,7 @@ unsafe extern "C" {
 }
 
 /// jemalloc.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub struct Jemalloc;
 
 /// A pointer to one of jemalloc's counters for the calling thread

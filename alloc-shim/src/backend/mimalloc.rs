@@ -11,7 +11,7 @@ unsafe extern "C" {
 }
 
 /// mimalloc.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub struct Mimalloc;
 
 // SAFETY: forwards to mimalloc.

@@ -30,7 +30,7 @@ use core::ffi::c_void;
 /// jemalloc and mimalloc change it only when one of their own `madvise` or
 /// `munmap` calls fails, which on their own mappings happens only at the
 /// kernel's map-count limit), so a hook can end in a tail jump to them.
-pub unsafe trait Backend {
+pub unsafe trait Backend: Copy {
     /// The name used in `ALLOCMUX_ALLOCATOR` and in profiles.
     const NAME: &'static str;
     /// Whether `usable` is cheap enough (a header read) to call inline

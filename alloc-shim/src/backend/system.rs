@@ -16,7 +16,7 @@ unsafe extern "C" {
 }
 
 /// glibc malloc.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub struct System;
 
 // SAFETY: forwards to glibc's own allocator.

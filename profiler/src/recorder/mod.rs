@@ -20,8 +20,10 @@
 mod clock;
 mod counters;
 mod lock;
+pub mod stacks;
 pub mod sys;
 mod thread;
+pub mod unwind;
 
 pub use clock::{ClockPair, Tsc, clock_ns, monotonic_ns};
 pub use counters::Counters;

@@ -1,0 +1,290 @@
+//! Call stacks recorded by the shim: exact per-stack counts on a fixture
+//! built like a distribution binary (`-O2 -g`, no frame pointers), sampled
+//! shares within a stated tolerance, leak and peak attribution, threads,
+//! fork, and real programs whose output is unchanged with stacks on.
+
+#[macro_use]
+mod common;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use allocmux::SiteCounts;
+use allocmux::profile::StackMode;
+use common::*;
+use object::{Object, ObjectSymbol, SymbolKind};
+
+/// Compiles the stacks fixture as distributions build: `-O2 -g`, without
+/// frame pointers.
+fn fixture_exe() -> PathBuf {
+    compile("cc", "stacks.c", &["-O2", "-g", "-fomit-frame-pointer"])
+}
+
+/// The fixture's functions: ELF address range and name.
+struct Symbols {
+    path: PathBuf,
+    funcs: Vec<(std::ops::Range<u64>, String)>,
+}
+
+impl Symbols {
+    fn load(path: &Path) -> Symbols {
+        let data = std::fs::read(path).unwrap();
+        let file = object::File::parse(&*data).unwrap();
+        let funcs = file
+            .symbols()
+            .filter(|s| s.kind() == SymbolKind::Text && s.size() > 0)
+            .map(|s| {
+                (
+                    s.address()..s.address() + s.size(),
+                    s.name().unwrap().to_string(),
+                )
+            })
+            .collect();
+        Symbols {
+            path: path.canonicalize().unwrap(),
+            funcs,
+        }
+    }
+
+    /// The fixture's own functions on a stack, the allocating one first;
+    /// frames elsewhere (libc, the loader) are left out.
+    fn chain(&self, p: &ProcessProfile, frames: &[u64]) -> Vec<String> {
+        frames
+            .iter()
+            .filter_map(|&addr| {
+                let m = p.stacks.module_of(addr)?;
+                if Path::new(&m.path) != self.path {
+                    return None;
+                }
+                // A return address: the call is the byte before it.
+                let vaddr = addr - m.bias - 1;
+                self.funcs
+                    .iter()
+                    .find(|(r, _)| r.contains(&vaddr))
+                    .map(|(_, n)| n.clone())
+            })
+            .collect()
+    }
+
+    /// Per-stack figures merged by fixture chain (non-empty chains only).
+    fn by_chain(&self, p: &ProcessProfile) -> HashMap<Vec<String>, SiteCounts> {
+        let mut out: HashMap<Vec<String>, SiteCounts> = HashMap::new();
+        for s in &p.stacks.stacks {
+            let chain = self.chain(p, &s.frames);
+            if !chain.is_empty() {
+                out.entry(chain).or_default().add(&s.counts);
+            }
+        }
+        out
+    }
+}
+
+fn chain(names: &[&str]) -> Vec<String> {
+    names.iter().map(|s| s.to_string()).collect()
+}
+
+/// Runs the fixture under `backend` with `env`; checks its output.
+fn run_fixture(backend: &str, n: u64, env: &[(&str, &str)]) -> ProcessProfile {
+    let exe = fixture_exe();
+    let (out, mut profiles) = run_under(backend, Command::new(&exe).arg(n.to_string()), env);
+    assert!(
+        out.status.success() && text(&out.stdout) == format!("stacks: {n} iterations\n"),
+        "the stacks fixture under {backend} failed ({}):\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert!(out.stderr.is_empty(), "stderr: {}", text(&out.stderr));
+    assert_eq!(profiles.len(), 1);
+    assert_eq!(profiles[0].state, State::Exited);
+    profiles.pop().unwrap()
+}
+
+/// Exact mode: every allocation of the fixture is on the right stack, the
+/// leaf's stacks include its caller, and only `leak` holds memory at exit.
+fn exact_mode_counts_every_stack(backend: &str) {
+    let n = 1000;
+    let p = run_fixture(backend, n, &[("ALLOCMUX_STACKS", "exact")]);
+    assert_eq!(p.stacks.mode, StackMode::Exact);
+    assert_eq!(p.stacks.lost, 0, "{backend}");
+    let syms = Symbols::load(&fixture_exe());
+    let got = syms.by_chain(&p);
+    let keys: Vec<_> = {
+        let mut k: Vec<_> = got.keys().cloned().collect();
+        k.sort();
+        k
+    };
+    let leaf = got
+        .get(&chain(&["leaf", "middle", "main", "_start"]))
+        .unwrap_or_else(|| panic!("{backend}: fixture stacks {keys:?}"));
+    let other = &got[&chain(&["other", "main", "_start"])];
+    let leak = &got[&chain(&["leak", "main", "_start"])];
+    assert_eq!(keys.len(), 3, "{backend}: fixture stacks {keys:?}");
+    assert_eq!(
+        (leaf.samples, leaf.allocs, leaf.bytes),
+        (3 * n, 3 * n, 300 * n)
+    );
+    assert_eq!((other.samples, other.allocs, other.bytes), (n, n, 100 * n));
+    assert_eq!((leak.allocs, leak.bytes), (16, 16_000));
+    // Leaked: only `leak` still holds blocks at exit.
+    assert_eq!((leak.live_allocs, leak.live_bytes), (16, 16_000));
+    assert_eq!((leaf.live_allocs, other.live_allocs), (0, 0));
+    // At the peak (after `leak`), the loop's blocks were all freed.
+    assert_eq!((leak.peak_allocs, leak.peak_bytes), (16, 16_000));
+    assert_eq!((leaf.peak_bytes, other.peak_bytes), (0, 0));
+    // Every stack records allocator time (an allocation takes some ticks).
+    assert!(leaf.ticks > 0 && other.ticks > 0);
+    // The process's own counts are unaffected by stack recording.
+    assert!(p.totals.calls_of(Func::Malloc) >= 4 * n + 16);
+    // The shim's own frames are not in any stack.
+    let shim_path = Path::new(shim()).canonicalize().unwrap();
+    for s in &p.stacks.stacks {
+        let leaf_module = p.stacks.module_of(s.frames[0]).map(|m| Path::new(&m.path));
+        assert_ne!(leaf_module, Some(shim_path.as_path()), "{backend}: {s:?}");
+    }
+}
+
+/// Sample mode: shares by bytes and the estimated totals are within a
+/// stated tolerance of the truth. With 8 KiB between samples the run below
+/// takes about 4 900 samples, so the standard error of the leaf's 3/4
+/// share is about 0.006; the tolerance is 0.03 (five standard errors).
+fn sample_mode_estimates_shares(backend: &str) {
+    let n = 100_000;
+    let p = run_fixture(
+        backend,
+        n,
+        &[
+            ("ALLOCMUX_STACKS", "sample"),
+            ("ALLOCMUX_SAMPLE_BYTES", "8192"),
+        ],
+    );
+    assert_eq!(p.stacks.mode, StackMode::Sample { mean_bytes: 8192 });
+    let got = Symbols::load(&fixture_exe()).by_chain(&p);
+    let leaf = got[&chain(&["leaf", "middle", "main", "_start"])];
+    let other = got[&chain(&["other", "main", "_start"])];
+    let total = (leaf.bytes + other.bytes) as f64;
+    let share = leaf.bytes as f64 / total;
+    assert!(
+        (share - 0.75).abs() < 0.03,
+        "{backend}: leaf share {share:.4} ({leaf:?} / {other:?})"
+    );
+    let calls = (leaf.allocs + other.allocs) as f64;
+    assert!(
+        (calls / (4 * n) as f64 - 1.0).abs() < 0.05,
+        "{backend}: estimated {calls} allocations, made {}",
+        4 * n
+    );
+    let samples = leaf.samples + other.samples;
+    assert!(
+        (3_000..8_000).contains(&samples),
+        "{backend}: {samples} samples for 40 MB at 8 KiB"
+    );
+}
+
+/// Cross-thread frees with stacks on: exact call counts, no hang, every
+/// thread's allocations on a stack.
+fn threads_with_stacks(backend: &str) {
+    let exe = compile_c("threads.c");
+    for mode in ["sample", "exact"] {
+        let (out, profiles) = run_under(
+            backend,
+            Command::new(&exe).args(["16", "5000"]),
+            &[("ALLOCMUX_STACKS", mode)],
+        );
+        assert!(
+            out.status.success(),
+            "threads under {backend} with {mode} stacks: {}\n{}",
+            out.status,
+            text(&out.stderr)
+        );
+        assert_eq!(
+            text(&out.stdout),
+            text(&run_reference(Command::new(&exe).args(["16", "5000"]), None).stdout)
+        );
+        let p = &profiles[0];
+        assert!(p.totals.calls_of(Func::Malloc) >= 80_000);
+        let allocs: u64 = p.stacks.stacks.iter().map(|s| s.counts.allocs).sum();
+        if mode == "exact" {
+            // Every allocation has a stack.
+            assert_eq!(
+                allocs + p.stacks.lost,
+                p.totals.allocation_calls() - p.totals.failed_calls,
+                "{backend}: {}",
+                summary(p)
+            );
+            assert_eq!(p.stacks.lost, 0);
+        } else {
+            assert!(!p.stacks.stacks.is_empty());
+        }
+    }
+}
+
+/// A forked child records its own stacks from zero; an exec'd one too.
+fn fork_and_exec_with_stacks(backend: &str) {
+    let exe = compile_c("forkexec.c");
+    let (out, profiles) = run_under(
+        backend,
+        Command::new(&exe).arg("200"),
+        &[("ALLOCMUX_STACKS", "exact")],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(profiles.len() >= 3, "{} profiles", profiles.len());
+    for p in profiles.iter().filter(|p| p.totals.allocation_calls() > 0) {
+        assert_eq!(p.stacks.mode, StackMode::Exact);
+        assert!(!p.stacks.stacks.is_empty(), "{}", summary(p));
+        let allocs: u64 = p.stacks.stacks.iter().map(|s| s.counts.allocs).sum();
+        assert!(
+            allocs <= p.totals.allocation_calls(),
+            "a child counts its parent's stacks: {allocs} > {}",
+            p.totals.allocation_calls()
+        );
+    }
+}
+
+per_backend!(
+    exact_mode_counts_every_stack,
+    sample_mode_estimates_shares,
+    threads_with_stacks,
+    fork_and_exec_with_stacks,
+);
+
+/// python3 with stacks on, each mode under a different backend: unchanged
+/// output, and stacks that reach into the interpreter.
+#[test]
+fn python_with_stacks() {
+    let Some(python) = require("/usr/bin/python3", "python3") else {
+        return;
+    };
+    let script = "import json\nd = {str(i): [i] * (i % 30) for i in range(30000)}\nprint(len(json.dumps(d)))\n";
+    let reference = run_reference(Command::new(&python).args(["-c", script]), None);
+    for (backend, mode) in [
+        ("system", "exact"),
+        ("jemalloc", "sample"),
+        ("mimalloc", "sample"),
+    ] {
+        let (out, profiles) = run_under(
+            backend,
+            Command::new(&python).args(["-c", script]),
+            &[
+                ("ALLOCMUX_STACKS", mode),
+                ("ALLOCMUX_SAMPLE_BYTES", "65536"),
+            ],
+        );
+        assert_eq!(out.stdout, reference.stdout, "{backend} {mode}");
+        assert_eq!(out.stderr, reference.stderr, "{backend} {mode}");
+        let p = &profiles[0];
+        let in_python = p.stacks.stacks.iter().any(|s| {
+            s.frames.iter().any(|&a| {
+                p.stacks
+                    .module_of(a)
+                    .is_some_and(|m| m.path.contains("python"))
+            })
+        });
+        assert!(
+            in_python,
+            "{backend} {mode}: no stack reaches the interpreter ({} stacks)",
+            p.stacks.stacks.len()
+        );
+    }
+}
