@@ -85,6 +85,9 @@ fn backend_name(c: Choice) -> &'static str {
 /// Periodic flush interval: a process killed by SIGKILL loses at most this
 /// much of its recording.
 const FLUSH_INTERVAL_MS: u64 = 500;
+/// The flusher sleeps at least this many times as long as its last write
+/// took (a write of tens of thousands of stacks takes tens of ms).
+const FLUSH_DUTY: u64 = 20;
 const PATH_MAX: usize = 4096;
 const OUT_BUF: usize = 64 * 1024;
 
@@ -116,6 +119,12 @@ struct Writer {
     /// The stack lines and the section's end: they grow with the number
     /// of distinct stacks, so they live on the shim's own heap.
     tail: String,
+    /// The stacks copied out of the recorder for writing.
+    stacks: recorder::stacks::Snapshot,
+    /// How long the last write took: the flusher waits at least
+    /// `FLUSH_DUTY` times as long before the next, so a profile with very
+    /// many stacks cannot take more than a small share of a CPU.
+    last_write_ns: u64,
 }
 
 static WRITER: SpinLock<Writer> = SpinLock::new(Writer {
@@ -136,6 +145,8 @@ static WRITER: SpinLock<Writer> = SpinLock::new(Writer {
     stderr_id: None,
     buf: [0; OUT_BUF],
     tail: String::new(),
+    stacks: recorder::stacks::Snapshot::new(),
+    last_write_ns: 0,
 });
 static STARTED: AtomicBool = AtomicBool::new(false);
 static FLUSHER_STOP: AtomicBool = AtomicBool::new(false);
@@ -251,9 +262,12 @@ fn write_profile(w: &mut Writer, state: State, exiting_thread: bool) {
         max_rss_bytes: max_rss_bytes(),
         time_sample_mean: recorder::time_sample_mean(),
     };
+    let started = recorder::monotonic_ns();
     let Writer {
         buf,
         tail,
+        stacks,
+        last_write_ns,
         tmp,
         path,
         path_len,
@@ -268,8 +282,9 @@ fn write_profile(w: &mut Writer, state: State, exiting_thread: bool) {
     }
     let len = out.len;
     tail.clear();
+    stacks.take();
     // Writing into a String cannot fail.
-    let _ = recorder::stacks::write(tail).and_then(|_| profile::write_end(tail));
+    let _ = stacks.write(tail).and_then(|_| profile::write_end(tail));
     let Some(fd) = create_temporary(&path[..*path_len], tmp) else {
         return;
     };
@@ -283,6 +298,7 @@ fn write_profile(w: &mut Writer, state: State, exiting_thread: bool) {
             libc::unlink(tmp.as_ptr().cast());
         }
     }
+    *last_write_ns = recorder::monotonic_ns().saturating_sub(started);
     if state == State::Exited {
         w.finished = true;
     }
@@ -425,10 +441,11 @@ fn start_flusher() {
 extern "C" fn flusher_main(_: *mut c_void) -> *mut c_void {
     // SAFETY: prctl with a NUL-terminated name.
     unsafe { libc::prctl(libc::PR_SET_NAME, c"allocmux-flush".as_ptr()) };
+    let mut interval_ns = FLUSH_INTERVAL_MS * 1_000_000;
     loop {
         let ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: (FLUSH_INTERVAL_MS * 1_000_000) as i64,
+            tv_sec: (interval_ns / 1_000_000_000) as i64,
+            tv_nsec: (interval_ns % 1_000_000_000) as i64,
         };
         // SAFETY: valid timespec; an interrupted sleep just flushes early.
         unsafe { libc::nanosleep(&ts, core::ptr::null_mut()) };
@@ -440,6 +457,7 @@ extern "C" fn flusher_main(_: *mut c_void) -> *mut c_void {
             break;
         }
         write_profile(&mut w, State::Running, false);
+        interval_ns = (FLUSH_INTERVAL_MS * 1_000_000).max(w.last_write_ns * FLUSH_DUTY);
     }
     core::ptr::null_mut()
 }

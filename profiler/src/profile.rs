@@ -205,11 +205,12 @@ pub fn write_module<W: Write>(w: &mut W, m: &ModuleRef<'_>) -> fmt::Result {
 }
 
 /// Writes one stack line: its figures, then its return addresses, the
-/// allocating call site first.
+/// allocating call site first. Formats the numbers itself: the shim writes
+/// every stack on every flush, and `core::fmt` costs several times more.
 pub fn write_stack<W: Write>(w: &mut W, c: &SiteCounts, frames: &[u64]) -> fmt::Result {
-    write!(
-        w,
-        "stack {} {} {} {} {} {} {} {}",
+    let mut line = LineBuf::default();
+    line.push_str(w, "stack")?;
+    for v in [
         c.samples,
         c.allocs,
         c.bytes,
@@ -217,12 +218,77 @@ pub fn write_stack<W: Write>(w: &mut W, c: &SiteCounts, frames: &[u64]) -> fmt::
         c.peak_allocs,
         c.peak_bytes,
         c.live_allocs,
-        c.live_bytes
-    )?;
-    for f in frames {
-        write!(w, " {f:x}")?;
+        c.live_bytes,
+    ] {
+        line.number(w, v, 10)?;
     }
-    w.write_char('\n')
+    for &f in frames {
+        line.number(w, f, 16)?;
+    }
+    line.push_str(w, "\n")?;
+    line.flush(w)
+}
+
+/// A line assembled in a fixed buffer and handed to the writer in few
+/// pieces (each `write_str` checks UTF-8 and dispatches dynamically).
+struct LineBuf {
+    buf: [u8; 512],
+    len: usize,
+}
+
+impl Default for LineBuf {
+    fn default() -> Self {
+        LineBuf {
+            buf: [0; 512],
+            len: 0,
+        }
+    }
+}
+
+impl LineBuf {
+    fn flush<W: Write>(&mut self, w: &mut W) -> fmt::Result {
+        // Only ASCII was put in.
+        let s = core::str::from_utf8(&self.buf[..self.len]).map_err(|_| fmt::Error)?;
+        w.write_str(s)?;
+        self.len = 0;
+        Ok(())
+    }
+
+    fn push_str<W: Write>(&mut self, w: &mut W, s: &str) -> fmt::Result {
+        if self.len + s.len() > self.buf.len() {
+            self.flush(w)?;
+        }
+        if s.len() > self.buf.len() {
+            return w.write_str(s);
+        }
+        self.buf[self.len..self.len + s.len()].copy_from_slice(s.as_bytes());
+        self.len += s.len();
+        Ok(())
+    }
+
+    /// Appends a space and `v` in base 10 or 16 (lowercase).
+    fn number<W: Write>(&mut self, w: &mut W, mut v: u64, base: u64) -> fmt::Result {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut digits = [0u8; 21];
+        let mut i = digits.len();
+        loop {
+            i -= 1;
+            digits[i] = DIGITS[(v % base) as usize];
+            v /= base;
+            if v == 0 {
+                break;
+            }
+        }
+        i -= 1;
+        digits[i] = b' ';
+        let piece = &digits[i..];
+        if self.len + piece.len() > self.buf.len() {
+            self.flush(w)?;
+        }
+        self.buf[self.len..self.len + piece.len()].copy_from_slice(piece);
+        self.len += piece.len();
+        Ok(())
+    }
 }
 
 /// Writes bytes with everything but printable ASCII (and `%`) as `%XX`.

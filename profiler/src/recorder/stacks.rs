@@ -305,10 +305,13 @@ impl Hasher for AddrHasher {
         self.0
     }
     fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut b = [0u8; 8];
-            b[..chunk.len()].copy_from_slice(chunk);
-            self.write_u64(u64::from_ne_bytes(b));
+        // A stack key arrives here as one slice of whole words.
+        let mut words = bytes.chunks_exact(8);
+        for w in &mut words {
+            self.write_u64(u64::from_ne_bytes(w.try_into().expect("8 bytes")));
+        }
+        for &b in words.remainder() {
+            self.write_u64(b as u64);
         }
     }
     fn write_u64(&mut self, v: u64) {
@@ -503,33 +506,91 @@ static STATE: SpinLock<State> = SpinLock::new(State {
     modules: Vec::new(),
 });
 
-/// Writes the stack lines of the profile (mode, modules, one line per
-/// stack). Nothing when stacks are off.
-pub fn write<W: Write>(w: &mut W) -> fmt::Result {
-    let mode = mode();
-    if mode == StackMode::Off {
-        return Ok(());
+/// A copy of the stack table, taken under the lock and written out after
+/// it is released, so a large profile never stalls the allocating threads
+/// while it is formatted. Keep one and reuse it: its buffers stay allocated.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    mode: StackMode,
+    lost: u64,
+    modules: Vec<unwind::ModuleInfo>,
+    counts: Vec<SiteCounts>,
+    /// Each stack's frames, one after the other; `ends[i]` closes stack `i`.
+    frames: Vec<u64>,
+    ends: Vec<usize>,
+}
+
+impl Snapshot {
+    /// An empty copy.
+    pub const fn new() -> Self {
+        Snapshot {
+            mode: StackMode::Off,
+            lost: 0,
+            modules: Vec::new(),
+            counts: Vec::new(),
+            frames: Vec::new(),
+            ends: Vec::new(),
+        }
     }
-    let s = STATE.lock();
-    let lost = s.sites.lost + UNSTACKED.load(Relaxed);
-    profile::write_stack_mode(w, mode, lost)?;
-    for m in &s.modules {
-        profile::write_module(
-            w,
-            &ModuleRef {
-                start: m.range.start,
-                end: m.range.end,
-                file_offset: m.file_offset,
-                bias: m.bias,
-                build_id: &m.build_id,
-                path: &m.path,
-            },
-        )?;
+
+    /// Copies the current stacks (nothing when stacks are off).
+    pub fn take(&mut self) {
+        self.mode = mode();
+        self.counts.clear();
+        self.frames.clear();
+        self.ends.clear();
+        if self.mode == StackMode::Off {
+            return;
+        }
+        let s = STATE.lock();
+        self.lost = s.sites.lost + UNSTACKED.load(Relaxed);
+        if self.modules.len() != s.modules.len() {
+            self.modules.clone_from(&s.modules);
+        }
+        for (i, frames) in s.sites.frames.iter().enumerate() {
+            self.counts.push(s.sites.counts(i));
+            self.frames.extend_from_slice(frames);
+            self.ends.push(self.frames.len());
+        }
     }
-    for (i, frames) in s.sites.frames.iter().enumerate() {
-        profile::write_stack(w, &s.sites.counts(i), frames)?;
+
+    /// Writes the stack lines of the profile (mode, modules, one line per
+    /// stack).
+    pub fn write<W: Write>(&self, w: &mut W) -> fmt::Result {
+        if self.mode == StackMode::Off {
+            return Ok(());
+        }
+        profile::write_stack_mode(w, self.mode, self.lost)?;
+        for m in &self.modules {
+            profile::write_module(
+                w,
+                &ModuleRef {
+                    start: m.range.start,
+                    end: m.range.end,
+                    file_offset: m.file_offset,
+                    bias: m.bias,
+                    build_id: &m.build_id,
+                    path: &m.path,
+                },
+            )?;
+        }
+        let mut start = 0;
+        for (c, &end) in self.counts.iter().zip(&self.ends) {
+            profile::write_stack(w, c, &self.frames[start..end])?;
+            start = end;
+        }
+        Ok(())
     }
-    Ok(())
+
+    /// Distinct stacks in the copy.
+    pub fn len(&self) -> usize {
+        self.counts.len()
+    }
+
+    /// Whether the copy holds no stack.
+    pub fn is_empty(&self) -> bool {
+        self.counts.is_empty()
+    }
 }
 
 /// `fork` prepare handler: hold the stack lock so the child gets it consistent.

@@ -268,17 +268,168 @@ fn framehop_module(f: &Found) -> framehop::Module<&'static [u8]> {
     framehop::Module::new(String::new(), f.exec.clone(), bias, info)
 }
 
+/// framehop rule caches (509 slots each).
+const RULE_CACHES: usize = 16;
+/// Steps remembered per capture (the frames plus the shim's own).
+const MEMO_STEPS: usize = MAX_FRAMES + 16;
+/// Threads whose last capture is remembered (by stack top).
+const MEMO_SLOTS: usize = 8;
+/// Stack words one unwinding step may read and still be remembered.
+const MAX_READS: usize = 3;
+
+/// One unwinding step: the registers it started from, the stack words it
+/// read, and the return address it found (0: the end of the stack).
+#[derive(Clone, Copy, Default)]
+struct Step {
+    pc: u64,
+    sp: u64,
+    bp: u64,
+    ret: u64,
+    reads: [(u64, u64); MAX_READS],
+    /// Reads made; more than `MAX_READS` makes the step unverifiable.
+    nreads: u8,
+}
+
+impl Step {
+    fn note_read(&mut self, addr: u64, value: u64) {
+        if let Some(r) = self.reads.get_mut(self.nreads as usize) {
+            *r = (addr, value);
+        }
+        self.nreads = self.nreads.saturating_add(1);
+    }
+}
+
+/// Whether every stack word read by `steps` still holds what was read.
+///
+/// # Safety
+/// `readable` must only accept mapped addresses.
+unsafe fn still_valid(steps: &[Step], readable: &impl Fn(u64) -> bool) -> bool {
+    steps.iter().all(|s| {
+        (s.nreads as usize) <= MAX_READS
+            && s.reads[..s.nreads as usize].iter().all(|&(a, v)| {
+                // SAFETY: checked readable (the caller's promise).
+                readable(a) && unsafe { core::ptr::read_volatile(a as *const u64) } == v
+            })
+    })
+}
+
+/// Collects return addresses, leaving out the skipped module's frames at
+/// the leaf end.
+struct Emit<'a> {
+    out: &'a mut [u64; MAX_FRAMES],
+    n: usize,
+    leaf: bool,
+    skip: Range<u64>,
+}
+
+impl Emit<'_> {
+    fn full(&self) -> bool {
+        self.n == MAX_FRAMES
+    }
+
+    /// Takes one return address; false at the end of the stack or when full.
+    fn push(&mut self, ret: u64) -> bool {
+        if ret == 0 {
+            return false;
+        }
+        if self.leaf && self.skip.contains(&ret) {
+            return true;
+        }
+        self.leaf = false;
+        self.out[self.n] = ret;
+        self.n += 1;
+        !self.full()
+    }
+}
+
+/// The last capture of a thread, double-buffered: the previous steps are
+/// read while the new ones are written.
+struct Memo {
+    stack_top: u64,
+    steps: [Vec<Step>; 2],
+    len: [usize; 2],
+    current: usize,
+}
+
+impl Memo {
+    /// The remembered steps, and room for the new ones.
+    fn split(&mut self) -> (&[Step], &mut [Step]) {
+        let [a, b] = &mut self.steps;
+        let (old, new) = if self.current == 0 { (a, b) } else { (b, a) };
+        if new.is_empty() {
+            new.resize(MEMO_STEPS, Step::default());
+        }
+        (&old[..self.len[self.current]], &mut new[..])
+    }
+
+    fn finish(&mut self, steps: usize) {
+        self.current ^= 1;
+        self.len[self.current] = steps;
+    }
+}
+
+/// The remembered captures of up to `MEMO_SLOTS` threads.
+struct Memos {
+    slots: Vec<Memo>,
+    next_victim: usize,
+}
+
+impl Memos {
+    const fn new() -> Self {
+        Memos {
+            slots: Vec::new(),
+            next_victim: 0,
+        }
+    }
+
+    /// The slot of the thread whose stack ends at `top`, taking over the
+    /// oldest-assigned one if it has none.
+    fn slot(&mut self, top: u64) -> &mut Memo {
+        if let Some(i) = self.slots.iter().position(|m| m.stack_top == top) {
+            return &mut self.slots[i];
+        }
+        let fresh = Memo {
+            stack_top: top,
+            steps: [Vec::new(), Vec::new()],
+            len: [0, 0],
+            current: 0,
+        };
+        if self.slots.len() < MEMO_SLOTS {
+            self.slots.push(fresh);
+            return self.slots.last_mut().expect("just pushed");
+        }
+        let i = self.next_victim % MEMO_SLOTS;
+        self.next_victim += 1;
+        let m = &mut self.slots[i];
+        m.stack_top = top;
+        m.len = [0, 0];
+        m
+    }
+
+    fn clear(&mut self) {
+        for m in &mut self.slots {
+            m.len = [0, 0];
+        }
+    }
+}
+
 /// The unwinder, its rule cache and the module list it was built from.
 #[allow(missing_debug_implementations)] // framehop's types have no Debug
 pub struct StackUnwinder {
     unwinder: Option<UnwinderX86_64<&'static [u8], MustNotAllocateDuringUnwind>>,
-    cache: Option<CacheX86_64<MustNotAllocateDuringUnwind>>,
+    /// framehop's rule caches: each has 509 direct-mapped slots, too few
+    /// for an interpreter's thousands of return addresses, so addresses
+    /// are spread over several by a hash.
+    caches: Vec<CacheX86_64<MustNotAllocateDuringUnwind>>,
     generation: Option<Generation>,
     modules: Vec<ModuleInfo>,
     /// Frames in this range (the recorder's own module, in the shim) are
     /// dropped from the leaf end of every stack.
     skip: Range<u64>,
     skip_own_module: bool,
+    memos: Memos,
+    /// Captures that reused remembered steps (for tests and tuning).
+    pub memo_hits: u64,
 }
 
 impl StackUnwinder {
@@ -287,17 +438,19 @@ impl StackUnwinder {
     pub const fn new(skip_own_module: bool) -> Self {
         StackUnwinder {
             unwinder: None,
-            cache: None,
+            caches: Vec::new(),
             generation: None,
             modules: Vec::new(),
             skip: 0..0,
             skip_own_module,
+            memos: Memos::new(),
+            memo_hits: 0,
         }
     }
 
     /// Whether the module list is that of loader generation `g`.
     pub fn is_current(&self, g: Generation) -> bool {
-        self.generation == Some(g) && self.cache.is_some()
+        self.generation == Some(g) && !self.caches.is_empty()
     }
 
     /// Replaces the module list (built by [`loaded_modules`] for `g`).
@@ -317,9 +470,11 @@ impl StackUnwinder {
         };
         self.unwinder = Some(unwinder);
         self.modules = infos;
+        // Remembered steps may refer to code that is gone.
+        self.memos.clear();
         self.generation = Some(g);
-        if self.cache.is_none() {
-            self.cache = Some(CacheX86_64::new_in());
+        if self.caches.is_empty() {
+            self.caches = (0..RULE_CACHES).map(|_| CacheX86_64::new_in()).collect();
         }
     }
 
@@ -336,13 +491,26 @@ impl StackUnwinder {
 
     /// Writes the calling thread's return addresses into `out`, the
     /// innermost first and the skipped module's frames left out, reading
-    /// stack memory only in `stack` (the thread's stack, from below the
-    /// current frame to its top). Returns how many it wrote.
+    /// stack memory only in `stack` (the thread's stack mapping). Returns
+    /// how many it wrote.
+    ///
+    /// Consecutive stacks of a thread share their outer frames (an
+    /// interpreter's loop, a server's request handler), so each capture is
+    /// remembered: per step, the registers before it, the stack words it
+    /// read and the return address it found. When a step starts from the
+    /// same registers as a remembered one, and every stack word the
+    /// remembered steps from there on read still holds the same value, those
+    /// steps would compute the same frames again (unwinding is a function of
+    /// the registers and the words read), so they are taken as they are.
     #[inline(never)]
     pub fn capture(&mut self, stack: Range<u64>, out: &mut [u64; MAX_FRAMES]) -> usize {
-        let (Some(unwinder), Some(cache)) = (self.unwinder.as_ref(), self.cache.as_mut()) else {
+        let Some(unwinder) = self.unwinder.as_ref() else {
             return 0;
         };
+        if self.caches.is_empty() {
+            return 0;
+        }
+        let caches = &mut self.caches;
         let (pc, sp, bp): (u64, u64, u64);
         // SAFETY: reads three registers; no memory is touched.
         unsafe {
@@ -359,38 +527,76 @@ impl StackUnwinder {
         // Only the live part of the stack: from here up to its top.
         let lo = sp.max(stack.start);
         let hi = stack.end;
-        let mut read = |addr: u64| -> Result<u64, ()> {
-            if addr >= lo && addr.checked_add(8).is_some_and(|e| e <= hi) && addr % 8 == 0 {
+        let readable = move |addr: u64| {
+            addr >= lo && addr.checked_add(8).is_some_and(|e| e <= hi) && addr % 8 == 0
+        };
+        let memo = self.memos.slot(hi);
+        let (old, new) = memo.split();
+        let mut emit = Emit {
+            out,
+            n: 0,
+            leaf: true,
+            skip: self.skip.clone(),
+        };
+        let mut regs = UnwindRegsX86_64::new(pc, sp, bp);
+        let mut address = FrameAddress::from_instruction_pointer(pc);
+        let mut cursor = 0;
+        let mut steps = 0;
+        while steps < MEMO_STEPS && !emit.full() {
+            // A remembered step from the same registers?
+            while cursor < old.len() && old[cursor].sp < regs.sp() {
+                cursor += 1;
+            }
+            if let Some(s) = old.get(cursor) {
+                let same = s.pc == address.address() && s.sp == regs.sp() && s.bp == regs.bp();
+                // SAFETY: `readable` bounds every read to this thread's
+                // live stack.
+                if same && unsafe { still_valid(&old[cursor..], &readable) } {
+                    self.memo_hits += 1;
+                    for s in &old[cursor..] {
+                        if steps < MEMO_STEPS {
+                            new[steps] = *s;
+                            steps += 1;
+                        }
+                        if !emit.push(s.ret) {
+                            break;
+                        }
+                    }
+                    break;
+                }
+            }
+            let mut step = Step {
+                pc: address.address(),
+                sp: regs.sp(),
+                bp: regs.bp(),
+                ..Step::default()
+            };
+            let mut read = |addr: u64| -> Result<u64, ()> {
+                if !readable(addr) {
+                    return Err(());
+                }
                 // SAFETY: inside this thread's own stack, which is mapped
                 // from the current frame up to its top.
-                Ok(unsafe { core::ptr::read_volatile(addr as *const u64) })
-            } else {
-                Err(())
-            }
-        };
-        let mut frames =
-            unwinder.iter_frames(pc, UnwindRegsX86_64::new(pc, sp, bp), cache, &mut read);
-        let mut n = 0;
-        let mut leaf = true;
-        while let Ok(Some(frame)) = frames.next() {
-            let addr = match frame {
-                FrameAddress::InstructionPointer(_) => continue, // inside `capture` itself
-                FrameAddress::ReturnAddress(a) => a.get(),
+                let v = unsafe { core::ptr::read_volatile(addr as *const u64) };
+                step.note_read(addr, v);
+                Ok(v)
             };
-            if leaf && self.skip.contains(&addr) {
-                continue;
-            }
-            leaf = false;
-            if addr == 0 {
+            // framehop's slot is address % 509: pick the cache by the
+            // quotient, so neighbouring addresses spread over all of them.
+            let cache = &mut caches[(address.address() / 509) as usize % RULE_CACHES];
+            step.ret = match unwinder.unwind_frame(address, &mut regs, cache, &mut read) {
+                Ok(Some(ret)) => ret,
+                _ => 0,
+            };
+            new[steps] = step;
+            steps += 1;
+            if !emit.push(step.ret) {
                 break;
             }
-            out[n] = addr;
-            n += 1;
-            if n == MAX_FRAMES {
-                break;
-            }
+            address = FrameAddress::from_return_address(step.ret).expect("non-zero");
         }
-        n
+        memo.finish(steps);
+        emit.n
     }
 }
 
@@ -505,6 +711,41 @@ mod tests {
             &out[..n10]
         );
         assert!(!in_deeper(out[11]));
+    }
+
+    #[test]
+    fn remembered_steps_give_the_same_stacks() {
+        let mut u = StackUnwinder::new(false);
+        u.install(generation(), loaded_modules());
+        let stack = thread_stack().unwrap();
+        let mut out = [0; MAX_FRAMES];
+        // One call site for every capture, so equal depths mean equal
+        // stacks; the memo is cleared before some of them.
+        let plan = [
+            (3, true),
+            (3, false),
+            (7, false),
+            (3, false),
+            (12, true),
+            (12, false),
+        ];
+        let plan = plan
+            .iter()
+            .chain(&[(0, false), (7, true), (2, false), (9, false)]);
+        let mut seen: std::collections::HashMap<u32, Vec<u64>> = Default::default();
+        for &(depth, clear) in plan.clone().chain(plan) {
+            if clear {
+                u.memos.clear();
+            }
+            let n = deeper(&mut u, stack.clone(), depth, &mut out);
+            let want = seen.entry(depth).or_insert_with(|| out[..n].to_vec());
+            assert_eq!(&out[..n], &want[..], "depth {depth}");
+        }
+        assert!(
+            u.memo_hits >= 10,
+            "{} of 20 captures reused steps",
+            u.memo_hits
+        );
     }
 
     #[test]
