@@ -7,4 +7,5 @@ pub mod demo;
 pub mod launch;
 pub mod report;
 pub mod shim;
+pub mod symbolize;
 pub mod target;
