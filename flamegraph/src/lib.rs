@@ -7,5 +7,6 @@ pub mod demo;
 pub mod launch;
 pub mod report;
 pub mod shim;
+pub mod stacks;
 pub mod symbolize;
 pub mod target;
