@@ -377,6 +377,7 @@ impl<'a> StackSet<'a> {
 /// A value of `w`, for people ("1.5 MiB", "1,024 allocations", "3.20 ms").
 pub fn show_value(w: Weight, v: u64, time_unit: &str) -> String {
     match w {
+        Weight::Count if v == 1 => "1 allocation".to_string(),
         Weight::Count => format!("{} allocations", Count(v)),
         Weight::Bytes | Weight::Peak | Weight::Leaked => Bytes(v).to_string(),
         Weight::Time if time_unit == "ns" => Dur(v).to_string(),
