@@ -160,7 +160,7 @@ struct ReportArgs {
     /// Print JSON instead of the table.
     #[arg(long)]
     json: bool,
-    /// Stacks listed per weight, when the profiles recorded stacks.
+    /// Stacks listed per weight, when the profiles recorded stacks (0: none).
     #[arg(long, value_name = "N", default_value_t = 5)]
     top: usize,
 }
@@ -380,7 +380,12 @@ fn stack_set<'a>(
     sym: &mut Symbolizer,
     what: &str,
 ) -> Result<StackSet<'a>> {
-    StackSet::build(profiles, sym).with_context(|| format!("cannot use {what}"))
+    StackSet::build(profiles, sym).map_err(|_| {
+        anyhow::anyhow!(
+            "{what} has no call stacks; record a profile with them with \
+             `allocmux run --stacks sample -o PROFILE -- CMD`"
+        )
+    })
 }
 
 /// The command of the first process that has one (the run's main
@@ -402,7 +407,11 @@ fn cmd_report(a: ReportArgs) -> Result<i32> {
     let profiles = load_profiles(&a.profiles)?;
     let report = Report::new(profiles.clone(), None);
     let mut sym = Symbolizer::new();
-    let set = StackSet::build(&profiles, &mut sym).ok();
+    let set = if a.top == 0 {
+        None
+    } else {
+        StackSet::build(&profiles, &mut sym).ok()
+    };
     if a.json {
         let mut v = report.to_json();
         if let Some(set) = &set {
@@ -464,8 +473,7 @@ fn cmd_flame(a: FlameArgs) -> Result<i32> {
         .context("writing the summary")?;
     let mut sym = Symbolizer::new();
     let svg = StackSet::build(&outcome.profiles, &mut sym)
-        .map_err(anyhow::Error::from)
-        .context("cannot draw a flamegraph")
+        .map_err(|e| anyhow::anyhow!("cannot draw a flamegraph: {e}"))
         .and_then(|set| {
             let title = format!("{} — {}", shell_words(&a.command), a.allocator.name());
             crate::render::flamegraph(

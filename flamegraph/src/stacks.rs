@@ -179,8 +179,7 @@ pub struct NoStacks;
 impl std::fmt::Display for NoStacks {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(
-            "the profile has no call stacks (recorded with ALLOCMUX_STACKS=off, or by a shim \
-             built without stack capture); record with `allocmux flame` or `allocmux run --stacks sample`",
+            "no call stacks were recorded (ALLOCMUX_STACKS=off, or a shim without stack capture)",
         )
     }
 }

@@ -664,6 +664,22 @@ fn bad_input_to_the_stack_commands_is_refused_clearly() {
 }
 
 #[test]
+fn run_passes_the_stack_settings_to_the_shim() {
+    let env = |args: &[&str]| {
+        let out = ok(run(allocmux().arg("run").args(args).args([
+            "--",
+            "sh",
+            "-c",
+            "echo \"$ALLOCMUX_STACKS $ALLOCMUX_SAMPLE_BYTES\"",
+        ])));
+        text(&out.stdout)
+    };
+    assert_eq!(env(&["--stacks", "exact"]), "exact \n");
+    assert_eq!(env(&["--sample-bytes", "4096"]), "sample 4096\n");
+    assert_eq!(env(&["--stacks", "off"]), "off \n");
+}
+
+#[test]
 fn flame_refuses_an_existing_output_before_running_the_program() {
     let dir = tempfile::tempdir().unwrap();
     let svg = dir.path().join("keep.svg");
@@ -716,7 +732,10 @@ fn flame_runs_the_program_and_draws_its_stacks() {
     } else {
         assert_eq!(out.status.code(), Some(1), "{err}");
         assert!(
-            err.lines().last().unwrap().contains("has no call stacks"),
+            err.lines()
+                .last()
+                .unwrap()
+                .contains("cannot draw a flamegraph: no call stacks were recorded"),
             "{err}"
         );
         assert!(!svg.exists(), "no empty SVG is left behind");
