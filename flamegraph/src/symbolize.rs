@@ -75,12 +75,19 @@ impl Frame {
         {
             return true;
         }
+        // rustc 1.9x mangles the allocator shims into a `__rustc` namespace.
         let f = self.function.as_str();
+        let f = f.strip_prefix("__rustc::").unwrap_or(f);
         matches!(f, "__rust_alloc" | "__rust_alloc_zeroed" | "__rust_realloc")
             || f.starts_with("__rdl_")
             || f.starts_with("__rg_")
             || f.starts_with("allocmux::")
             || f.starts_with("<allocmux::")
+            // A global allocator's own code: System's, jemallocator's,
+            // mimalloc's `GlobalAlloc` impls and std's helpers under them.
+            || f.contains(" as core::alloc::global::GlobalAlloc>::")
+            || f.starts_with("std::sys::alloc::")
+            || (f.starts_with("std::sys::pal::") && f.contains("::alloc::"))
     }
 }
 
@@ -92,11 +99,16 @@ pub type Resolved = Rc<[Frame]>;
 /// leaf first): the leading run of plumbing frames, i.e. frames from the
 /// preload shim (a module whose file name starts with `liballocmux_shim`)
 /// and Rust's global-allocator glue (`__rust_alloc`, `__rust_alloc_zeroed`,
-/// `__rust_realloc`, `__rdl_*`, `__rg_*`, and anything in the `allocmux`
-/// crate, such as `<allocmux::Counting<A> as GlobalAlloc>::alloc`).
-/// What calls the allocator stays: `malloc`'s callers, `operator new`,
-/// `alloc::raw_vec::...`. Only the leaf end is trimmed, and never the whole
-/// stack: a stack made only of plumbing is kept as it is.
+/// `__rust_realloc`, `__rdl_*`, `__rg_*`, also under the `__rustc::`
+/// namespace newer rustc puts them in, anything in the `allocmux` crate,
+/// and any `GlobalAlloc` implementation with std's helpers below it, such
+/// as `<std::alloc::System as GlobalAlloc>::alloc` (inlined into
+/// `__rdl_alloc`, it is where the `malloc` call is) or
+/// `<allocmux::Counting<A> as GlobalAlloc>::alloc`).
+/// The program's own requests stay: a C function's call to `malloc`,
+/// `operator new`, Rust's `alloc::alloc::*` and `alloc::raw_vec::...`.
+/// Only the leaf end is trimmed, and never the whole stack: a stack made
+/// only of plumbing is kept as it is.
 pub fn trim_count<'a>(frames: impl IntoIterator<Item = &'a Frame>) -> usize {
     frames
         .into_iter()
@@ -356,8 +368,13 @@ mod tests {
         let shim = Some("/home/u/.cache/allocmux/liballocmux_shim-1a2b.so");
         let stack = [
             frame("malloc", shim),
+            frame(
+                "<std::alloc::System as core::alloc::global::GlobalAlloc>::alloc",
+                Some("/bin/app"),
+            ),
+            frame("std::sys::alloc::unix::aligned_malloc", Some("/bin/app")),
             frame("__rust_alloc", Some("/bin/app")),
-            frame("__rdl_alloc", Some("/bin/app")),
+            frame("__rustc::__rdl_alloc", Some("/bin/app")),
             frame(
                 "<allocmux::Counting<A> as core::alloc::global::GlobalAlloc>::alloc",
                 Some("/bin/app"),
@@ -366,7 +383,7 @@ mod tests {
             frame("__rust_alloc", Some("/bin/app")), // not at the leaf end: kept
             frame("main", Some("/bin/app")),
         ];
-        assert_eq!(trim_count(&stack), 4);
+        assert_eq!(trim_count(&stack), 6);
         let cxx = [
             frame(
                 "operator new(unsigned long)",

@@ -238,6 +238,46 @@ fn shim_frames_are_trimmed_from_the_leaf_end() {
     assert_eq!(text(&ok(out).stdout), "main;middle;leaf 4\n");
 }
 
+/// The allocmux binary is Rust: its allocator shims (which recent rustc
+/// names `__rustc::__rust_alloc`, `__rustc::__rdl_alloc`) are trimmed, and
+/// its functions are demangled without their hash.
+#[test]
+fn rust_allocator_glue_is_trimmed_and_names_are_demangled() {
+    let bin = Path::new(env!("CARGO_BIN_EXE_allocmux"));
+    let nm = ok(Command::new("nm").arg("-C").arg(bin).output().unwrap());
+    let addr_of = |pred: &dyn Fn(&str) -> bool| -> u64 {
+        text(&nm.stdout)
+            .lines()
+            .find_map(|l| {
+                let mut w = l.splitn(3, ' ');
+                let (a, _, name) = (w.next()?, w.next()?, w.next()?);
+                pred(name).then(|| u64::from_str_radix(a, 16).ok())?
+            })
+            .expect("symbol in the allocmux binary")
+    };
+    let rust_alloc = addr_of(&|n| n == "__rustc::__rust_alloc" || n == "__rust_alloc");
+    let rdl_alloc = addr_of(&|n| n == "__rustc::__rdl_alloc" || n == "__rdl_alloc");
+    let run =
+        addr_of(&|n| n == "allocmux_cli::cli::run" || n.starts_with("allocmux_cli::cli::run::h"));
+    // A PIE's ELF addresses used as they are: bias 0, one big mapping.
+    let m = module(bin, 0, 0x1_0000_0000, 0);
+    let p = process(
+        6,
+        "allocmux",
+        vec![m],
+        vec![stack(
+            &[rdl_alloc + 5, rust_alloc + 5, run + 5],
+            counts(9, 90, 0, 0, 0),
+        )],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let prof = write_profile(dir.path(), "rust.prof", &[p]);
+    assert_eq!(
+        export(&prof, "folded", "count"),
+        "allocmux_cli::cli::run 9\n"
+    );
+}
+
 #[test]
 fn json_export_lists_frames_leaf_first_with_files_lines_and_every_weight() {
     let dir = tempfile::tempdir().unwrap();
