@@ -7,8 +7,14 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 
+use allocmux::profile::ProcessProfile;
+
+use crate::export::Format;
 use crate::launch::{self, Allocator, Launch};
-use crate::report::{Report, RunInfo};
+use crate::render::Labels;
+use crate::report::{Report, RunInfo, shell_words};
+use crate::stacks::{StackSet, Weight};
+use crate::symbolize::Symbolizer;
 
 /// allocmux: how much a program allocates, how long it spends in the
 /// allocator, and which allocator suits it.
@@ -23,8 +29,14 @@ pub struct Cli {
 enum Cmd {
     /// Run a command under the profiler and print what it allocated (on stderr, after it ends).
     Run(RunArgs),
-    /// Print the summary of saved profiles.
+    /// Run a command with call stacks recorded and draw where it allocated as a flamegraph SVG.
+    Flame(FlameArgs),
+    /// Print the summary of saved profiles, with their top call stacks.
     Report(ReportArgs),
+    /// Write the call stacks of saved profiles as folded stacks, pprof or JSON.
+    Export(ExportArgs),
+    /// Draw a differential flamegraph of two saved profiles (red: grew, blue: shrank).
+    Diff(DiffArgs),
     /// Run a bundled allocation-heavy workload under each allocator and compare.
     Demo(DemoArgs),
     /// Run a bundled workload (used by `demo` and the tests).
@@ -43,6 +55,12 @@ struct RunArgs {
     /// Write the report as JSON to FILE (`-` for stdout).
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+    /// Record the call stack of allocations: none, a sample weighted by bytes, or every one.
+    #[arg(long, value_enum, value_name = "MODE")]
+    stacks: Option<StacksArg>,
+    /// Mean bytes between two sampled stacks (implies --stacks sample).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    sample_bytes: Option<u64>,
     /// Overwrite the output files if they exist.
     #[arg(long)]
     force: bool,
@@ -56,6 +74,84 @@ struct RunArgs {
     command: Vec<String>,
 }
 
+/// How the shim records call stacks (`ALLOCMUX_STACKS`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum StacksArg {
+    /// No stacks.
+    Off,
+    /// A sample of allocations, one per --sample-bytes allocated on average, counts scaled up.
+    Sample,
+    /// Every allocation's stack.
+    Exact,
+}
+
+impl StacksArg {
+    fn name(self) -> &'static str {
+        match self {
+            StacksArg::Off => "off",
+            StacksArg::Sample => "sample",
+            StacksArg::Exact => "exact",
+        }
+    }
+}
+
+/// The shim's stack settings as environment variables.
+fn stack_env(stacks: StacksArg, sample_bytes: Option<u64>) -> Result<Vec<(String, String)>> {
+    let mut env = vec![("ALLOCMUX_STACKS".to_string(), stacks.name().to_string())];
+    if let Some(n) = sample_bytes {
+        if stacks != StacksArg::Sample {
+            bail!(
+                "--sample-bytes applies to --stacks sample, not --stacks {}",
+                stacks.name()
+            );
+        }
+        env.push(("ALLOCMUX_SAMPLE_BYTES".to_string(), n.to_string()));
+    }
+    Ok(env)
+}
+
+#[derive(Debug, clap::Args)]
+struct FlameArgs {
+    /// Allocator the program runs on.
+    #[arg(short, long, value_enum, default_value_t = Allocator::System)]
+    allocator: Allocator,
+    /// What the width of a frame shows.
+    #[arg(long, value_enum, default_value_t = Weight::Bytes)]
+    weight: Weight,
+    /// Record every allocation's stack (same as --stacks exact).
+    #[arg(long, conflicts_with = "stacks")]
+    exact: bool,
+    /// How to record stacks: a sample weighted by bytes (cheap, scaled estimates) or every allocation.
+    #[arg(long, value_enum, value_name = "MODE")]
+    stacks: Option<FlameStacks>,
+    /// Mean bytes between two sampled stacks (the shim's default is 512 KiB).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    sample_bytes: Option<u64>,
+    /// The SVG to write.
+    #[arg(short, long, value_name = "FILE.svg", default_value = "allocmux.svg")]
+    output: PathBuf,
+    /// Overwrite the output file if it exists.
+    #[arg(long)]
+    force: bool,
+    /// The command to run, after `--`.
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
+    command: Vec<String>,
+}
+
+/// Stack recording for `flame` (off would leave nothing to draw).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum FlameStacks {
+    /// A sample of allocations, one per --sample-bytes allocated on average, counts scaled up.
+    Sample,
+    /// Every allocation's stack.
+    Exact,
+}
+
 #[derive(Debug, clap::Args)]
 struct ReportArgs {
     /// Profile files written by `allocmux run -o` or by the shim (ALLOCMUX_OUTPUT).
@@ -64,6 +160,48 @@ struct ReportArgs {
     /// Print JSON instead of the table.
     #[arg(long)]
     json: bool,
+    /// Stacks listed per weight, when the profiles recorded stacks (0: none).
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    top: usize,
+}
+
+#[derive(Debug, clap::Args)]
+struct ExportArgs {
+    /// Profile files with call stacks.
+    #[arg(required = true, value_name = "PROFILE")]
+    profiles: Vec<PathBuf>,
+    /// Output format.
+    #[arg(long, value_enum)]
+    format: Format,
+    /// The weight of folded lines, the order of JSON stacks, pprof's default sample type
+    /// [default: bytes].
+    #[arg(long, value_enum)]
+    weight: Option<Weight>,
+    /// Output file (`-` for stdout, except for pprof and svg).
+    #[arg(short, long, value_name = "FILE")]
+    output: PathBuf,
+    /// Overwrite the output file if it exists.
+    #[arg(long)]
+    force: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct DiffArgs {
+    /// The profile to compare against.
+    #[arg(value_name = "BASE_PROFILE")]
+    base: PathBuf,
+    /// The profile compared: frames are as wide as here.
+    #[arg(value_name = "NEW_PROFILE")]
+    new: PathBuf,
+    /// What is compared.
+    #[arg(long, value_enum, default_value_t = Weight::Bytes)]
+    weight: Weight,
+    /// The SVG to write.
+    #[arg(short, long, value_name = "FILE.svg")]
+    output: PathBuf,
+    /// Overwrite the output file if it exists.
+    #[arg(long)]
+    force: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -80,7 +218,10 @@ struct DemoArgs {
 pub fn run(cli: Cli) -> Result<i32> {
     match cli.command {
         Cmd::Run(a) => cmd_run(a),
+        Cmd::Flame(a) => cmd_flame(a),
         Cmd::Report(a) => cmd_report(a),
+        Cmd::Export(a) => cmd_export(a),
+        Cmd::Diff(a) => cmd_diff(a),
         Cmd::Demo(a) => crate::demo::run(&a.output, a.size),
         Cmd::Workload { name, size } => {
             let Some(w) = allocmux_workloads::find(&name) else {
@@ -98,11 +239,14 @@ pub fn run(cli: Cli) -> Result<i32> {
 #[derive(Debug)]
 pub struct OutputFile {
     path: PathBuf,
+    /// Whether `claim` created the file (so `discard` may remove it).
+    created: bool,
 }
 
 impl OutputFile {
     /// Claims `path`: refuses an existing file unless `force`.
     pub fn claim(path: &Path, force: bool, what: &str) -> Result<OutputFile> {
+        let existed = fs::symlink_metadata(path).is_ok();
         let mut opts = fs::OpenOptions::new();
         opts.write(true);
         if force {
@@ -113,6 +257,7 @@ impl OutputFile {
         match opts.open(path) {
             Ok(_) => Ok(OutputFile {
                 path: path.to_path_buf(),
+                created: !existed,
             }),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                 bail!(
@@ -121,6 +266,20 @@ impl OutputFile {
                 )
             }
             Err(e) => Err(e).with_context(|| format!("cannot write the {what} {}", path.display())),
+        }
+    }
+
+    /// Where the output goes.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Gives the claim up when nothing will be written: removes the file
+    /// if `claim` created it (an existing file, claimed with `--force`,
+    /// keeps its contents).
+    pub fn discard(self) {
+        if self.created {
+            let _ = fs::remove_file(&self.path);
         }
     }
 
@@ -148,11 +307,15 @@ fn cmd_run(a: RunArgs) -> Result<i32> {
         .as_deref()
         .map(|p| OutputFile::claim(p, a.force, "profile"))
         .transpose()?;
+    let env = match (a.stacks, a.sample_bytes) {
+        (None, None) => vec![],
+        (stacks, n) => stack_env(stacks.unwrap_or(StacksArg::Sample), n)?,
+    };
     let outcome = launch::launch(&Launch {
         command: &a.command,
         allocator: a.allocator,
         quiet: false,
-        env: vec![],
+        env,
     })?;
     for (path, why) in &outcome.unreadable {
         eprintln!(
@@ -194,9 +357,10 @@ fn write_json(json: Option<JsonOut>, report: &Report) -> Result<()> {
     }
 }
 
-fn cmd_report(a: ReportArgs) -> Result<i32> {
+/// Reads profile files, every process of each.
+fn load_profiles(paths: &[PathBuf]) -> Result<Vec<ProcessProfile>> {
     let mut profiles = Vec::new();
-    for path in &a.profiles {
+    for path in paths {
         let text =
             fs::read(path).with_context(|| format!("cannot read profile {}", path.display()))?;
         let text = String::from_utf8(text).map_err(|_| {
@@ -206,11 +370,218 @@ fn cmd_report(a: ReportArgs) -> Result<i32> {
             .with_context(|| format!("cannot read profile {}", path.display()))?;
         profiles.append(&mut p);
     }
-    let report = Report::new(profiles, None);
-    if a.json {
-        write_json(Some(JsonOut::Stdout), &report)?;
+    Ok(profiles)
+}
+
+/// Symbolized stacks of `profiles`, or an error naming `what` if none
+/// recorded stacks.
+fn stack_set<'a>(
+    profiles: &'a [ProcessProfile],
+    sym: &mut Symbolizer,
+    what: &str,
+) -> Result<StackSet<'a>> {
+    StackSet::build(profiles, sym).map_err(|_| {
+        anyhow::anyhow!(
+            "{what} has no call stacks; record a profile with them with \
+             `allocmux run --stacks sample -o PROFILE -- CMD`"
+        )
+    })
+}
+
+/// The command of the first process that has one (the run's main
+/// process: profiles are in start order), for titles.
+fn profiles_command(profiles: &[ProcessProfile]) -> String {
+    profiles
+        .iter()
+        .min_by_key(|p| (p.clock_start.mono_ns, p.pid))
+        .filter(|p| !p.argv.is_empty())
+        .map_or_else(|| "allocmux profile".to_string(), |p| shell_words(&p.argv))
+}
+
+fn paths_words(paths: &[PathBuf]) -> String {
+    let words: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    shell_words(&words)
+}
+
+fn cmd_report(a: ReportArgs) -> Result<i32> {
+    let profiles = load_profiles(&a.profiles)?;
+    let report = Report::new(profiles.clone(), None);
+    let mut sym = Symbolizer::new();
+    let set = if a.top == 0 {
+        None
     } else {
-        report.write_human(&mut std::io::stdout().lock())?;
+        StackSet::build(&profiles, &mut sym).ok()
+    };
+    if a.json {
+        let mut v = report.to_json();
+        if let Some(set) = &set {
+            v.as_object_mut()
+                .expect("an object")
+                .insert("top_stacks".into(), crate::top::to_json(set, a.top));
+        }
+        let mut text = serde_json::to_string_pretty(&v).expect("JSON values serialise");
+        text.push('\n');
+        std::io::stdout()
+            .lock()
+            .write_all(text.as_bytes())
+            .context("writing JSON to stdout")?;
+    } else {
+        let mut out = std::io::stdout().lock();
+        report.write_human(&mut out)?;
+        if let Some(set) = &set {
+            crate::top::write_human(set, a.top, &mut out)?;
+        }
     }
     Ok(0)
+}
+
+fn cmd_flame(a: FlameArgs) -> Result<i32> {
+    let stacks = match (a.exact, a.stacks) {
+        (true, _) | (false, Some(FlameStacks::Exact)) => StacksArg::Exact,
+        _ => StacksArg::Sample,
+    };
+    let env = stack_env(stacks, a.sample_bytes)?;
+    let out = OutputFile::claim(&a.output, a.force, "flamegraph")?;
+    let outcome = match launch::launch(&Launch {
+        command: &a.command,
+        allocator: a.allocator,
+        quiet: false,
+        env,
+    }) {
+        Ok(o) => o,
+        Err(e) => {
+            out.discard();
+            return Err(e);
+        }
+    };
+    for (path, why) in &outcome.unreadable {
+        eprintln!(
+            "allocmux: skipped unreadable profile {}: {why}",
+            path.display()
+        );
+    }
+    let info = RunInfo {
+        command: a.command.clone(),
+        allocator: a.allocator.name().to_string(),
+        exit: outcome.exit,
+        wall_ns: outcome.wall_ns,
+    };
+    let report = Report::new(outcome.profiles.clone(), Some(info));
+    let mut err = std::io::stderr().lock();
+    report
+        .write_human(&mut err)
+        .context("writing the summary")?;
+    let mut sym = Symbolizer::new();
+    let svg = StackSet::build(&outcome.profiles, &mut sym)
+        .map_err(|e| anyhow::anyhow!("cannot draw a flamegraph: {e}"))
+        .and_then(|set| {
+            let title = format!("{} — {}", shell_words(&a.command), a.allocator.name());
+            crate::render::flamegraph(
+                &set.folded(a.weight),
+                &crate::render::labels(&set, a.weight, title),
+            )
+        });
+    match svg {
+        Ok(svg) => {
+            out.write(&svg)?;
+            writeln!(
+                err,
+                "  flamegraph of {} written to {}",
+                a.weight.describe(),
+                out.path().display()
+            )?;
+            Ok(outcome.exit.shell_status())
+        }
+        Err(e) => {
+            out.discard();
+            Err(e)
+        }
+    }
+}
+
+fn cmd_export(a: ExportArgs) -> Result<i32> {
+    let to_stdout = a.output.as_os_str() == "-";
+    match a.format {
+        Format::Pprof if to_stdout => {
+            bail!("pprof output is binary; write it to a file with -o FILE.pb.gz")
+        }
+        Format::Svg if to_stdout => bail!("write the SVG to a file with -o FILE.svg"),
+        _ => {}
+    }
+    let out = if to_stdout {
+        None
+    } else {
+        Some(OutputFile::claim(&a.output, a.force, "output file")?)
+    };
+    let result = (|| {
+        let profiles = load_profiles(&a.profiles)?;
+        let mut sym = Symbolizer::new();
+        let set = stack_set(&profiles, &mut sym, &paths_words(&a.profiles))?;
+        let mut comments = vec![format!("allocmux export of {}", paths_words(&a.profiles))];
+        let mut allocators: Vec<&str> = profiles.iter().map(|p| p.allocator.as_str()).collect();
+        allocators.sort_unstable();
+        allocators.dedup();
+        comments.push(format!("allocator: {}", allocators.join(",")));
+        if a.format == Format::Svg {
+            let w = a.weight.unwrap_or(Weight::Bytes);
+            let title = format!("{} — {}", profiles_command(&profiles), allocators.join(","));
+            return crate::render::flamegraph(
+                &set.folded(w),
+                &crate::render::labels(&set, w, title),
+            );
+        }
+        crate::export::render(&set, a.format, a.weight, &comments)
+    })();
+    match (result, out) {
+        (Ok(bytes), Some(out)) => out.write(&bytes)?,
+        (Ok(bytes), None) => std::io::stdout()
+            .lock()
+            .write_all(&bytes)
+            .context("writing to stdout")?,
+        (Err(e), out) => {
+            if let Some(out) = out {
+                out.discard();
+            }
+            return Err(e);
+        }
+    }
+    Ok(0)
+}
+
+fn cmd_diff(a: DiffArgs) -> Result<i32> {
+    let out = OutputFile::claim(&a.output, a.force, "flamegraph")?;
+    let result = (|| {
+        let base = load_profiles(std::slice::from_ref(&a.base))?;
+        let new = load_profiles(std::slice::from_ref(&a.new))?;
+        let mut sym = Symbolizer::new();
+        let base_set = stack_set(&base, &mut sym, &a.base.display().to_string())?;
+        let new_set = stack_set(&new, &mut sym, &a.new.display().to_string())?;
+        let w = a.weight;
+        let title = format!(
+            "{} → {} — {} — total {} → {}",
+            a.base.display(),
+            a.new.display(),
+            new_set.describe(w),
+            base_set.show(w, w.of(&base_set.total())),
+            new_set.show(w, w.of(&new_set.total())),
+        );
+        let labels = Labels {
+            title,
+            subtitle: Some(
+                "widths as in the new profile; red: grew, blue: shrank against the base".into(),
+            ),
+            count_name: w.unit(new_set.time_unit()).to_string(),
+        };
+        crate::render::differential(&base_set.folded(w), &new_set.folded(w), &labels)
+    })();
+    match result {
+        Ok(svg) => {
+            out.write(&svg)?;
+            Ok(0)
+        }
+        Err(e) => {
+            out.discard();
+            Err(e)
+        }
+    }
 }

@@ -4,7 +4,13 @@
 
 pub mod cli;
 pub mod demo;
+pub mod export;
 pub mod launch;
+pub mod pprof;
+pub mod render;
 pub mod report;
 pub mod shim;
+pub mod stacks;
+pub mod symbolize;
 pub mod target;
+pub mod top;

@@ -436,7 +436,7 @@ impl std::fmt::Display for Count {
         let s = self.0.to_string();
         let mut out = String::with_capacity(s.len() + s.len() / 3);
         for (i, c) in s.chars().enumerate() {
-            if i > 0 && (s.len() - i) % 3 == 0 {
+            if i > 0 && (s.len() - i).is_multiple_of(3) {
                 out.push(',');
             }
             out.push(c);

@@ -1,0 +1,452 @@
+//! Call stacks of one or many processes, symbolized, with the figures every
+//! view weighs them by, merged and written as folded lines.
+//!
+//! A profile stores each distinct stack of return addresses once per
+//! process, leaf (the allocating call site) first. [`StackSet::build`]
+//! symbolizes them ([`crate::symbolize`]), trims allocation plumbing from
+//! the leaf end, and converts allocator ticks to nanoseconds; the
+//! per-process, per-address stacks stay available (pprof keeps addresses),
+//! and [`StackSet::merged`] joins the stacks whose frames are identical,
+//! across processes and addresses, for flamegraphs, tables and JSON.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+
+use allocmux::profile::{ProcessProfile, StackMode, State};
+use allocmux::stats::SiteCounts;
+
+use crate::report::{Bytes, Count, Dur};
+use crate::symbolize::{Frame, Resolved, Symbolizer};
+
+/// What a stack is weighed by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, clap::ValueEnum)]
+pub enum Weight {
+    /// Allocation calls.
+    Count,
+    /// Bytes allocated.
+    Bytes,
+    /// Time inside the allocator (the allocations and the frees of their blocks).
+    Time,
+    /// Bytes live when the process's live bytes peaked.
+    Peak,
+    /// Bytes still live at exit (live now, for a process still running).
+    Leaked,
+}
+
+impl Weight {
+    /// Every weight, in the order tables list them.
+    pub const ALL: [Weight; 5] = [
+        Weight::Count,
+        Weight::Bytes,
+        Weight::Time,
+        Weight::Peak,
+        Weight::Leaked,
+    ];
+
+    /// The name on the command line and in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Weight::Count => "count",
+            Weight::Bytes => "bytes",
+            Weight::Time => "time",
+            Weight::Peak => "peak",
+            Weight::Leaked => "leaked",
+        }
+    }
+
+    /// The unit of a value (`time_unit` is "ns", or "ticks" when no clock
+    /// rate could be measured).
+    pub fn unit(self, time_unit: &'static str) -> &'static str {
+        match self {
+            Weight::Count => "allocations",
+            Weight::Bytes | Weight::Peak | Weight::Leaked => "bytes",
+            Weight::Time => time_unit,
+        }
+    }
+
+    /// What the value means, for titles and headings.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Weight::Count => "allocations",
+            Weight::Bytes => "bytes allocated",
+            Weight::Time => "time in the allocator",
+            Weight::Peak => "bytes live at the peak",
+            Weight::Leaked => "bytes live at exit",
+        }
+    }
+
+    /// This weight's figure of a stack.
+    pub fn of(self, v: &Values) -> u64 {
+        match self {
+            Weight::Count => v.allocs,
+            Weight::Bytes => v.bytes,
+            Weight::Time => v.ns,
+            Weight::Peak => v.peak_bytes,
+            Weight::Leaked => v.live_bytes,
+        }
+    }
+}
+
+/// The figures of one stack (estimates in sample mode, already scaled).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Values {
+    /// Allocation calls.
+    pub allocs: u64,
+    /// Bytes requested by them.
+    pub bytes: u64,
+    /// Allocator time of those calls and of the frees of their blocks, in
+    /// ns (in TSC ticks when [`StackSet::time_unit`] says so).
+    pub ns: u64,
+    /// Blocks live at the process's peak.
+    pub peak_allocs: u64,
+    /// Their bytes.
+    pub peak_bytes: u64,
+    /// Blocks live at exit (now, for a running process).
+    pub live_allocs: u64,
+    /// Their bytes.
+    pub live_bytes: u64,
+}
+
+impl Values {
+    fn from_counts(c: &SiteCounts, ticks_per_ns: Option<f64>) -> Values {
+        Values {
+            allocs: c.allocs,
+            bytes: c.bytes,
+            ns: match ticks_per_ns {
+                Some(r) => (c.ticks as f64 / r).round() as u64,
+                None => c.ticks,
+            },
+            peak_allocs: c.peak_allocs,
+            peak_bytes: c.peak_bytes,
+            live_allocs: c.live_allocs,
+            live_bytes: c.live_bytes,
+        }
+    }
+
+    /// Adds another stack's figures.
+    pub fn add(&mut self, o: &Values) {
+        self.allocs += o.allocs;
+        self.bytes += o.bytes;
+        self.ns += o.ns;
+        self.peak_allocs += o.peak_allocs;
+        self.peak_bytes += o.peak_bytes;
+        self.live_allocs += o.live_allocs;
+        self.live_bytes += o.live_bytes;
+    }
+
+    /// Whether every figure is zero.
+    pub fn is_zero(&self) -> bool {
+        *self == Values::default()
+    }
+}
+
+/// One recorded stack of one process, symbolized.
+#[derive(Clone, Debug)]
+pub struct ProcStack {
+    /// Index of the process in [`StackSet::profiles`].
+    pub process: usize,
+    /// The return addresses, leaf first, each with what it resolved to.
+    pub locations: Vec<(u64, Resolved)>,
+    /// Frames trimmed (as plumbing) from the leaf end of the flattened frames.
+    pub trimmed: usize,
+    /// Its figures.
+    pub values: Values,
+}
+
+impl ProcStack {
+    /// The frames, leaf first, plumbing trimmed.
+    pub fn frames(&self) -> impl Iterator<Item = &Frame> {
+        self.locations
+            .iter()
+            .flat_map(|(_, r)| r.iter())
+            .skip(self.trimmed)
+    }
+}
+
+/// A stack after merging: identical frames from any process or address.
+#[derive(Clone, Debug)]
+pub struct MergedStack {
+    /// Frames, leaf first.
+    pub frames: Vec<Frame>,
+    /// Summed figures.
+    pub values: Values,
+}
+
+/// Why no stack view can be made of some profiles.
+#[derive(Debug)]
+pub struct NoStacks;
+
+impl std::fmt::Display for NoStacks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(
+            "no call stacks were recorded (ALLOCMUX_STACKS=off, or a shim without stack capture)",
+        )
+    }
+}
+
+impl std::error::Error for NoStacks {}
+
+/// The symbolized stacks of a set of processes.
+#[derive(Clone, Debug)]
+pub struct StackSet<'a> {
+    /// The processes, as given.
+    pub profiles: &'a [ProcessProfile],
+    /// Every recorded stack with a non-zero figure.
+    pub stacks: Vec<ProcStack>,
+    /// TSC ticks per ns used for `time`, if any process could measure it.
+    pub ticks_per_ns: Option<f64>,
+}
+
+impl<'a> StackSet<'a> {
+    /// Symbolizes the stacks of `profiles`; fails if none recorded stacks.
+    pub fn build(
+        profiles: &'a [ProcessProfile],
+        sym: &mut Symbolizer,
+    ) -> Result<StackSet<'a>, NoStacks> {
+        if !profiles
+            .iter()
+            .any(|p| p.stacks.mode != StackMode::Off || !p.stacks.stacks.is_empty())
+        {
+            return Err(NoStacks);
+        }
+        // As the report does: the TSC is shared by all processes, and the
+        // rate is best measured over the longest-lived one.
+        let ticks_per_ns = profiles
+            .iter()
+            .filter_map(|p| p.ticks_per_ns().map(|r| (p.wall_ns(), r)))
+            .max_by_key(|&(span, _)| span)
+            .map(|(_, r)| r);
+        let mut stacks = Vec::new();
+        for (i, p) in profiles.iter().enumerate() {
+            let mut addrs: Vec<u64> = p
+                .stacks
+                .stacks
+                .iter()
+                .flat_map(|s| s.frames.iter().copied())
+                .collect();
+            addrs.sort_unstable();
+            addrs.dedup();
+            let resolved: HashMap<u64, Resolved> = addrs
+                .iter()
+                .copied()
+                .zip(sym.resolve(&p.stacks.modules, &addrs))
+                .collect();
+            for s in &p.stacks.stacks {
+                let values = Values::from_counts(&s.counts, ticks_per_ns);
+                if values.is_zero() {
+                    continue;
+                }
+                let locations: Vec<(u64, Resolved)> =
+                    s.frames.iter().map(|a| (*a, resolved[a].clone())).collect();
+                let trimmed =
+                    crate::symbolize::trim_count(locations.iter().flat_map(|(_, r)| r.iter()));
+                stacks.push(ProcStack {
+                    process: i,
+                    locations,
+                    trimmed,
+                    values,
+                });
+            }
+        }
+        Ok(StackSet {
+            profiles,
+            stacks,
+            ticks_per_ns,
+        })
+    }
+
+    /// The unit of [`Values::ns`]: "ns", or "ticks" if no process ran long
+    /// enough to measure the TSC rate.
+    pub fn time_unit(&self) -> &'static str {
+        if self.ticks_per_ns.is_some() {
+            "ns"
+        } else {
+            "ticks"
+        }
+    }
+
+    /// The sum of every stack's figures.
+    pub fn total(&self) -> Values {
+        let mut t = Values::default();
+        for s in &self.stacks {
+            t.add(&s.values);
+        }
+        t
+    }
+
+    /// Stacks with identical frames merged, largest `order` first (ties by
+    /// frames, so the order is stable).
+    pub fn merged(&self, order: Weight) -> Vec<MergedStack> {
+        let mut by_frames: HashMap<Vec<Frame>, Values> = HashMap::new();
+        for s in &self.stacks {
+            by_frames
+                .entry(s.frames().cloned().collect())
+                .or_default()
+                .add(&s.values);
+        }
+        let mut out: Vec<MergedStack> = by_frames
+            .into_iter()
+            .map(|(frames, values)| MergedStack { frames, values })
+            .collect();
+        out.sort_by(|a, b| {
+            order
+                .of(&b.values)
+                .cmp(&order.of(&a.values))
+                .then_with(|| folded_names(&a.frames).cmp(&folded_names(&b.frames)))
+        });
+        out
+    }
+
+    /// Folded stacks for `weight`: `root;...;leaf value` per line, root
+    /// first as inferno and flamegraph.pl read them, sorted, stacks whose
+    /// value is zero left out, identical lines merged.
+    pub fn folded(&self, weight: Weight) -> String {
+        let mut lines: BTreeMap<String, u64> = BTreeMap::new();
+        for s in &self.stacks {
+            let v = weight.of(&s.values);
+            if v > 0 {
+                let frames: Vec<&Frame> = s.frames().collect();
+                *lines.entry(folded_names(frames)).or_default() += v;
+            }
+        }
+        let mut out = String::new();
+        for (stack, v) in lines {
+            let _ = writeln!(out, "{stack} {v}");
+        }
+        out
+    }
+
+    /// How the stacks were recorded, for titles: "sampled every 512.0 KiB",
+    /// "every allocation", or both when processes differ.
+    pub fn mode_description(&self) -> String {
+        let mut modes: Vec<String> = self
+            .profiles
+            .iter()
+            .filter_map(|p| match p.stacks.mode {
+                StackMode::Off => None,
+                StackMode::Sample { mean_bytes } => {
+                    Some(format!("sampled every {}", Bytes(mean_bytes)))
+                }
+                StackMode::Exact => Some("every allocation".into()),
+            })
+            .collect();
+        modes.sort();
+        modes.dedup();
+        modes.join(", ")
+    }
+
+    /// Processes still running (or ended without exit handlers) when
+    /// their profile was written: their `leaked` is "live now".
+    pub fn running(&self) -> usize {
+        self.profiles
+            .iter()
+            .filter(|p| p.state == State::Running && !p.stacks.stacks.is_empty())
+            .count()
+    }
+
+    /// Allocations whose stack could not be recorded, over all processes.
+    pub fn lost(&self) -> u64 {
+        self.profiles.iter().map(|p| p.stacks.lost).sum()
+    }
+
+    /// What a weight's values mean here, for titles: its description, and
+    /// for `leaked` a note when some processes were still running.
+    pub fn describe(&self, w: Weight) -> String {
+        let mut d = w.describe().to_string();
+        if w == Weight::Leaked && self.running() > 0 {
+            let n = self.running();
+            let _ = write!(
+                d,
+                " ({n} process{} still running: live at its last write)",
+                if n == 1 { "" } else { "es" }
+            );
+        }
+        if w == Weight::Time && self.ticks_per_ns.is_none() {
+            d.push_str(" (TSC ticks: no clock rate measured)");
+        }
+        d
+    }
+
+    /// A value of `w` in its unit, for people.
+    pub fn show(&self, w: Weight, v: u64) -> String {
+        show_value(w, v, self.time_unit())
+    }
+}
+
+/// A value of `w`, for people ("1.5 MiB", "1,024 allocations", "3.20 ms").
+pub fn show_value(w: Weight, v: u64, time_unit: &str) -> String {
+    match w {
+        Weight::Count if v == 1 => "1 allocation".to_string(),
+        Weight::Count => format!("{} allocations", Count(v)),
+        Weight::Bytes | Weight::Peak | Weight::Leaked => Bytes(v).to_string(),
+        Weight::Time if time_unit == "ns" => Dur(v).to_string(),
+        Weight::Time => format!("{} ticks", Count(v)),
+    }
+}
+
+/// The name of a frame in folded output: its function with `;` (the frame
+/// separator) and line breaks replaced, and inferno's `_[i]` annotation on
+/// inlined frames (drawn without it).
+pub fn folded_name(f: &Frame) -> String {
+    let mut s: String = f
+        .function
+        .chars()
+        .map(|c| match c {
+            ';' => ':',
+            '\n' | '\r' => ' ',
+            c => c,
+        })
+        .collect();
+    if f.inlined {
+        s.push_str("_[i]");
+    }
+    s
+}
+
+/// `root;...;leaf` of frames listed leaf first.
+fn folded_names<'f>(frames: impl IntoIterator<Item = &'f Frame>) -> String {
+    let names: Vec<String> = frames.into_iter().map(folded_name).collect();
+    let mut out = String::new();
+    for (i, n) in names.iter().rev().enumerate() {
+        if i > 0 {
+            out.push(';');
+        }
+        out.push_str(n);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn folded_names_are_root_first_and_escaped() {
+        let f = |name: &str, inlined| Frame {
+            function: name.into(),
+            file: None,
+            line: None,
+            module: None,
+            inlined,
+        };
+        let leaf_first = [f("leaf", true), f("a;b", false), f("main", false)];
+        assert_eq!(folded_names(&leaf_first), "main;a:b;leaf_[i]");
+    }
+
+    #[test]
+    fn weights_pick_their_figure() {
+        let v = Values {
+            allocs: 1,
+            bytes: 2,
+            ns: 3,
+            peak_allocs: 4,
+            peak_bytes: 5,
+            live_allocs: 6,
+            live_bytes: 7,
+        };
+        let got: Vec<u64> = Weight::ALL.iter().map(|w| w.of(&v)).collect();
+        assert_eq!(got, [1, 2, 3, 5, 7]);
+        assert_eq!(show_value(Weight::Count, 1234, "ns"), "1,234 allocations");
+        assert_eq!(show_value(Weight::Time, 1_500_000, "ns"), "1.50 ms");
+    }
+}
