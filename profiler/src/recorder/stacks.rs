@@ -97,15 +97,21 @@ impl StackThread {
         c < 0
     }
 
+    /// Whether the countdown has been drawn for this thread yet.
+    fn armed(&self) -> bool {
+        self.rng.get() != 0
+    }
+
     /// Draws the gap to the next sampled byte (`mean` 0: exact mode).
     fn rearm(&self, mean: u64) {
-        if mean == 0 {
-            self.countdown.set(-1); // exact: every allocation
-            return;
-        }
         let mut x = self.rng.get();
         if x == 0 {
             x = Tsc::now() ^ (self as *const StackThread as u64).rotate_left(29) | 1;
+        }
+        if mean == 0 {
+            self.rng.set(x);
+            self.countdown.set(-1); // exact: every allocation
+            return;
         }
         x ^= x >> 12;
         x ^= x << 25;
@@ -230,8 +236,20 @@ unsafe extern "C" fn stacked<B: StackBody>(
     t: &ThreadState,
     st: &StackThread,
     body: B,
-    sample: bool,
+    mut sample: bool,
 ) -> B::Out {
+    if sample && !st.armed() {
+        // A new thread's countdown starts at zero, which would sample its
+        // first allocation for certain while weighting it as a rare one:
+        // draw its first gap, and decide again.
+        st.rearm(MEAN_BYTES.load(Relaxed));
+        sample = st.take(body.request().unwrap_or(0));
+        let old = body.released();
+        if !sample && (old == 0 || !maybe_tracked(old)) {
+            // SAFETY: forwarded from the caller.
+            return unsafe { enter(t, body) };
+        }
+    }
     if st.busy.get() {
         // A call from inside the recorder: recorded without a stack.
         if body.request().is_some() {
