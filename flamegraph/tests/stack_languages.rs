@@ -1,0 +1,139 @@
+//! Exact per-stack counts through the shim, the symbolizer and the folded
+//! export, for a Rust program (demangled names through std's allocation
+//! plumbing) and a C++ one (`operator new`, `std::string`), both built
+//! with optimisation and without frame pointers.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn allocmux() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_allocmux"));
+    c.env("ALLOCMUX_SHIM", allocmux_cli::shim::BUILT_PATH);
+    c
+}
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+fn build(dir: &Path, compiler: &str, args: &[&str], source: &str) -> PathBuf {
+    let out = dir.join(Path::new(source).file_stem().unwrap());
+    let st = Command::new(compiler)
+        .args(args)
+        .arg("-o")
+        .arg(&out)
+        .arg(fixture(source))
+        .status()
+        .unwrap_or_else(|e| panic!("running {compiler}: {e}"));
+    assert!(st.success(), "{compiler} {source} failed");
+    out
+}
+
+/// Runs `exe 1000` with exact stacks and returns the folded stacks by count.
+fn folded_counts(dir: &Path, exe: &Path) -> Vec<(String, u64)> {
+    let prof = dir.join("p.prof");
+    let out = allocmux()
+        .args(["run", "--stacks", "exact", "-o"])
+        .arg(&prof)
+        .arg("--")
+        .arg(exe)
+        .arg("1000")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = allocmux()
+        .arg("export")
+        .arg(&prof)
+        .args(["--format", "folded", "--weight", "count", "-o", "-"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let (stack, n) = l.rsplit_once(' ').unwrap();
+            (stack.to_string(), n.parse().unwrap())
+        })
+        .collect()
+}
+
+fn total(stacks: &[(String, u64)], pattern: &str) -> u64 {
+    stacks
+        .iter()
+        .filter(|(s, _)| s.contains(pattern))
+        .map(|(_, n)| n)
+        .sum()
+}
+
+#[test]
+fn rust_program_stacks_are_exact_and_demangled() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(
+        dir.path(),
+        "rustc",
+        &["-O", "-g", "-C", "force-frame-pointers=no"],
+        "stacks_rust.rs",
+    );
+    let stacks = folded_counts(dir.path(), &exe);
+    let all = || format!("{stacks:#?}");
+    assert_eq!(
+        total(&stacks, "stacks_rust::middle;stacks_rust::leaf;"),
+        3000,
+        "{}",
+        all()
+    );
+    assert_eq!(
+        total(&stacks, "stacks_rust::main;stacks_rust::other;"),
+        1000,
+        "{}",
+        all()
+    );
+    // Demangled, and the allocator glue trimmed: no mangled symbol, no
+    // `__rust_alloc`, and the leaf is std's allocation function.
+    for (s, _) in &stacks {
+        assert!(!s.contains("_ZN") && !s.contains(";_R"), "mangled: {s}");
+        assert!(
+            !s.contains("__rust_alloc") && !s.contains("__rdl_alloc"),
+            "{s}"
+        );
+    }
+}
+
+#[test]
+fn cxx_program_stacks_are_exact_and_demangled() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(
+        dir.path(),
+        "c++",
+        &["-O2", "-g", "-fomit-frame-pointer"],
+        "stacks_cxx.cpp",
+    );
+    let stacks = folded_counts(dir.path(), &exe);
+    let all = || format!("{stacks:#?}");
+    assert_eq!(
+        total(
+            &stacks,
+            "main;fixture::middle();fixture::leaf();operator new(unsigned long)"
+        ),
+        3000,
+        "{}",
+        all()
+    );
+    assert_eq!(
+        total(&stacks, "main;fixture::other(int);"),
+        1000,
+        "{}",
+        all()
+    );
+}
