@@ -24,7 +24,7 @@ use core::cell::Cell;
 use core::fmt::{self, Write};
 use core::hash::{BuildHasherDefault, Hasher};
 use core::ops::Range;
-use core::sync::atomic::{AtomicU8, AtomicU64, Ordering::Relaxed};
+use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering::Relaxed};
 use std::collections::HashMap;
 
 use super::clock::Tsc;
@@ -136,6 +136,7 @@ impl StackThread {
 /// Mean bytes between samples; 0 in exact mode.
 static MEAN_BYTES: AtomicU64 = AtomicU64::new(0);
 static MODE: AtomicU8 = AtomicU8::new(MODE_OFF);
+static CONFIGURED: AtomicBool = AtomicBool::new(false);
 const MODE_OFF: u8 = 0;
 const MODE_SAMPLE: u8 = 1;
 const MODE_EXACT: u8 = 2;
@@ -167,6 +168,11 @@ fn maybe_tracked(addr: usize) -> bool {
 /// [`enter_stacks`] are installed. `skip_own_module` leaves the frames of
 /// the module holding this code out of every stack (the shim's).
 pub fn configure(mode: StackMode, skip_own_module: bool) {
+    // Threads racing through their first call all configure the same;
+    // the first one does it.
+    if CONFIGURED.swap(true, Relaxed) {
+        return;
+    }
     let mut st = STATE.lock();
     st.unwinder = StackUnwinder::new(skip_own_module);
     match mode {
@@ -551,16 +557,23 @@ impl Snapshot {
         }
     }
 
-    /// Copies the current stacks (nothing when stacks are off).
+    /// Copies the current stacks (nothing when stacks are off). If the
+    /// stack lock stays taken (the caller may be a signal handler that
+    /// interrupted this very thread inside the recorder, on its way to
+    /// `_exit`), the previous copy is kept rather than waiting forever.
     pub fn take(&mut self) {
         self.mode = mode();
+        if self.mode == StackMode::Off {
+            self.counts.clear();
+            self.frames.clear();
+            self.ends.clear();
+            return;
+        }
+        let s = loop_try_lock();
+        let Some(s) = s else { return };
         self.counts.clear();
         self.frames.clear();
         self.ends.clear();
-        if self.mode == StackMode::Off {
-            return;
-        }
-        let s = STATE.lock();
         self.lost = s.sites.lost + UNSTACKED.load(Relaxed);
         if self.modules.len() != s.modules.len() {
             self.modules.clone_from(&s.modules);
@@ -609,6 +622,17 @@ impl Snapshot {
     pub fn is_empty(&self) -> bool {
         self.counts.is_empty()
     }
+}
+
+/// The stack lock, if it can be had within about a thousand yields.
+fn loop_try_lock() -> Option<super::lock::SpinGuard<'static, State>> {
+    for _ in 0..1000 {
+        if let Some(g) = STATE.try_lock() {
+            return Some(g);
+        }
+        std::thread::yield_now();
+    }
+    None
 }
 
 /// `fork` prepare handler: hold the stack lock so the child gets it consistent.
