@@ -84,6 +84,30 @@ fn same_under_every_backend(what: &str, make: impl Fn() -> Command, input: Optio
         assert_same_output(what, backend, &reference, &out);
         assert_recorded(what, backend, &profiles);
     }
+    // With call stacks recorded: unwinding through the program (JIT code
+    // included) must not change what it does either.
+    for (backend, stacks) in [
+        ("system", "exact"),
+        ("jemalloc", "sample"),
+        ("mimalloc", "exact"),
+    ] {
+        let (out, profiles) = run_under_with(
+            backend,
+            &mut make(),
+            &[
+                ("ALLOCMUX_STACKS", stacks),
+                ("ALLOCMUX_SAMPLE_BYTES", "65536"),
+            ],
+            input,
+        );
+        let what = format!("{what} with {stacks} stacks");
+        assert_same_output(&what, backend, &reference, &out);
+        assert_recorded(&what, backend, &profiles);
+        assert!(
+            profiles.iter().any(|(_, p)| !p.stacks.stacks.is_empty()),
+            "{what} under {backend}: no process recorded a stack"
+        );
+    }
 }
 
 #[test]

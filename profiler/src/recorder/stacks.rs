@@ -272,7 +272,9 @@ unsafe extern "C" fn stacked<B: StackBody>(
     let start = Tsc::now();
     // SAFETY: forwarded from the caller.
     let out = unsafe { enter(t, body) };
-    let ticks = Tsc::now().wrapping_sub(start);
+    let ticks = Tsc::now()
+        .wrapping_sub(start)
+        .saturating_sub(super::thread::tsc_overhead());
     let old = body.released();
     let released = if old != 0 && body.did_release(&out) {
         old

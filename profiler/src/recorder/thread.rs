@@ -583,6 +583,12 @@ pub fn set_time_sample_mean(mean: u32) {
     TSC_OVERHEAD.store(Tsc::overhead(), Relaxed);
 }
 
+/// The calibrated cost of one pair of clock reads, in ticks, to subtract
+/// from a timing.
+pub fn tsc_overhead() -> u64 {
+    TSC_OVERHEAD.load(Relaxed)
+}
+
 /// The mean number of calls between timed calls, so that the sum of timed
 /// ticks times this mean estimates the allocator's total time.
 pub fn time_sample_mean() -> u32 {
