@@ -65,9 +65,10 @@ fn choose_backend() -> Choice {
     // table) must find the table in place, or it would jump to itself.
     // Threads racing here read the same environment and make the same
     // choice, and installing is idempotent, so no lock is needed.
-    let stacks = choice != Choice::Unrecorded && config::stack_mode() != StackMode::Off;
+    let mode = config::stack_mode();
+    let stacks = choice != Choice::Unrecorded && mode != StackMode::Off;
     if stacks {
-        recorder::stacks::configure(config::stack_mode(), true);
+        recorder::stacks::configure(mode, true);
     }
     crate::hooks::install(choice, stacks);
     BACKEND.store(choice as u8, Release);

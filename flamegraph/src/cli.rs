@@ -475,11 +475,16 @@ fn cmd_flame(a: FlameArgs) -> Result<i32> {
     let svg = StackSet::build(&outcome.profiles, &mut sym)
         .map_err(|e| anyhow::anyhow!("cannot draw a flamegraph: {e}"))
         .and_then(|set| {
+            let folded = set.folded(a.weight);
+            if folded.trim().is_empty() && matches!(stacks, StacksArg::Sample) {
+                anyhow::bail!(
+                    "nothing to draw: no allocation was sampled (about one is taken per \
+                     --sample-bytes bytes allocated, 512 KiB unless set); record every \
+                     allocation with --exact, or sample more often with --sample-bytes N"
+                );
+            }
             let title = format!("{} — {}", shell_words(&a.command), a.allocator.name());
-            crate::render::flamegraph(
-                &set.folded(a.weight),
-                &crate::render::labels(&set, a.weight, title),
-            )
+            crate::render::flamegraph(&folded, &crate::render::labels(&set, a.weight, title))
         });
     match svg {
         Ok(svg) => {

@@ -739,6 +739,27 @@ fn flame_refuses_an_existing_output_before_running_the_program() {
     assert_eq!(fs::read_to_string(&svg).unwrap(), "precious");
 }
 
+/// A program that allocates less than one sample interval gets a hint,
+/// not an empty picture.
+#[test]
+fn flame_with_nothing_sampled_says_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("t.svg");
+    let out = run(allocmux()
+        .args(["flame", "-o"])
+        .arg(&svg)
+        .args(["--", "true"]));
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    // The run's summary comes first, then one line of error.
+    let last = err.lines().last().unwrap_or("");
+    assert!(
+        last.starts_with("allocmux: nothing to draw") && last.contains("--exact"),
+        "{err}"
+    );
+    assert!(!svg.exists(), "no empty SVG is left behind");
+}
+
 /// End to end through the shim: the fixture, built without frame
 /// pointers, drawn from exact stacks, names its functions.
 #[test]
