@@ -23,7 +23,11 @@ It also reports, for a run of ten million allocations in exact mode, the
 profile's size and the time `allocmux flame` takes to render it, against the
 number of calls (the profile grows with distinct stacks, not calls).
 
-  python3 scripts/stacks_overhead.py [--rounds 5] [--out FILE.md]
+  python3 scripts/stacks_overhead.py [--rounds 5] [--sampling-rounds 15] [--only sampling] [--out FILE.md]
+
+Because `sample` costs only a few percent, it is also compared with stacks
+off alone, over more rounds (--sampling-rounds), so the machine's noise
+does not swamp it; `--only sampling` runs just that part.
 
 Needs gcc, python3, heaptrack (apt-get install heaptrack) and cargo.
 """
@@ -172,9 +176,30 @@ def size_and_render(churn, exe, tmp, iterations):
     return "\n".join(rows) + "\n"
 
 
+def sampling(name, prog, shim, tmp, rounds, extra_env):
+    """Stacks off against sample only, interleaved over many rounds."""
+    base = dict(os.environ, **extra_env)
+    base.pop("LD_PRELOAD", None)
+    times = {"off": [], "sample": []}
+    for r in range(rounds):
+        for mode in times:
+            out = os.path.join(tmp, f"s-{mode}")
+            env = dict(base, LD_PRELOAD=shim, ALLOCMUX_STACKS=mode, ALLOCMUX_OUTPUT=out + ".%p")
+            times[mode].append(timed([prog], env))
+            for f in os.listdir(tmp):
+                if f.startswith(f"s-{mode}."):
+                    os.remove(os.path.join(tmp, f))
+        print(f"  {name} (sampling): round {r + 1}/{rounds}", file=sys.stderr)
+    ratios = [s / o for o, s in zip(times["off"], times["sample"])]
+    return (f"| {name} | {statistics.median(times['off']):.3f} | {statistics.median(times['sample']):.3f} | "
+            f"{statistics.median(ratios):.3f} [{min(ratios):.2f}, {max(ratios):.2f}] |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--sampling-rounds", type=int, default=15)
+    ap.add_argument("--only", choices=["sampling"])
     ap.add_argument("--out")
     args = ap.parse_args()
     for tool in ["gcc", "heaptrack", "heaptrack_print", "python3"]:
@@ -189,7 +214,20 @@ def main():
         with open(script, "w") as f:
             f.write(PY_SCRIPT)
         out = ["# Stack recording overhead", "",
-               f"`python3 scripts/stacks_overhead.py --rounds {args.rounds}` on {os.cpu_count()} CPUs.", ""]
+               f"`python3 scripts/stacks_overhead.py {' '.join(sys.argv[1:])}` on {os.cpu_count()} CPUs.", ""]
+        out += ["### Sampling against stacks off", "",
+                f"{args.sampling_rounds} interleaved rounds; ratio: median [min, max] of per-round ratios.", "",
+                "| workload | stacks off, median s | sample, median s | ratio |", "|---|---|---|---|",
+                sampling("churn, 1 thread, 2M pairs", [churn, "1", "2000000"], shim, tmp, args.sampling_rounds, {}),
+                sampling("python3 dict + json, PYTHONMALLOC=malloc", [py, script], shim, tmp, args.sampling_rounds,
+                         {"PYTHONMALLOC": "malloc"}), ""]
+        if args.only == "sampling":
+            text = "\n".join(out)
+            print(text)
+            if args.out:
+                with open(args.out, "w") as f:
+                    f.write(text)
+            return
         out.append(measure("churn: 1 thread, 2,000,000 malloc/free pairs", [churn, "1", "2000000"], exe, shim, tmp, args.rounds, {}))
         out.append(measure("python3 dict + json, PYTHONMALLOC=malloc (6.7M mallocs)", [py, script], exe, shim, tmp, args.rounds, {"PYTHONMALLOC": "malloc"}))
         out.append(measure("python3 dict + json, pymalloc (default)", [py, script], exe, shim, tmp, args.rounds, {}))
