@@ -116,12 +116,6 @@ pub fn write_magic<W: Write>(w: &mut W) -> fmt::Result {
     writeln!(w, "{MAGIC} {FORMAT_VERSION}")
 }
 
-/// Writes one process section without stacks.
-pub fn write_process<W: Write>(w: &mut W, h: &Header<'_>, t: &Totals) -> fmt::Result {
-    write_counters(w, h, t)?;
-    write_end(w)
-}
-
 /// Opens a process section and writes its header and counters; stack
 /// lines may follow, then [`write_end`] closes it.
 pub fn write_counters<W: Write>(w: &mut W, h: &Header<'_>, t: &Totals) -> fmt::Result {

@@ -566,13 +566,9 @@ impl Snapshot {
     pub fn take(&mut self) {
         self.mode = mode();
         if self.mode == StackMode::Off {
-            self.counts.clear();
-            self.frames.clear();
-            self.ends.clear();
-            return;
+            return; // `write` writes nothing then
         }
-        let s = loop_try_lock();
-        let Some(s) = s else { return };
+        let Some(s) = lock_bounded() else { return };
         self.counts.clear();
         self.frames.clear();
         self.ends.clear();
@@ -614,20 +610,10 @@ impl Snapshot {
         }
         Ok(())
     }
-
-    /// Distinct stacks in the copy.
-    pub fn len(&self) -> usize {
-        self.counts.len()
-    }
-
-    /// Whether the copy holds no stack.
-    pub fn is_empty(&self) -> bool {
-        self.counts.is_empty()
-    }
 }
 
 /// The stack lock, if it can be had within about a thousand yields.
-fn loop_try_lock() -> Option<super::lock::SpinGuard<'static, State>> {
+fn lock_bounded() -> Option<super::lock::SpinGuard<'static, State>> {
     for _ in 0..1000 {
         if let Some(g) = STATE.try_lock() {
             return Some(g);

@@ -483,12 +483,6 @@ impl StackUnwinder {
         &self.modules
     }
 
-    /// Forgets the module list (after fork nothing changes, but a caller
-    /// may want a fresh start).
-    pub fn clear(&mut self) {
-        self.generation = None;
-    }
-
     /// Writes the calling thread's return addresses into `out`, the
     /// innermost first and the skipped module's frames left out, reading
     /// stack memory only in `stack` (the thread's stack mapping). Returns
