@@ -204,16 +204,7 @@ pub fn write_module<W: Write>(w: &mut W, m: &ModuleRef<'_>) -> fmt::Result {
 pub fn write_stack<W: Write>(w: &mut W, c: &SiteCounts, frames: &[u64]) -> fmt::Result {
     let mut line = LineBuf::default();
     line.push_str(w, "stack")?;
-    for v in [
-        c.samples,
-        c.allocs,
-        c.bytes,
-        c.ticks,
-        c.peak_allocs,
-        c.peak_bytes,
-        c.live_allocs,
-        c.live_bytes,
-    ] {
+    for v in c.fields() {
         line.number(w, v, 10)?;
     }
     for &f in frames {
@@ -715,7 +706,7 @@ pub fn parse(text: &str) -> Result<Vec<ProcessProfile>, ParseError> {
             }
             "stack" => {
                 let mut f = rest.split(' ').filter(|w| !w.is_empty());
-                let mut c = [0u64; 8];
+                let mut c = [0u64; SiteCounts::FIELDS];
                 for v in &mut c {
                     *v = num(f.next().ok_or_else(|| {
                         err(n, "`stack` needs eight figures and its addresses".into())
@@ -730,28 +721,9 @@ pub fn parse(text: &str) -> Result<Vec<ProcessProfile>, ParseError> {
                 if frames.is_empty() {
                     return Err(err(n, "a `stack` has no addresses".into()));
                 }
-                let [
-                    samples,
-                    allocs,
-                    bytes,
-                    ticks,
-                    peak_allocs,
-                    peak_bytes,
-                    live_allocs,
-                    live_bytes,
-                ] = c;
                 p.stacks.stacks.push(Stack {
                     frames,
-                    counts: SiteCounts {
-                        samples,
-                        allocs,
-                        bytes,
-                        ticks,
-                        peak_allocs,
-                        peak_bytes,
-                        live_allocs,
-                        live_bytes,
-                    },
+                    counts: SiteCounts::from_fields(c),
                 });
             }
             _ => {} // a key from a later minor revision

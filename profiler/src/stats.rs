@@ -223,16 +223,55 @@ pub struct SiteCounts {
 }
 
 impl SiteCounts {
+    /// How many figures a stack has.
+    pub const FIELDS: usize = 8;
+
+    /// The figures in the order of a profile's `stack` line: samples,
+    /// allocs, bytes, ticks, peak allocs and bytes, live allocs and bytes.
+    pub fn fields(&self) -> [u64; Self::FIELDS] {
+        [
+            self.samples,
+            self.allocs,
+            self.bytes,
+            self.ticks,
+            self.peak_allocs,
+            self.peak_bytes,
+            self.live_allocs,
+            self.live_bytes,
+        ]
+    }
+
+    /// The inverse of [`fields`](Self::fields).
+    pub fn from_fields(f: [u64; Self::FIELDS]) -> Self {
+        let [
+            samples,
+            allocs,
+            bytes,
+            ticks,
+            peak_allocs,
+            peak_bytes,
+            live_allocs,
+            live_bytes,
+        ] = f;
+        SiteCounts {
+            samples,
+            allocs,
+            bytes,
+            ticks,
+            peak_allocs,
+            peak_bytes,
+            live_allocs,
+            live_bytes,
+        }
+    }
+
     /// Adds another stack's figures (the same stack from another process).
     pub fn add(&mut self, o: &SiteCounts) {
-        self.samples += o.samples;
-        self.allocs += o.allocs;
-        self.bytes += o.bytes;
-        self.ticks += o.ticks;
-        self.peak_allocs += o.peak_allocs;
-        self.peak_bytes += o.peak_bytes;
-        self.live_allocs += o.live_allocs;
-        self.live_bytes += o.live_bytes;
+        let mut f = self.fields();
+        for (a, b) in f.iter_mut().zip(o.fields()) {
+            *a += b;
+        }
+        *self = Self::from_fields(f);
     }
 }
 
