@@ -9,20 +9,8 @@ use std::sync::OnceLock;
 
 use serde_json::Value;
 
-fn allocmux() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_allocmux"));
-    // The test must use the shim built from this tree, not a cached one.
-    c.env("ALLOCMUX_SHIM", allocmux_cli::shim::BUILT_PATH);
-    c
-}
-
-fn run(cmd: &mut Command) -> Output {
-    cmd.output().expect("allocmux runs")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+mod common;
+use common::*;
 
 /// The exact-count fixture of the shim's tests, compiled once.
 fn counts_fixture() -> &'static Path {

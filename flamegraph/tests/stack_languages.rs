@@ -6,11 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn allocmux() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_allocmux"));
-    c.env("ALLOCMUX_SHIM", allocmux_cli::shim::BUILT_PATH);
-    c
-}
+mod common;
+use common::*;
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -34,30 +31,16 @@ fn build(dir: &Path, compiler: &str, args: &[&str], source: &str) -> PathBuf {
 /// Runs `exe 1000` with exact stacks and returns the folded stacks by count.
 fn folded_counts(dir: &Path, exe: &Path) -> Vec<(String, u64)> {
     let prof = dir.join("p.prof");
-    let out = allocmux()
+    ok(run(allocmux()
         .args(["run", "--stacks", "exact", "-o"])
         .arg(&prof)
         .arg("--")
         .arg(exe)
-        .arg("1000")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out = allocmux()
+        .arg("1000")));
+    let out = ok(run(allocmux()
         .arg("export")
         .arg(&prof)
-        .args(["--format", "folded", "--weight", "count", "-o", "-"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .args(["--format", "folded", "--weight", "count", "-o", "-"])));
     String::from_utf8(out.stdout)
         .unwrap()
         .lines()

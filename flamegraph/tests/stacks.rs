@@ -14,30 +14,8 @@ use allocmux::SiteCounts;
 use allocmux::profile::{self, Module, ProcessProfile, Stack, StackMode, Stacks};
 use serde_json::Value;
 
-fn allocmux() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_allocmux"));
-    c.env("ALLOCMUX_SHIM", allocmux_cli::shim::BUILT_PATH);
-    c
-}
-
-fn run(cmd: &mut Command) -> Output {
-    cmd.output().expect("allocmux runs")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn ok(out: Output) -> Output {
-    assert!(
-        out.status.success(),
-        "status {:?}\nstdout: {}\nstderr: {}",
-        out.status,
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    out
-}
+mod common;
+use common::*;
 
 /// The fixture, built once (non-PIE: its addresses are its ELF virtual
 /// addresses, bias 0), and the return addresses it printed for its two
