@@ -29,6 +29,8 @@ pub struct Cli {
 enum Cmd {
     /// Run a command under the profiler and print what it allocated (on stderr, after it ends).
     Run(RunArgs),
+    /// Run a command under each allocator, interleaved, and say which is faster, with intervals.
+    Compare(CompareArgs),
     /// Run a command with call stacks recorded and draw where it allocated as a flamegraph SVG.
     Flame(FlameArgs),
     /// Print the summary of saved profiles, with their top call stacks.
@@ -108,6 +110,52 @@ fn stack_env(stacks: StacksArg, sample_bytes: Option<u64>) -> Result<Vec<(String
         env.push(("ALLOCMUX_SAMPLE_BYTES".to_string(), n.to_string()));
     }
     Ok(env)
+}
+
+#[derive(Debug, clap::Args)]
+struct CompareArgs {
+    /// Allocators to compare, comma-separated; `system` (when listed) is the baseline of the
+    /// ratios, else the first.
+    #[arg(
+        short,
+        long = "allocators",
+        value_enum,
+        value_delimiter = ',',
+        default_value = "system,jemalloc,mimalloc"
+    )]
+    allocators: Vec<Allocator>,
+    /// Measured rounds (each runs every allocator once); the most with --stop-early.
+    #[arg(short = 'n', long, value_name = "RUNS", default_value_t = 10,
+          value_parser = clap::value_parser!(u64).range(1..=1000))]
+    runs: u64,
+    /// Unmeasured rounds first (page cache, CPU frequency, the shim's cache).
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u64).range(0..=100))]
+    warmup: u64,
+    /// Stop before RUNS rounds once one allocator is clearly fastest (the intervals are then
+    /// adjusted for the repeated looks).
+    #[arg(long)]
+    stop_early: bool,
+    /// Write every run and the summary as JSON to FILE (`-` for stdout).
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Draw the comparison (time and peak memory per allocator) as an SVG chart.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
+    /// Keep the programs' output (hidden otherwise) in FILE.
+    #[arg(long, value_name = "FILE")]
+    log: Option<PathBuf>,
+    /// Overwrite the output files if they exist.
+    #[arg(long)]
+    force: bool,
+    /// The command to run, after `--`.
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
+    command: Vec<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -218,6 +266,7 @@ struct DemoArgs {
 pub fn run(cli: Cli) -> Result<i32> {
     match cli.command {
         Cmd::Run(a) => cmd_run(a),
+        Cmd::Compare(a) => cmd_compare(a),
         Cmd::Flame(a) => cmd_flame(a),
         Cmd::Report(a) => cmd_report(a),
         Cmd::Export(a) => cmd_export(a),
@@ -314,7 +363,7 @@ fn cmd_run(a: RunArgs) -> Result<i32> {
     let outcome = launch::launch(&Launch {
         command: &a.command,
         allocator: a.allocator,
-        quiet: false,
+        output: launch::Output::Inherit,
         env,
     })?;
     for (path, why) in &outcome.unreadable {
@@ -345,8 +394,12 @@ fn cmd_run(a: RunArgs) -> Result<i32> {
 }
 
 fn write_json(json: Option<JsonOut>, report: &Report) -> Result<()> {
+    write_json_value(json, &report.to_json())
+}
+
+fn write_json_value(json: Option<JsonOut>, value: &serde_json::Value) -> Result<()> {
     let Some(json) = json else { return Ok(()) };
-    let mut text = serde_json::to_string_pretty(&report.to_json()).expect("JSON values serialise");
+    let mut text = serde_json::to_string_pretty(value).expect("JSON values serialise");
     text.push('\n');
     match json {
         JsonOut::Stdout => std::io::stdout()
@@ -355,6 +408,71 @@ fn write_json(json: Option<JsonOut>, report: &Report) -> Result<()> {
             .context("writing JSON to stdout"),
         JsonOut::File(f) => f.write(text.as_bytes()),
     }
+}
+
+fn cmd_compare(a: CompareArgs) -> Result<i32> {
+    use crate::compare;
+    let json = match &a.json {
+        Some(p) if p.as_os_str() == "-" => Some(JsonOut::Stdout),
+        Some(p) => Some(JsonOut::File(OutputFile::claim(p, a.force, "JSON report")?)),
+        None => None,
+    };
+    let plot = a
+        .plot
+        .as_deref()
+        .map(|p| OutputFile::claim(p, a.force, "chart"))
+        .transpose()?;
+    let log = match &a.log {
+        Some(p) => {
+            OutputFile::claim(p, a.force, "log")?;
+            let f = fs::OpenOptions::new()
+                .write(true)
+                .truncate(true)
+                .open(p)
+                .with_context(|| format!("opening the log {}", p.display()))?;
+            Some(f)
+        }
+        None => None,
+    };
+    let program = crate::target::resolve(&a.command[0])?;
+    crate::target::check_preloadable(&program)?;
+    let cmp = compare::run(compare::Options {
+        command: a.command.clone(),
+        allocators: a.allocators,
+        rounds: a.runs as usize,
+        warmup: a.warmup as usize,
+        stop_early: a.stop_early,
+        log,
+        env: vec![],
+    });
+    let cmp = match cmp {
+        Ok(c) => c,
+        Err(e) => {
+            if let Some(JsonOut::File(f)) = json {
+                f.discard();
+            }
+            if let Some(p) = plot {
+                p.discard();
+            }
+            return Err(e);
+        }
+    };
+    let summary = compare::Summary::new(&cmp);
+    // The table goes to stdout, unless the JSON does.
+    let mut table: Box<dyn Write> = if matches!(json, Some(JsonOut::Stdout)) {
+        Box::new(std::io::stderr().lock())
+    } else {
+        Box::new(std::io::stdout().lock())
+    };
+    compare::write_human(&cmp, &summary, &mut table)?;
+    if let Some(p) = &plot {
+        let title = format!("allocmux compare: {}", shell_words(&a.command));
+        p.write(compare::plot::svg(&cmp, &summary, &title)?.as_bytes())?;
+        writeln!(table, "  chart written to {}", p.path().display())?;
+    }
+    drop(table);
+    write_json_value(json, &compare::to_json(&cmp, &summary))?;
+    Ok(0)
 }
 
 /// Reads profile files, every process of each.
@@ -445,7 +563,7 @@ fn cmd_flame(a: FlameArgs) -> Result<i32> {
     let outcome = match launch::launch(&Launch {
         command: &a.command,
         allocator: a.allocator,
-        quiet: false,
+        output: launch::Output::Inherit,
         env,
     }) {
         Ok(o) => o,

@@ -43,7 +43,7 @@ pub fn run(dir: &Path, size: Option<u64>) -> Result<i32> {
         let out = launch::launch(&Launch {
             command: &command,
             allocator: alloc,
-            quiet: true,
+            output: launch::Output::Discard,
             env: vec![],
         })?;
         anyhow::ensure!(

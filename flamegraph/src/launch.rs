@@ -42,10 +42,21 @@ pub struct Launch<'a> {
     pub command: &'a [String],
     /// Backend.
     pub allocator: Allocator,
-    /// Where the program's output goes: inherited (`run`) or discarded.
-    pub quiet: bool,
+    /// Where the program's standard streams go.
+    pub output: Output,
     /// Extra environment for the program.
     pub env: Vec<(String, String)>,
+}
+
+/// Where a launched program's standard streams go.
+#[derive(Debug)]
+pub enum Output {
+    /// The program keeps this process's stdin, stdout and stderr (`run`).
+    Inherit,
+    /// stdin is empty, stdout and stderr are discarded (as hyperfine does).
+    Discard,
+    /// stdin is empty, stdout and stderr are appended to this file.
+    Log(fs::File),
 }
 
 /// The outcome of one run.
@@ -86,10 +97,22 @@ pub fn launch(l: &Launch<'_>) -> Result<Outcome> {
         .env("ALLOCMUX_ALLOCATOR", l.allocator.name())
         .env("ALLOCMUX_OUTPUT", dir.path().join("%p.prof"))
         .envs(l.env.iter().map(|(k, v)| (k, v)));
-    if l.quiet {
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
+    match &l.output {
+        Output::Inherit => {}
+        Output::Discard => {
+            cmd.stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+        }
+        Output::Log(f) => {
+            let out = f
+                .try_clone()
+                .context("sharing the log file with the program")?;
+            let err = f
+                .try_clone()
+                .context("sharing the log file with the program")?;
+            cmd.stdin(Stdio::null()).stdout(out).stderr(err);
+        }
     }
     let start = Instant::now();
     let child = cmd

@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cli;
+pub mod compare;
 pub mod demo;
 pub mod export;
 pub mod launch;
@@ -11,6 +12,7 @@ pub mod render;
 pub mod report;
 pub mod shim;
 pub mod stacks;
+pub mod stats;
 pub mod symbolize;
 pub mod target;
 pub mod top;

@@ -410,7 +410,8 @@ fn truncate(s: &str, n: usize) -> String {
     }
 }
 
-fn signal_name(s: i32) -> &'static str {
+/// The usual name of a signal number.
+pub fn signal_name(s: i32) -> &'static str {
     match s {
         1 => "SIGHUP",
         2 => "SIGINT",

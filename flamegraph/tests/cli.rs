@@ -257,16 +257,7 @@ fn unpreloadable_targets_are_refused_before_running() {
         "setuid or setgid",
     );
 
-    let src = dir.path().join("s.c");
-    fs::write(&src, "int main(void) { return 0; }\n").unwrap();
-    let stat = dir.path().join("static");
-    let built = Command::new("cc")
-        .args(["-static", "-o"])
-        .arg(&stat)
-        .arg(&src)
-        .status()
-        .unwrap();
-    assert!(built.success(), "cc -static needs libc.a (libc6-dev)");
+    let stat = static_binary(dir.path());
     assert_clear_error(
         &run(allocmux().arg("run").arg("--").arg(&stat)),
         1,

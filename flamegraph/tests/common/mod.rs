@@ -1,6 +1,7 @@
 //! Helpers shared by the CLI's integration tests.
 #![allow(dead_code)] // each test binary uses its own subset
 
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// The `allocmux` binary of this build, using the shim built from this
@@ -31,4 +32,19 @@ pub fn ok(out: Output) -> Output {
         text(&out.stderr)
     );
     out
+}
+
+/// A statically linked program built in `dir` (LD_PRELOAD cannot reach it).
+pub fn static_binary(dir: &Path) -> PathBuf {
+    let src = dir.join("static.c");
+    std::fs::write(&src, "int main(void) { return 0; }\n").unwrap();
+    let bin = dir.join("static");
+    let built = Command::new("cc")
+        .args(["-static", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .expect("cc runs");
+    assert!(built.success(), "cc -static needs libc.a (libc6-dev)");
+    bin
 }

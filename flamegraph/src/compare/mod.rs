@@ -1,0 +1,285 @@
+//! `allocmux compare`: runs one command under several allocators,
+//! interleaved round by round, and says which is faster with intervals
+//! honest enough to act on.
+
+pub mod plot;
+mod summary;
+
+use std::io::Write;
+
+use anyhow::{Context, Result, bail};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use allocmux::profile::ProcessProfile;
+
+use crate::launch::{self, Allocator, Launch, Output};
+use crate::report::{Report, RunInfo, shell_words};
+
+pub use summary::{AllocatorSummary, Figure, Summary, Verdict, to_json, write_human};
+
+/// The confidence level of the reported intervals.
+pub const LEVEL: f64 = 0.95;
+
+/// Rounds before which `--stop-early` does not look: the smallest count
+/// at which a signed-rank interval can reach 95% at all.
+pub const FIRST_LOOK: usize = 6;
+
+/// What to compare and how.
+#[derive(Debug)]
+pub struct Options {
+    /// The command and its arguments.
+    pub command: Vec<String>,
+    /// The allocators, in the order they run within a round; the first is
+    /// the baseline of the ratios (`system` when present, moved to the front).
+    pub allocators: Vec<Allocator>,
+    /// Measured rounds (the most, with `stop_early`).
+    pub rounds: usize,
+    /// Unmeasured rounds first, to warm caches and the page cache.
+    pub warmup: usize,
+    /// Stop once the verdict is clear (see [`looks_level`]).
+    pub stop_early: bool,
+    /// Append the programs' output to this file instead of discarding it.
+    pub log: Option<std::fs::File>,
+    /// Extra environment for the program (stack recording, for example).
+    pub env: Vec<(String, String)>,
+}
+
+/// One run of the command under one allocator.
+#[derive(Clone, Debug)]
+pub struct RunRecord {
+    /// Round number, from 1 (warm-up rounds have their own numbers).
+    pub round: usize,
+    /// Whether this was a warm-up run (not in the statistics).
+    pub warmup: bool,
+    /// The allocator.
+    pub allocator: Allocator,
+    /// Wall time around the run.
+    pub wall_ns: u64,
+    /// User CPU time of the process tree (the kernel's accounting).
+    pub user_ns: u64,
+    /// System CPU time of the process tree.
+    pub sys_ns: u64,
+    /// Peak resident set size of the main process (the kernel's).
+    pub max_rss_bytes: u64,
+    /// Allocation calls (malloc, calloc, realloc, ...) of all processes.
+    pub allocation_calls: u64,
+    /// Estimated time inside the allocator, all processes.
+    pub allocator_ns: u64,
+    /// The processes' profiles, for the timeline plot.
+    pub profiles: Vec<ProcessProfile>,
+}
+
+impl RunRecord {
+    /// Share of the CPU time spent in the allocator.
+    pub fn allocator_share(&self) -> f64 {
+        let cpu = self.user_ns + self.sys_ns;
+        if cpu == 0 {
+            0.0
+        } else {
+            self.allocator_ns as f64 / cpu as f64
+        }
+    }
+
+    /// The value of one figure.
+    pub fn figure(&self, f: Figure) -> f64 {
+        match f {
+            Figure::Wall => self.wall_ns as f64,
+            Figure::User => self.user_ns as f64,
+            Figure::Sys => self.sys_ns as f64,
+            Figure::MaxRss => self.max_rss_bytes as f64,
+            Figure::AllocationCalls => self.allocation_calls as f64,
+            Figure::AllocatorTime => self.allocator_ns as f64,
+            Figure::AllocatorShare => self.allocator_share(),
+        }
+    }
+}
+
+/// Everything a comparison measured.
+#[derive(Debug)]
+pub struct Comparison {
+    /// The command.
+    pub command: Vec<String>,
+    /// The allocators, baseline first.
+    pub allocators: Vec<Allocator>,
+    /// Every run, warm-up runs included, in the order they ran.
+    pub runs: Vec<RunRecord>,
+    /// Warm-up rounds asked for.
+    pub warmup: usize,
+    /// Measured rounds asked for.
+    pub rounds_planned: usize,
+    /// Whether the comparison stopped before `rounds_planned` because the
+    /// verdict was clear.
+    pub stopped_early: bool,
+    /// The confidence level of the intervals: [`LEVEL`], or the stricter
+    /// per-look level when `--stop-early` looked more than once.
+    pub level: f64,
+}
+
+/// The level each look uses with `--stop-early` over at most `rounds`
+/// rounds: the 5% error is split evenly over the looks (Bonferroni), one
+/// after each round from [`FIRST_LOOK`], so looking after every round
+/// cannot turn noise into a winner more often than a single look would.
+pub fn looks_level(rounds: usize) -> f64 {
+    let looks = rounds.saturating_sub(FIRST_LOOK - 1).max(1);
+    1.0 - (1.0 - LEVEL) / looks as f64
+}
+
+/// Runs the comparison, with a progress bar on stderr when it is a terminal.
+pub fn run(mut opts: Options) -> Result<Comparison> {
+    if opts.allocators.is_empty() {
+        bail!("no allocator to compare; name them with -a system,jemalloc,mimalloc");
+    }
+    let mut seen = Vec::new();
+    for a in &opts.allocators {
+        if seen.contains(a) {
+            bail!("allocator {} is listed twice in -a", a.name());
+        }
+        seen.push(*a);
+    }
+    if let Some(i) = opts.allocators.iter().position(|&a| a == Allocator::System) {
+        opts.allocators[..=i].rotate_right(1);
+    }
+    let level = if opts.stop_early {
+        looks_level(opts.rounds)
+    } else {
+        LEVEL
+    };
+    let total_runs = (opts.warmup + opts.rounds) * opts.allocators.len();
+    let bar = ProgressBar::with_draw_target(Some(total_runs as u64), ProgressDrawTarget::stderr());
+    bar.set_style(
+        ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} runs, {elapsed} · {msg}")
+            .expect("a valid template")
+            .progress_chars("=> "),
+    );
+    bar.set_prefix("allocmux compare");
+    let mut cmp = Comparison {
+        command: opts.command.clone(),
+        allocators: opts.allocators.clone(),
+        runs: Vec::new(),
+        warmup: opts.warmup,
+        rounds_planned: opts.rounds,
+        stopped_early: false,
+        level,
+    };
+    for round in 1..=opts.warmup + opts.rounds {
+        let warmup = round <= opts.warmup;
+        for &alloc in &opts.allocators {
+            bar.set_message(if warmup {
+                format!("warm-up, {}", alloc.name())
+            } else {
+                format!(
+                    "round {} of {}, {}",
+                    round - opts.warmup,
+                    opts.rounds,
+                    alloc.name()
+                )
+            });
+            let rec = run_once(&opts, alloc, round, warmup);
+            bar.inc(1);
+            match rec {
+                Ok(r) => cmp.runs.push(r),
+                Err(e) => {
+                    bar.finish_and_clear();
+                    return Err(e);
+                }
+            }
+        }
+        let measured = round.saturating_sub(opts.warmup);
+        if opts.stop_early
+            && measured >= FIRST_LOOK
+            && measured < opts.rounds
+            && matches!(Summary::new(&cmp).verdict, Verdict::Winner { .. })
+        {
+            cmp.stopped_early = true;
+            break;
+        }
+    }
+    bar.finish_and_clear();
+    Ok(cmp)
+}
+
+fn run_once(opts: &Options, alloc: Allocator, round: usize, warmup: bool) -> Result<RunRecord> {
+    // Warm-up rounds count 1..=warmup, measured rounds from 1 again.
+    let round = if warmup { round } else { round - opts.warmup };
+    let output = match &opts.log {
+        Some(f) => {
+            let mut f = f.try_clone().context("writing the log")?;
+            writeln!(
+                f,
+                "==> allocmux compare: {} round {round}{} under {}",
+                shell_words(&opts.command),
+                if warmup { " (warm-up)" } else { "" },
+                alloc.name()
+            )
+            .context("writing the log")?;
+            Output::Log(f)
+        }
+        None => Output::Discard,
+    };
+    let out = launch::launch(&Launch {
+        command: &opts.command,
+        allocator: alloc,
+        output,
+        env: opts.env.clone(),
+    })?;
+    if out.exit.code != Some(0) {
+        let how = match (out.exit.code, out.exit.signal) {
+            (Some(c), _) => format!("exit status {c}"),
+            (None, Some(s)) => format!("killed by {} ({s})", crate::report::signal_name(s)),
+            (None, None) => "an unknown status".to_string(),
+        };
+        let see = if opts.log.is_some() {
+            "its output is in the log"
+        } else {
+            "pass --log FILE to keep its output, or run it with `allocmux run`"
+        };
+        bail!(
+            "`{}` failed under {} in {} {round} ({how}); the comparison stopped ({see})",
+            shell_words(&opts.command),
+            alloc.name(),
+            if warmup { "warm-up round" } else { "round" },
+        );
+    }
+    if out.profiles.is_empty() {
+        bail!(
+            "`{}` ran under {} but left no allocmux profile: the shim was not loaded into it \
+             (is the program statically linked, or does it clear LD_PRELOAD?)",
+            shell_words(&opts.command),
+            alloc.name()
+        );
+    }
+    let report = Report::new(
+        out.profiles,
+        Some(RunInfo {
+            command: opts.command.clone(),
+            allocator: alloc.name().to_string(),
+            exit: out.exit,
+            wall_ns: out.wall_ns,
+        }),
+    );
+    let t = report.total();
+    Ok(RunRecord {
+        round,
+        warmup,
+        allocator: alloc,
+        wall_ns: out.wall_ns,
+        user_ns: out.exit.user_ns,
+        sys_ns: out.exit.sys_ns,
+        max_rss_bytes: out.exit.max_rss_bytes,
+        allocation_calls: t.totals.allocation_calls(),
+        allocator_ns: t.allocator_ns,
+        profiles: report.processes.into_iter().map(|p| p.profile).collect(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn looks_split_the_error() {
+        assert_eq!(looks_level(1), LEVEL);
+        assert_eq!(looks_level(6), LEVEL);
+        assert!((looks_level(10) - 0.99).abs() < 1e-12);
+    }
+}

@@ -1,0 +1,640 @@
+//! The figures of a comparison: per allocator, the median and spread of
+//! each measure; against the baseline, intervals for speed and memory; and
+//! the verdict, as a table and as JSON.
+
+use std::io::{self, Write};
+
+use serde_json::{Value, json};
+
+use super::{Comparison, FIRST_LOOK, RunRecord};
+use crate::launch::Allocator;
+use crate::report::{Bytes, Count, Dur, shell_words};
+use crate::stats::{Interval, Spread, paired_ratio};
+
+/// Width of a speed interval (high over low) above which the runs are
+/// called too noisy to resolve the differences allocators usually make.
+pub const NOISY_WIDTH: f64 = 1.10;
+
+/// A measure taken on every run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Figure {
+    /// Wall time.
+    Wall,
+    /// User CPU time.
+    User,
+    /// System CPU time.
+    Sys,
+    /// Peak RSS.
+    MaxRss,
+    /// Allocation calls.
+    AllocationCalls,
+    /// Time inside the allocator.
+    AllocatorTime,
+    /// Allocator time over CPU time.
+    AllocatorShare,
+}
+
+impl Figure {
+    /// Every figure, in table order.
+    pub const ALL: [Figure; 7] = [
+        Figure::Wall,
+        Figure::User,
+        Figure::Sys,
+        Figure::MaxRss,
+        Figure::AllocationCalls,
+        Figure::AllocatorTime,
+        Figure::AllocatorShare,
+    ];
+
+    /// Its JSON key (the names `allocmux run --json` uses).
+    pub fn key(self) -> &'static str {
+        match self {
+            Figure::Wall => "wall_ns",
+            Figure::User => "user_ns",
+            Figure::Sys => "sys_ns",
+            Figure::MaxRss => "max_rss_bytes",
+            Figure::AllocationCalls => "allocation_calls",
+            Figure::AllocatorTime => "allocator_ns",
+            Figure::AllocatorShare => "allocator_time_share",
+        }
+    }
+}
+
+/// One allocator's figures.
+#[derive(Clone, Debug)]
+pub struct AllocatorSummary {
+    /// The allocator.
+    pub allocator: Allocator,
+    /// Measured runs.
+    pub runs: usize,
+    /// Median and spread of every figure, in [`Figure::ALL`] order.
+    pub figures: Vec<(Figure, Spread)>,
+    /// How many times faster than the baseline (wall time); `None` for the
+    /// baseline itself or with fewer than two rounds.
+    pub speedup: Option<Interval>,
+    /// Peak RSS over the baseline's.
+    pub memory: Option<Interval>,
+}
+
+impl AllocatorSummary {
+    /// The spread of one figure.
+    pub fn spread(&self, f: Figure) -> Spread {
+        self.figures
+            .iter()
+            .find(|(g, _)| *g == f)
+            .map(|&(_, s)| s)
+            .expect("every figure is summarised")
+    }
+}
+
+/// Which allocator is fastest, as far as the runs can tell.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Verdict {
+    /// One allocator's wall time is lower than every other's, with every
+    /// interval of its speedup excluding 1.
+    Winner {
+        /// The winner.
+        winner: Allocator,
+        /// Its speedup over each other allocator.
+        margins: Vec<(Allocator, Interval)>,
+    },
+    /// No allocator beats all others clearly.
+    NoClearWinner {
+        /// The allocators no other one clearly beats.
+        leaders: Vec<Allocator>,
+        /// The allocators some other one clearly beats.
+        behind: Vec<Allocator>,
+    },
+    /// Only one allocator was run.
+    Alone,
+    /// Too few rounds for an interval at the level asked for.
+    TooFewRounds,
+}
+
+/// The summary of a comparison.
+#[derive(Clone, Debug)]
+pub struct Summary {
+    /// Measured rounds.
+    pub rounds: usize,
+    /// Per allocator, baseline first.
+    pub per_allocator: Vec<AllocatorSummary>,
+    /// The verdict.
+    pub verdict: Verdict,
+    /// What the reader should know before trusting the verdict.
+    pub warnings: Vec<String>,
+}
+
+impl Summary {
+    /// Summarises the measured rounds of `cmp`.
+    pub fn new(cmp: &Comparison) -> Summary {
+        let level = cmp.level;
+        let by_alloc: Vec<Vec<&RunRecord>> = cmp
+            .allocators
+            .iter()
+            .map(|&a| {
+                let mut runs: Vec<&RunRecord> = cmp
+                    .runs
+                    .iter()
+                    .filter(|r| !r.warmup && r.allocator == a)
+                    .collect();
+                runs.sort_by_key(|r| r.round);
+                runs
+            })
+            .collect();
+        // Only complete rounds pair up (every round is complete unless a run failed).
+        let rounds = by_alloc.iter().map(Vec::len).min().unwrap_or(0);
+        let values = |i: usize, f: Figure| -> Vec<f64> {
+            by_alloc[i][..rounds].iter().map(|r| r.figure(f)).collect()
+        };
+        // faster[i][j]: how many times faster allocator i is than j.
+        let n = cmp.allocators.len();
+        let faster: Vec<Vec<Option<Interval>>> = (0..n)
+            .map(|i| {
+                (0..n)
+                    .map(|j| {
+                        let x = values(j, Figure::Wall);
+                        let y = values(i, Figure::Wall);
+                        (i != j).then(|| paired_ratio(&x, &y, level)).flatten()
+                    })
+                    .collect()
+            })
+            .collect();
+        let per_allocator: Vec<AllocatorSummary> = cmp
+            .allocators
+            .iter()
+            .enumerate()
+            .map(|(i, &allocator)| AllocatorSummary {
+                allocator,
+                runs: rounds,
+                figures: Figure::ALL
+                    .iter()
+                    .filter(|_| rounds > 0)
+                    .map(|&f| (f, Spread::of(&values(i, f))))
+                    .collect(),
+                speedup: faster[i][0],
+                memory: (i != 0)
+                    .then(|| {
+                        paired_ratio(
+                            &values(i, Figure::MaxRss),
+                            &values(0, Figure::MaxRss),
+                            level,
+                        )
+                    })
+                    .flatten(),
+            })
+            .collect();
+        let reached = |iv: &Interval| iv.confidence >= level - 1e-9;
+        let clearly_faster =
+            |i: usize, j: usize| faster[i][j].is_some_and(|iv| reached(&iv) && iv.above(1.0));
+        let reachable = 1.0 - 2f64.powi(1 - rounds as i32);
+        let verdict = if n < 2 {
+            Verdict::Alone
+        } else if rounds < 2 || reachable < level - 1e-9 {
+            Verdict::TooFewRounds
+        } else if let Some(w) = (0..n).find(|&i| (0..n).all(|j| j == i || clearly_faster(i, j))) {
+            Verdict::Winner {
+                winner: cmp.allocators[w],
+                margins: (0..n)
+                    .filter(|&j| j != w)
+                    .map(|j| (cmp.allocators[j], faster[w][j].expect("a clear interval")))
+                    .collect(),
+            }
+        } else {
+            let (leaders, behind): (Vec<usize>, Vec<usize>) =
+                (0..n).partition(|&i| !(0..n).any(|j| clearly_faster(j, i)));
+            Verdict::NoClearWinner {
+                leaders: leaders.iter().map(|&i| cmp.allocators[i]).collect(),
+                behind: behind.iter().map(|&i| cmp.allocators[i]).collect(),
+            }
+        };
+        let mut warnings = Vec::new();
+        if verdict == Verdict::TooFewRounds {
+            let need = (2..)
+                .find(|&k| 1.0 - 2f64.powi(1 - k) >= level - 1e-9)
+                .unwrap_or(FIRST_LOOK as i32);
+            warnings.push(format!(
+                "{rounds} round{} cannot give {:.0}% intervals; run at least {need} (-n {need})",
+                if rounds == 1 { "" } else { "s" },
+                level * 100.0
+            ));
+        }
+        // Noise that the pairing cancels (a slow round for all) does not
+        // matter; what is left shows in the width of the intervals.
+        let widest = (0..n)
+            .flat_map(|i| (0..n).map(move |j| (i, j)))
+            .filter_map(|(i, j)| faster[i][j].map(|iv| (i, iv.high / iv.low)))
+            .max_by(|a, b| a.1.total_cmp(&b.1));
+        if let Some((i, width)) = widest.filter(|&(_, w)| w > NOISY_WIDTH) {
+            warnings.push(format!(
+                "the runs are noisy: an interval involving {} spans {:.0}%, so smaller \
+                 differences cannot be told apart; quiet the machine or add rounds (-n)",
+                cmp.allocators[i].name(),
+                (width - 1.0) * 100.0
+            ));
+        }
+        Summary {
+            rounds,
+            per_allocator,
+            verdict,
+            warnings,
+        }
+    }
+
+    /// The verdict in one line.
+    pub fn verdict_line(&self, level: f64) -> String {
+        let pct = format!("{:.0}%", level * 100.0);
+        match &self.verdict {
+            Verdict::Alone => "one allocator only: nothing to compare".to_string(),
+            Verdict::TooFewRounds => format!(
+                "none: {} round{} cannot tell the allocators apart at {pct}",
+                self.rounds,
+                if self.rounds == 1 { "" } else { "s" }
+            ),
+            Verdict::Winner { winner, margins } => {
+                let parts: Vec<String> = margins
+                    .iter()
+                    .map(|(other, iv)| {
+                        format!(
+                            "{:.2}× ({:.2}–{:.2}) faster than {}",
+                            iv.estimate,
+                            iv.low,
+                            iv.high,
+                            other.name()
+                        )
+                    })
+                    .collect();
+                format!(
+                    "{} is fastest: {} ({pct} intervals)",
+                    winner.name(),
+                    join_and(&parts)
+                )
+            }
+            Verdict::NoClearWinner { leaders, behind } => {
+                let names = |v: &[Allocator]| {
+                    join_and(&v.iter().map(|a| a.name().to_string()).collect::<Vec<_>>())
+                };
+                let mut s = if leaders.len() == self.per_allocator.len() {
+                    format!(
+                        "no clear winner: the {pct} intervals of {} overlap",
+                        names(leaders)
+                    )
+                } else {
+                    format!(
+                        "no clear winner between {}: their {pct} intervals overlap",
+                        names(leaders)
+                    )
+                };
+                if !behind.is_empty() {
+                    s += &format!(
+                        "; {} {} clearly slower",
+                        names(behind),
+                        if behind.len() == 1 { "is" } else { "are" }
+                    );
+                }
+                s
+            }
+        }
+    }
+}
+
+fn join_and(parts: &[String]) -> String {
+    match parts {
+        [] => String::new(),
+        [one] => one.clone(),
+        [rest @ .., last] => format!("{} and {last}", rest.join(", ")),
+    }
+}
+
+/// A speed ratio in words: "1.16× faster (1.14–1.18)" or "1.10× slower (...)".
+fn speed_words(iv: &Interval) -> String {
+    if iv.estimate >= 1.0 {
+        format!("{:.2}× faster ({:.2}–{:.2})", iv.estimate, iv.low, iv.high)
+    } else {
+        format!(
+            "{:.2}× slower ({:.2}–{:.2})",
+            1.0 / iv.estimate,
+            1.0 / iv.high,
+            1.0 / iv.low
+        )
+    }
+}
+
+/// The human report.
+pub fn write_human(cmp: &Comparison, s: &Summary, w: &mut dyn Write) -> io::Result<()> {
+    writeln!(w, "allocmux compare: `{}`", shell_words(&cmp.command))?;
+    let stopped = if cmp.stopped_early {
+        format!(
+            " (stopped early of {}: the verdict was clear)",
+            cmp.rounds_planned
+        )
+    } else {
+        String::new()
+    };
+    writeln!(
+        w,
+        "  {} round{}{stopped} after {} warm-up round{}, the allocators interleaved in each; \
+         medians, wall time with its interquartile range\n",
+        s.rounds,
+        if s.rounds == 1 { "" } else { "s" },
+        cmp.warmup,
+        if cmp.warmup == 1 { "" } else { "s" },
+    )?;
+    writeln!(
+        w,
+        "  {:<9} {:>26} {:>10} {:>10} {:>10} {:>12} {:>11} {:>6}",
+        "allocator", "wall (IQR)", "user", "sys", "max RSS", "allocations", "alloc time", "share"
+    )?;
+    for a in &s.per_allocator {
+        if a.figures.is_empty() {
+            continue;
+        }
+        let wall = a.spread(Figure::Wall);
+        let m = |f: Figure| a.spread(f).median as u64;
+        writeln!(
+            w,
+            "  {:<9} {:>26} {:>10} {:>10} {:>10} {:>12} {:>11} {:>5.1}%",
+            a.allocator.name(),
+            time_with_range(wall.median, wall.q1, wall.q3),
+            Dur(m(Figure::User)),
+            Dur(m(Figure::Sys)),
+            Bytes(m(Figure::MaxRss)),
+            Count(m(Figure::AllocationCalls)),
+            Dur(m(Figure::AllocatorTime)),
+            100.0 * a.spread(Figure::AllocatorShare).median,
+        )?;
+    }
+    let base = cmp.allocators[0].name();
+    if s.per_allocator.iter().any(|a| a.speedup.is_some()) {
+        writeln!(
+            w,
+            "\n  against {base}: Hodges–Lehmann estimates with {:.0}% signed-rank intervals over the \
+             paired rounds",
+            cmp.level * 100.0
+        )?;
+        writeln!(w, "  {:<9} {:<32} max RSS", "allocator", "speed")?;
+        for a in s.per_allocator.iter().skip(1) {
+            let (Some(sp), Some(mem)) = (a.speedup, a.memory) else {
+                continue;
+            };
+            writeln!(
+                w,
+                "  {:<9} {:<32} {:.2}× ({:.2}–{:.2})",
+                a.allocator.name(),
+                speed_words(&sp),
+                mem.estimate,
+                mem.low,
+                mem.high
+            )?;
+        }
+    }
+    writeln!(w, "\n  verdict: {}", s.verdict_line(cmp.level))?;
+    for warning in &s.warnings {
+        writeln!(w, "  warning: {warning}")?;
+    }
+    Ok(())
+}
+
+/// "721.4 ms (660.4–820.1)": a time and a range in the same unit.
+fn time_with_range(t: f64, lo: f64, hi: f64) -> String {
+    let (div, unit) = [(1e9, "s"), (1e6, "ms"), (1e3, "µs")]
+        .into_iter()
+        .find(|&(d, _)| t >= d)
+        .unwrap_or((1.0, "ns"));
+    let d = if t / div >= 100.0 { 1 } else { 2 };
+    format!("{:.d$} {unit} ({:.d$}–{:.d$})", t / div, lo / div, hi / div)
+}
+
+fn interval_json(iv: Option<Interval>) -> Value {
+    iv.map_or(Value::Null, |iv| {
+        json!({
+            "estimate": iv.estimate,
+            "low": iv.low,
+            "high": iv.high,
+            "confidence": iv.confidence,
+        })
+    })
+}
+
+/// Every run and every summary figure, for `--json`.
+pub fn to_json(cmp: &Comparison, s: &Summary) -> Value {
+    let runs: Vec<Value> = cmp
+        .runs
+        .iter()
+        .map(|r| {
+            let mut v = json!({
+                "round": r.round,
+                "warmup": r.warmup,
+                "allocator": r.allocator.name(),
+            });
+            let o = v.as_object_mut().expect("an object");
+            for f in Figure::ALL {
+                let x = r.figure(f);
+                o.insert(
+                    f.key().into(),
+                    if f == Figure::AllocatorShare {
+                        json!(x)
+                    } else {
+                        json!(x as u64)
+                    },
+                );
+            }
+            v
+        })
+        .collect();
+    let allocators: Vec<Value> = s
+        .per_allocator
+        .iter()
+        .map(|a| {
+            let mut figures = serde_json::Map::new();
+            for &(f, sp) in &a.figures {
+                figures.insert(
+                    f.key().into(),
+                    json!({
+                        "median": sp.median,
+                        "q1": sp.q1,
+                        "q3": sp.q3,
+                        "min": sp.min,
+                        "max": sp.max,
+                    }),
+                );
+            }
+            json!({
+                "allocator": a.allocator.name(),
+                "runs": a.runs,
+                "figures": figures,
+                "speedup_vs_baseline": interval_json(a.speedup),
+                "max_rss_vs_baseline": interval_json(a.memory),
+            })
+        })
+        .collect();
+    let (winner, leaders) = match &s.verdict {
+        Verdict::Winner { winner, .. } => (json!(winner.name()), json!([winner.name()])),
+        Verdict::NoClearWinner { leaders, .. } => (
+            Value::Null,
+            json!(leaders.iter().map(|a| a.name()).collect::<Vec<_>>()),
+        ),
+        Verdict::Alone | Verdict::TooFewRounds => (Value::Null, json!([])),
+    };
+    json!({
+        "command": cmp.command,
+        "baseline": cmp.allocators[0].name(),
+        "rounds": s.rounds,
+        "rounds_planned": cmp.rounds_planned,
+        "warmup_rounds": cmp.warmup,
+        "stopped_early": cmp.stopped_early,
+        "confidence_level": cmp.level,
+        "method": "Hodges-Lehmann estimate of the paired log ratio per round, \
+                   exact Wilcoxon signed-rank confidence interval",
+        "runs": runs,
+        "allocators": allocators,
+        "verdict": {
+            "winner": winner,
+            "leaders": leaders,
+            "text": s.verdict_line(cmp.level),
+        },
+        "warnings": s.warnings,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compare::LEVEL;
+
+    /// A comparison whose wall times are `base` scaled per allocator, with
+    /// the same per-round drift for all.
+    fn comparison(factors: &[(Allocator, f64)], rounds: usize) -> Comparison {
+        let mut runs = Vec::new();
+        for round in 1..=rounds {
+            let drift = 1.0 + 0.05 * ((round * 7 % 5) as f64 - 2.0);
+            for (k, &(allocator, f)) in factors.iter().enumerate() {
+                // A little independent noise, different per allocator.
+                let noise = 1.0 + 0.002 * (((round + k) * 3 % 5) as f64 - 2.0);
+                runs.push(RunRecord {
+                    round,
+                    warmup: false,
+                    allocator,
+                    wall_ns: (1e9 * f * drift * noise) as u64,
+                    user_ns: (9e8 * f) as u64,
+                    sys_ns: 1e7 as u64,
+                    max_rss_bytes: 50 << 20,
+                    allocation_calls: 1_000_000,
+                    allocator_ns: (1e8 * f) as u64,
+                    profiles: vec![],
+                });
+            }
+        }
+        Comparison {
+            command: vec!["prog".into()],
+            allocators: factors.iter().map(|&(a, _)| a).collect(),
+            runs,
+            warmup: 0,
+            rounds_planned: rounds,
+            stopped_early: false,
+            level: LEVEL,
+        }
+    }
+
+    use Allocator::{Jemalloc, Mimalloc, System};
+
+    #[test]
+    fn identical_allocators_have_no_clear_winner() {
+        let cmp = comparison(&[(System, 1.0), (Jemalloc, 1.0), (Mimalloc, 1.0)], 10);
+        let s = Summary::new(&cmp);
+        assert!(
+            matches!(&s.verdict, Verdict::NoClearWinner { leaders, behind }
+                if leaders.len() == 3 && behind.is_empty()),
+            "{:?}",
+            s.verdict
+        );
+        assert!(s.verdict_line(LEVEL).starts_with("no clear winner"));
+        let sp = s.per_allocator[1].speedup.unwrap();
+        assert!(sp.low < 1.0 && sp.high > 1.0, "{sp:?}");
+    }
+
+    #[test]
+    fn a_well_separated_allocator_wins() {
+        let cmp = comparison(&[(System, 1.0), (Jemalloc, 0.8), (Mimalloc, 0.7)], 10);
+        let s = Summary::new(&cmp);
+        let Verdict::Winner { winner, margins } = &s.verdict else {
+            panic!("{:?}", s.verdict)
+        };
+        assert_eq!(*winner, Mimalloc);
+        let over_system = margins.iter().find(|(a, _)| *a == System).unwrap().1;
+        assert!(
+            (over_system.estimate - 1.0 / 0.7).abs() < 0.02,
+            "{over_system:?}"
+        );
+        let line = s.verdict_line(LEVEL);
+        assert!(line.starts_with("mimalloc is fastest: 1.43×"), "{line}");
+        assert!(line.contains("faster than jemalloc"), "{line}");
+        assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+        let j = &s.per_allocator[1];
+        assert!((j.speedup.unwrap().estimate - 1.25).abs() < 0.01);
+        assert_eq!(j.memory.unwrap().estimate, 1.0);
+    }
+
+    #[test]
+    fn two_leaders_tie_and_the_third_is_behind() {
+        let cmp = comparison(&[(System, 1.3), (Jemalloc, 1.0), (Mimalloc, 1.0)], 10);
+        let s = Summary::new(&cmp);
+        assert_eq!(
+            s.verdict,
+            Verdict::NoClearWinner {
+                leaders: vec![Jemalloc, Mimalloc],
+                behind: vec![System]
+            }
+        );
+        assert_eq!(
+            s.verdict_line(LEVEL),
+            "no clear winner between jemalloc and mimalloc: their 95% intervals overlap; \
+             system is clearly slower"
+        );
+    }
+
+    #[test]
+    fn too_few_rounds_name_no_winner_and_say_why() {
+        let cmp = comparison(&[(System, 1.0), (Mimalloc, 0.5)], 5);
+        let s = Summary::new(&cmp);
+        assert_eq!(s.verdict, Verdict::TooFewRounds);
+        assert!(s.warnings[0].contains("-n 6"), "{:?}", s.warnings);
+        assert_eq!(
+            s.verdict_line(LEVEL),
+            "none: 5 rounds cannot tell the allocators apart at 95%"
+        );
+    }
+
+    #[test]
+    fn noisy_runs_are_flagged() {
+        let mut cmp = comparison(&[(System, 1.0), (Mimalloc, 1.0)], 8);
+        for (i, r) in cmp.runs.iter_mut().enumerate() {
+            if r.allocator == Mimalloc {
+                r.wall_ns = r.wall_ns * (1 + (i as u64 % 3)) / 2;
+            }
+        }
+        let s = Summary::new(&cmp);
+        assert!(
+            s.warnings.iter().any(|w| w.contains("noisy")),
+            "{:?}",
+            s.warnings
+        );
+    }
+
+    #[test]
+    fn json_has_every_run_and_summary() {
+        let cmp = comparison(&[(System, 1.0), (Jemalloc, 0.8)], 6);
+        let s = Summary::new(&cmp);
+        let v = to_json(&cmp, &s);
+        assert_eq!(v["runs"].as_array().unwrap().len(), 12);
+        assert_eq!(v["verdict"]["winner"], "jemalloc");
+        let j = &v["allocators"][1];
+        assert!(j["figures"]["wall_ns"]["median"].as_f64().unwrap() > 0.0);
+        assert!(j["speedup_vs_baseline"]["low"].as_f64().unwrap() > 1.0);
+        assert_eq!(v["allocators"][0]["speedup_vs_baseline"], Value::Null);
+        let mut out = Vec::new();
+        write_human(&cmp, &s, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("jemalloc is fastest"), "{text}");
+        assert!(text.contains("1.25× faster"), "{text}");
+    }
+}

@@ -1,0 +1,288 @@
+//! `allocmux compare` end to end: the table, the JSON, the chart, early
+//! stopping, hidden and logged output, and the runs that stop it.
+
+use std::fs;
+
+use serde_json::Value;
+
+mod common;
+use common::*;
+
+const ALLOCATORS: [&str; 3] = ["system", "jemalloc", "mimalloc"];
+
+/// The bundled allocation-heavy workload: Levenshtein distances with fresh
+/// vectors per call, the case where the allocator choice shows.
+fn workload() -> Vec<String> {
+    vec![
+        env!("CARGO_BIN_EXE_allocmux").to_string(),
+        "__workload".into(),
+        "edit-distance".into(),
+        "20000".into(),
+    ]
+}
+
+fn json_file(path: &std::path::Path) -> Value {
+    let text = fs::read_to_string(path).expect("the JSON file was written");
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+#[test]
+fn compare_reports_every_allocator_with_intervals_and_a_verdict() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("cmp.json");
+    let svg = dir.path().join("cmp.svg");
+    let out = ok(run(allocmux()
+        .args(["compare", "-n", "6", "--warmup", "1", "--json"])
+        .arg(&json)
+        .arg("--plot")
+        .arg(&svg)
+        .arg("--")
+        .args(workload())));
+    let table = text(&out.stdout);
+    assert!(
+        !table.contains("edit-distance 5"),
+        "the program's own output is hidden: {table}"
+    );
+    for a in ALLOCATORS {
+        assert!(
+            table.lines().any(|l| l.trim_start().starts_with(a)),
+            "{a} row in {table}"
+        );
+    }
+    for needle in [
+        "wall (IQR)",
+        "against system",
+        "signed-rank intervals",
+        "verdict: ",
+    ] {
+        assert!(table.contains(needle), "{needle:?} in {table}");
+    }
+
+    let v = json_file(&json);
+    assert_eq!(v["baseline"], "system");
+    assert_eq!(v["rounds"], 6);
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(
+        runs.len(),
+        3 * 7,
+        "6 rounds and a warm-up round of 3 allocators"
+    );
+    assert_eq!(runs.iter().filter(|r| r["warmup"] == true).count(), 3);
+    // Interleaved: each round runs every allocator before the next round.
+    let order: Vec<&str> = runs
+        .iter()
+        .take(6)
+        .map(|r| r["allocator"].as_str().unwrap())
+        .collect();
+    assert_eq!(order, [ALLOCATORS, ALLOCATORS].concat());
+    let calls: Vec<u64> = runs
+        .iter()
+        .map(|r| r["allocation_calls"].as_u64().unwrap())
+        .collect();
+    assert!(
+        calls[0] > 20_000,
+        "the workload allocates per pair: {calls:?}"
+    );
+    assert!(
+        calls.iter().all(|&c| c == calls[0]),
+        "the same program makes the same calls under every allocator: {calls:?}"
+    );
+    let summaries = v["allocators"].as_array().unwrap();
+    assert_eq!(summaries.len(), 3);
+    for (s, name) in summaries.iter().zip(ALLOCATORS) {
+        assert_eq!(s["allocator"], name);
+        assert_eq!(s["runs"], 6);
+        let wall = &s["figures"]["wall_ns"];
+        let (q1, med, q3) = (
+            wall["q1"].as_f64().unwrap(),
+            wall["median"].as_f64().unwrap(),
+            wall["q3"].as_f64().unwrap(),
+        );
+        assert!(0.0 < q1 && q1 <= med && med <= q3, "{wall}");
+        assert!(s["figures"]["max_rss_bytes"]["median"].as_f64().unwrap() > 1e6);
+        assert!(
+            s["figures"]["allocator_time_share"]["median"]
+                .as_f64()
+                .unwrap()
+                > 0.0
+        );
+        if name == "system" {
+            assert_eq!(s["speedup_vs_baseline"], Value::Null);
+            continue;
+        }
+        for key in ["speedup_vs_baseline", "max_rss_vs_baseline"] {
+            let iv = &s[key];
+            let (lo, est, hi) = (
+                iv["low"].as_f64().unwrap(),
+                iv["estimate"].as_f64().unwrap(),
+                iv["high"].as_f64().unwrap(),
+            );
+            assert!(0.0 < lo && lo <= est && est <= hi, "{key}: {iv}");
+            assert!(iv["confidence"].as_f64().unwrap() >= 0.95, "{iv}");
+        }
+    }
+    let verdict = &v["verdict"];
+    let text_line = verdict["text"].as_str().unwrap();
+    assert!(table.contains(text_line), "{text_line} in {table}");
+    match verdict["winner"].as_str() {
+        Some(w) => assert!(
+            text_line.starts_with(&format!("{w} is fastest")),
+            "{verdict}"
+        ),
+        None => assert!(text_line.starts_with("no clear winner"), "{verdict}"),
+    }
+
+    let chart = fs::read_to_string(&svg).unwrap();
+    let doc = roxmltree::Document::parse(&chart).expect("the chart is well-formed XML");
+    let texts: Vec<&str> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("text"))
+        .filter_map(|n| n.text())
+        .collect();
+    for needle in ["wall time", "peak RSS", "system", "jemalloc", "mimalloc"] {
+        assert!(
+            texts.iter().any(|t| t.contains(needle)),
+            "{needle:?} in the chart's text: {texts:?}"
+        );
+    }
+    let dots = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("circle"))
+        .count();
+    assert!(dots >= 2 * 18, "a dot per run per panel, found {dots}");
+}
+
+#[test]
+fn a_clear_winner_stops_the_comparison_early() {
+    // The baseline is made slower by a fixed 0.2 s every round: far beyond
+    // the noise of starting a shell, so mimalloc wins every round.
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("cmp.json");
+    let out = ok(run(allocmux()
+        .args([
+            "compare",
+            "-a",
+            "mimalloc,system",
+            "-n",
+            "20",
+            "--warmup",
+            "0",
+            "--stop-early",
+            "--json",
+        ])
+        .arg(&json)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            r#"[ "$ALLOCMUX_ALLOCATOR" = system ] && sleep 0.2; true"#,
+        ])));
+    let v = json_file(&json);
+    assert_eq!(
+        v["baseline"], "system",
+        "system is the baseline wherever listed"
+    );
+    assert_eq!(v["stopped_early"], true, "{}", text(&out.stdout));
+    // 15 looks (rounds 6..=20) share the 5%: the first round that can reach
+    // 1 − 0.05/15 is the 10th (1 − 2⁻⁹).
+    assert_eq!(v["rounds"], 10);
+    assert_eq!(v["verdict"]["winner"], "mimalloc");
+    let level = v["confidence_level"].as_f64().unwrap();
+    assert!((level - (1.0 - 0.05 / 15.0)).abs() < 1e-9, "{level}");
+    let table = text(&out.stdout);
+    assert!(table.contains("stopped early of 20"), "{table}");
+    assert!(table.contains("verdict: mimalloc is fastest"), "{table}");
+}
+
+#[test]
+fn output_is_hidden_or_logged() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("programs.log");
+    let out = ok(run(allocmux()
+        .args([
+            "compare",
+            "-a",
+            "system,mimalloc",
+            "-n",
+            "1",
+            "--warmup",
+            "0",
+            "--log",
+        ])
+        .arg(&log)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "echo out-$ALLOCMUX_ALLOCATOR; echo err >&2",
+        ])));
+    let table = text(&out.stdout);
+    assert!(!table.contains("out-system"), "{table}");
+    assert!(!text(&out.stderr).contains("err\n"));
+    let logged = fs::read_to_string(&log).unwrap();
+    assert!(
+        logged.contains("out-system\nerr\n") && logged.contains("out-mimalloc\nerr\n"),
+        "{logged}"
+    );
+    assert!(logged.contains("round 1 under mimalloc"), "{logged}");
+    assert!(
+        table.contains("1 round cannot give 95% intervals; run at least 6 (-n 6)"),
+        "{table}"
+    );
+    assert!(
+        table.contains("verdict: none: 1 round cannot tell"),
+        "{table}"
+    );
+}
+
+#[test]
+fn a_failing_run_stops_the_comparison_naming_the_allocator() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("cmp.json");
+    let out = run(allocmux()
+        .args(["compare", "-n", "2", "--json"])
+        .arg(&json)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            r#"[ "$ALLOCMUX_ALLOCATOR" != jemalloc ] || exit 3"#,
+        ]));
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("failed under jemalloc in warm-up round 1 (exit status 3)"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(!json.exists(), "no half report is left behind");
+
+    let killed = run(allocmux().args(["compare", "-n", "1", "--", "sh", "-c", "kill -9 $$"]));
+    let err = text(&killed.stderr);
+    assert!(
+        err.contains("failed under system in warm-up round 1 (killed by SIGKILL (9))"),
+        "{err}"
+    );
+}
+
+#[test]
+fn unpreloadable_targets_and_bad_arguments_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let stat = static_binary(dir.path());
+    let out = run(allocmux().args(["compare", "--"]).arg(&stat));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("statically linked"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let out = run(allocmux().args(["compare", "-a", "system,tcmalloc", "--", "true"]));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("invalid value 'tcmalloc'"));
+    let out = run(allocmux().args(["compare", "-a", "system,system", "--", "true"]));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("listed twice"));
+    let out = run(allocmux().args(["compare", "-n", "0", "--", "true"]));
+    assert_eq!(out.status.code(), Some(2));
+}
