@@ -260,6 +260,9 @@ struct DemoArgs {
     /// Workload size (word pairs of the edit-distance workload).
     #[arg(long, hide = true)]
     size: Option<u64>,
+    /// Rounds of the comparison.
+    #[arg(long, hide = true, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    rounds: Option<u64>,
 }
 
 /// Runs the parsed command line; returns the process exit code.
@@ -271,7 +274,13 @@ pub fn run(cli: Cli) -> Result<i32> {
         Cmd::Report(a) => cmd_report(a),
         Cmd::Export(a) => cmd_export(a),
         Cmd::Diff(a) => cmd_diff(a),
-        Cmd::Demo(a) => crate::demo::run(&a.output, a.size),
+        Cmd::Demo(a) => crate::demo::run(
+            &a.output,
+            &crate::demo::DemoOptions {
+                size: a.size,
+                rounds: a.rounds.map(|r| r as usize),
+            },
+        ),
         Cmd::Workload { name, size } => {
             let Some(w) = allocmux_workloads::find(&name) else {
                 let names: Vec<&str> = allocmux_workloads::ALL.iter().map(|w| w.name).collect();

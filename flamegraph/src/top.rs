@@ -31,11 +31,44 @@ fn top(merged: &[MergedStack], w: Weight, n: usize) -> Vec<&MergedStack> {
     v
 }
 
-/// `leaf ← caller ← …`, names shortened, inlined frames marked.
+/// Whether a frame is the standard library's (Rust's `alloc`, `core`,
+/// `std`; C++'s `std`): the plumbing between a program's call and the
+/// allocator, which a one-line stack skips to reach the program's code.
+fn is_standard_library(function: &str) -> bool {
+    let std_path = |p: &str| {
+        ["alloc::", "core::", "std::"]
+            .iter()
+            .any(|s| p.starts_with(s))
+    };
+    let Some(inner) = function.strip_prefix('<') else {
+        return std_path(function);
+    };
+    // `<Type as Trait>::f`: the standard library's when the trait is, and
+    // the type is too or is a generic parameter (`<T as SpecFromElem>`).
+    match inner.split_once(" as ") {
+        Some((ty, tr)) => std_path(tr) && (std_path(ty) || !ty.contains("::")),
+        None => std_path(inner),
+    }
+}
+
+/// `leaf ← caller ← …`, names shortened, inlined frames marked. A leading
+/// run of standard-library frames is shown as a count, so the line starts
+/// at the program's own code.
 pub fn stack_line(s: &MergedStack) -> String {
+    let skipped = s
+        .frames
+        .iter()
+        .take_while(|f| is_standard_library(&f.function))
+        .count();
+    let skipped = if skipped == s.frames.len() {
+        0
+    } else {
+        skipped
+    };
     let mut parts: Vec<String> = s
         .frames
         .iter()
+        .skip(skipped)
         .take(FRAMES_SHOWN)
         .map(|f| {
             let name = if f.inlined {
@@ -53,8 +86,12 @@ pub fn stack_line(s: &MergedStack) -> String {
             }
         })
         .collect();
-    if s.frames.len() > FRAMES_SHOWN {
-        parts.push(format!("… ({} more)", s.frames.len() - FRAMES_SHOWN));
+    let shown = skipped + parts.len();
+    if s.frames.len() > shown {
+        parts.push(format!("… ({} more)", s.frames.len() - shown));
+    }
+    if skipped > 0 {
+        parts.insert(0, format!("[{skipped} std frames]"));
     }
     parts.join(" ← ")
 }
@@ -129,4 +166,30 @@ pub fn to_json(set: &StackSet<'_>, n: usize) -> Value {
             })
             .collect(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn standard_library_frames_are_recognised() {
+        for f in [
+            "alloc::alloc::alloc",
+            "<alloc::alloc::Global>::alloc_impl",
+            "<T as alloc::vec::spec_from_elem::SpecFromElem>::from_elem",
+            "<alloc::vec::Vec<T> as core::iter::traits::collect::FromIterator<T>>::from_iter",
+            "std::vector<int, std::allocator<int> >::_M_realloc_insert",
+        ] {
+            assert!(is_standard_library(f), "{f}");
+        }
+        for f in [
+            "allocmux_workloads::levenshtein_naive",
+            "<app::Row as core::clone::Clone>::clone",
+            "main",
+            "allocate_block",
+        ] {
+            assert!(!is_standard_library(f), "{f}");
+        }
+    }
 }

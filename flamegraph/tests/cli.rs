@@ -325,24 +325,3 @@ fn bad_profiles_get_a_reason() {
         assert_clear_error(&run(allocmux().arg("report").arg(&path)), 1, needle);
     }
 }
-
-#[test]
-fn demo_runs_every_allocator_and_writes_profiles() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = run(allocmux()
-        .args(["demo", "--size", "3000", "-o"])
-        .arg(dir.path()));
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let stdout = text(&out.stdout);
-    for alloc in ["system", "jemalloc", "mimalloc"] {
-        assert!(stdout.contains(alloc), "{stdout}");
-        let prof = dir.path().join(format!("allocmux-demo-{alloc}.prof"));
-        let rep = run(allocmux().args(["report", "--json"]).arg(&prof));
-        let v = json_of(&rep);
-        assert_eq!(v["total"]["allocator"], alloc);
-        assert!(
-            v["total"]["calls"]["malloc"].as_u64().unwrap() > 3000,
-            "the workload allocates per pair"
-        );
-    }
-}

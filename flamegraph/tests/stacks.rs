@@ -412,17 +412,6 @@ fn pprof_export_reads_in_go_tool_pprof() {
     );
 }
 
-fn parse_svg(svg: &str) -> roxmltree::Document<'_> {
-    roxmltree::Document::parse_with_options(
-        svg,
-        roxmltree::ParsingOptions {
-            allow_dtd: true,
-            ..Default::default()
-        },
-    )
-    .unwrap_or_else(|e| panic!("the SVG is not XML: {e}"))
-}
-
 /// The text of every `<title>` of the frames ("leaf (96 bytes, 2.3%)").
 fn frame_titles(doc: &roxmltree::Document<'_>) -> Vec<String> {
     doc.descendants()

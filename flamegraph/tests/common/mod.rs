@@ -48,3 +48,16 @@ pub fn static_binary(dir: &Path) -> PathBuf {
     assert!(built.success(), "cc -static needs libc.a (libc6-dev)");
     bin
 }
+
+/// Parses an SVG document (inferno's have a DTD), failing the test if it
+/// is not well-formed XML.
+pub fn parse_svg(svg: &str) -> roxmltree::Document<'_> {
+    roxmltree::Document::parse_with_options(
+        svg,
+        roxmltree::ParsingOptions {
+            allow_dtd: true,
+            ..Default::default()
+        },
+    )
+    .unwrap_or_else(|e| panic!("the SVG is not XML: {e}"))
+}
