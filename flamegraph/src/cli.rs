@@ -124,10 +124,11 @@ struct CompareArgs {
         default_value = "system,jemalloc,mimalloc"
     )]
     allocators: Vec<Allocator>,
-    /// Measured rounds (each runs every allocator once); the most with --stop-early.
-    #[arg(short = 'n', long, value_name = "RUNS", default_value_t = 10,
+    /// Measured rounds (each runs every allocator once); the most with --stop-early
+    /// [default: as many as fit in about a minute, from 6 to 10]
+    #[arg(short = 'n', long, value_name = "RUNS",
           value_parser = clap::value_parser!(u64).range(1..=1000))]
-    runs: u64,
+    runs: Option<u64>,
     /// Unmeasured rounds first (page cache, CPU frequency, the shim's cache).
     #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u64).range(0..=100))]
@@ -448,7 +449,7 @@ fn cmd_compare(a: CompareArgs) -> Result<i32> {
     let cmp = compare::run(compare::Options {
         command: a.command.clone(),
         allocators: a.allocators,
-        rounds: a.runs as usize,
+        rounds: a.runs.map(|n| n as usize),
         warmup: a.warmup as usize,
         stop_early: a.stop_early,
         log,

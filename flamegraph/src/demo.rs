@@ -82,7 +82,7 @@ pub fn run(dir: &Path, opts: &DemoOptions) -> Result<i32> {
     let cmp = compare::run(compare::Options {
         command: command.clone(),
         allocators: vec![Allocator::System, Allocator::Jemalloc, Allocator::Mimalloc],
-        rounds: opts.rounds.unwrap_or(DEFAULT_ROUNDS),
+        rounds: Some(opts.rounds.unwrap_or(DEFAULT_ROUNDS)),
         warmup: 1,
         stop_early: false,
         log: None,

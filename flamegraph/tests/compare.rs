@@ -286,3 +286,16 @@ fn unpreloadable_targets_and_bad_arguments_are_refused() {
     let out = run(allocmux().args(["compare", "-n", "0", "--", "true"]));
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn without_n_a_quick_program_gets_the_most_default_rounds() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("cmp.json");
+    ok(run(allocmux()
+        .args(["compare", "-a", "system,mimalloc", "--warmup", "0", "--json"])
+        .arg(&json)
+        .args(["--", "true"])));
+    let v = json_file(&json);
+    assert_eq!(v["rounds"], 10, "a run of `true` takes milliseconds");
+    assert_eq!(v["runs"].as_array().unwrap().len(), 20);
+}

@@ -24,6 +24,12 @@ pub const LEVEL: f64 = 0.95;
 /// at which a signed-rank interval can reach 95% at all.
 pub const FIRST_LOOK: usize = 6;
 
+/// Most rounds run when `-n` is not given.
+pub const DEFAULT_MAX_ROUNDS: usize = 10;
+
+/// About how long a comparison without `-n` may take (past the first round).
+const DEFAULT_BUDGET_NS: u64 = 60_000_000_000;
+
 /// What to compare and how.
 #[derive(Debug)]
 pub struct Options {
@@ -32,8 +38,9 @@ pub struct Options {
     /// The allocators, in the order they run within a round; the first is
     /// the baseline of the ratios (`system` when present, moved to the front).
     pub allocators: Vec<Allocator>,
-    /// Measured rounds (the most, with `stop_early`).
-    pub rounds: usize,
+    /// Measured rounds (the most, with `stop_early`); `None` chooses from
+    /// how long the first round takes (see [`default_rounds`]).
+    pub rounds: Option<usize>,
     /// Unmeasured rounds first, to warm caches and the page cache.
     pub warmup: usize,
     /// Stop once the verdict is clear (see [`looks_level`]).
@@ -115,6 +122,14 @@ pub struct Comparison {
     pub level: f64,
 }
 
+/// Rounds when none are asked for: as many as fit in about a minute
+/// after the first round took `round_ns`, at least [`FIRST_LOOK`] (the
+/// fewest that give a 95% interval) and at most [`DEFAULT_MAX_ROUNDS`].
+pub fn default_rounds(round_ns: u64) -> usize {
+    let fit = DEFAULT_BUDGET_NS / round_ns.max(1);
+    (fit as usize).clamp(FIRST_LOOK, DEFAULT_MAX_ROUNDS)
+}
+
 /// The level each look uses with `--stop-early` over at most `rounds`
 /// rounds: the 5% error is split evenly over the looks (Bonferroni), one
 /// after each round from [`FIRST_LOOK`], so looking after every round
@@ -139,13 +154,13 @@ pub fn run(mut opts: Options) -> Result<Comparison> {
     if let Some(i) = opts.allocators.iter().position(|&a| a == Allocator::System) {
         opts.allocators[..=i].rotate_right(1);
     }
-    let level = if opts.stop_early {
-        looks_level(opts.rounds)
-    } else {
-        LEVEL
-    };
-    let total_runs = (opts.warmup + opts.rounds) * opts.allocators.len();
-    let bar = ProgressBar::with_draw_target(Some(total_runs as u64), ProgressDrawTarget::stderr());
+    // Until the first round has shown how long one takes, plan for the most.
+    let mut rounds = opts.rounds.unwrap_or(DEFAULT_MAX_ROUNDS);
+    let per_round = opts.allocators.len();
+    let bar = ProgressBar::with_draw_target(
+        Some(((opts.warmup + rounds) * per_round) as u64),
+        ProgressDrawTarget::stderr(),
+    );
     bar.set_style(
         ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} runs, {elapsed} · {msg}")
             .expect("a valid template")
@@ -157,20 +172,21 @@ pub fn run(mut opts: Options) -> Result<Comparison> {
         allocators: opts.allocators.clone(),
         runs: Vec::new(),
         warmup: opts.warmup,
-        rounds_planned: opts.rounds,
+        rounds_planned: rounds,
         stopped_early: false,
-        level,
+        level: LEVEL,
     };
-    for round in 1..=opts.warmup + opts.rounds {
+    let mut round = 0;
+    while round < opts.warmup + rounds {
+        round += 1;
         let warmup = round <= opts.warmup;
         for &alloc in &opts.allocators {
             bar.set_message(if warmup {
                 format!("warm-up, {}", alloc.name())
             } else {
                 format!(
-                    "round {} of {}, {}",
+                    "round {} of {rounds}, {}",
                     round - opts.warmup,
-                    opts.rounds,
                     alloc.name()
                 )
             });
@@ -184,16 +200,25 @@ pub fn run(mut opts: Options) -> Result<Comparison> {
                 }
             }
         }
+        if round == 1 && opts.rounds.is_none() {
+            let took: u64 = cmp.runs.iter().map(|r| r.wall_ns).sum();
+            rounds = default_rounds(took);
+            bar.set_length(((opts.warmup + rounds) * per_round) as u64);
+        }
+        if opts.stop_early {
+            cmp.level = looks_level(rounds);
+        }
         let measured = round.saturating_sub(opts.warmup);
         if opts.stop_early
             && measured >= FIRST_LOOK
-            && measured < opts.rounds
+            && measured < rounds
             && matches!(Summary::new(&cmp).verdict, Verdict::Winner { .. })
         {
             cmp.stopped_early = true;
             break;
         }
     }
+    cmp.rounds_planned = rounds;
     bar.finish_and_clear();
     Ok(cmp)
 }
@@ -275,6 +300,14 @@ fn run_once(opts: &Options, alloc: Allocator, round: usize, warmup: bool) -> Res
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn default_rounds_fit_a_minute() {
+        assert_eq!(default_rounds(1_000_000), DEFAULT_MAX_ROUNDS);
+        assert_eq!(default_rounds(7_500_000_000), 8);
+        assert_eq!(default_rounds(30_000_000_000), FIRST_LOOK);
+        assert_eq!(default_rounds(0), DEFAULT_MAX_ROUNDS);
+    }
 
     #[test]
     fn looks_split_the_error() {
