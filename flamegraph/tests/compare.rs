@@ -184,8 +184,10 @@ fn a_clear_winner_stops_the_comparison_early() {
     );
     assert_eq!(v["stopped_early"], true, "{}", text(&out.stdout));
     // 15 looks (rounds 6..=20) share the 5%: the first round that can reach
-    // 1 − 0.05/15 is the 10th (1 − 2⁻⁹).
-    assert_eq!(v["rounds"], 10);
+    // 1 − 0.05/15 is the 10th (1 − 2⁻⁹), if mimalloc won every round so far
+    // (a hiccup of the machine may cost a round or two).
+    let rounds = v["rounds"].as_u64().unwrap();
+    assert!((10..20).contains(&rounds), "stopped after {rounds} rounds");
     assert_eq!(v["verdict"]["winner"], "mimalloc");
     let level = v["confidence_level"].as_f64().unwrap();
     assert!((level - (1.0 - 0.05 / 15.0)).abs() < 1e-9, "{level}");
