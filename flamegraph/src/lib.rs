@@ -6,6 +6,7 @@ pub mod cli;
 pub mod demo;
 pub mod export;
 pub mod launch;
+pub mod plot;
 pub mod pprof;
 pub mod render;
 pub mod report;
