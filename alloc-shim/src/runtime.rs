@@ -91,11 +91,13 @@ const FLUSH_INTERVAL_MS: u64 = 500;
 /// The flusher sleeps at least this many times as long as its last write
 /// took (a write of tens of thousands of stacks takes tens of ms).
 const FLUSH_DUTY: u64 = 20;
-/// The next timeline sample waits at least this many times as long as the
-/// last one took, so sampling stays under 1% of a CPU even where it is
+/// The next timeline sample waits at least this many times the CPU time
+/// the last one took, so sampling stays under 1% of a CPU even where it is
 /// slow (the walk of the thread registry in a program with many thousands
 /// of threads); normally it waits the timeline's interval, 10 ms or more,
-/// and a sample takes a few microseconds.
+/// and a sample takes some microseconds. CPU time, not wall time: in a busy
+/// program the writer thread may be preempted mid-sample, which costs
+/// nothing and must not open a hole in the timeline.
 const SAMPLE_DUTY: u64 = 100;
 const PATH_MAX: usize = 4096;
 const OUT_BUF: usize = 64 * 1024;
@@ -546,8 +548,9 @@ extern "C" fn flusher_main(_: *mut c_void) -> *mut c_void {
         }
         let now = recorder::monotonic_ns();
         if now >= next_sample {
+            let cpu = thread_cpu_ns();
             sample_timeline(&mut w);
-            let took = recorder::monotonic_ns().saturating_sub(now);
+            let took = thread_cpu_ns().saturating_sub(cpu);
             next_sample = now + w.timeline.interval_ns().max(took * SAMPLE_DUTY);
         }
         if now >= next_flush {
@@ -607,6 +610,10 @@ extern "C" fn fork_child() {
     }
 }
 
+fn thread_cpu_ns() -> u64 {
+    allocmux::recorder::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
 fn allocmux_cpu_ns() -> u64 {
     allocmux::recorder::clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID)
 }
@@ -632,8 +639,23 @@ fn page_size() -> u64 {
 /// descriptor kept open could be closed or reused by the program (shells
 /// and daemons close every descriptor they do not know).
 fn rss_bytes(page_size: u64) -> u64 {
+    // Seven numbers: 128 bytes hold them whole, and the kernel produces
+    // them in one read, so one read (not a loop to end of file, whose
+    // second, empty read is a system call on every sample) is enough.
     let mut buf = [0u8; 128];
-    let n = read_file(c"/proc/self/statm", &mut buf);
+    // SAFETY: NUL-terminated path, valid buffer, fd closed after use.
+    let n = unsafe {
+        let fd = libc::open(
+            c"/proc/self/statm".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        );
+        if fd < 0 {
+            return 0;
+        }
+        let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+        libc::close(fd);
+        n.max(0) as usize
+    };
     let pages = buf[..n]
         .split(|&b| b == b' ')
         .nth(1)
