@@ -91,13 +91,16 @@ const FLUSH_INTERVAL_MS: u64 = 500;
 /// The flusher sleeps at least this many times as long as its last write
 /// took (a write of tens of thousands of stacks takes tens of ms).
 const FLUSH_DUTY: u64 = 20;
-/// The next timeline sample waits at least this many times the CPU time
-/// the last one took, so sampling stays under 1% of a CPU even where it is
+/// The next timeline sample waits at least this many times as long as the
+/// last samples took, so sampling stays under 1% of a CPU even where it is
 /// slow (the walk of the thread registry in a program with many thousands
 /// of threads); normally it waits the timeline's interval, 10 ms or more,
-/// and a sample takes some microseconds. CPU time, not wall time: in a busy
-/// program the writer thread may be preempted mid-sample, which costs
-/// nothing and must not open a hole in the timeline.
+/// and a sample takes some microseconds. The shorter of the last two
+/// durations counts: a sample whose thread was preempted (in a busy
+/// program) took long without costing anything, and must not open a hole
+/// in the timeline, while a slow registry makes every sample slow. (The
+/// thread's CPU clock would tell the two apart directly, but its two
+/// reads are system calls that add about a tenth to a sample's cost.)
 const SAMPLE_DUTY: u64 = 100;
 const PATH_MAX: usize = 4096;
 const OUT_BUF: usize = 64 * 1024;
@@ -537,6 +540,7 @@ extern "C" fn flusher_main(_: *mut c_void) -> *mut c_void {
     let start = recorder::monotonic_ns();
     let mut next_flush = start + FLUSH_INTERVAL_MS * 1_000_000;
     let mut next_sample = start + allocmux::timeline::BASE_INTERVAL_NS;
+    let mut last_took = 0;
     loop {
         sleep_until(next_flush.min(next_sample));
         if FLUSHER_STOP.load(Relaxed) {
@@ -548,10 +552,11 @@ extern "C" fn flusher_main(_: *mut c_void) -> *mut c_void {
         }
         let now = recorder::monotonic_ns();
         if now >= next_sample {
-            let cpu = thread_cpu_ns();
             sample_timeline(&mut w);
-            let took = thread_cpu_ns().saturating_sub(cpu);
-            next_sample = now + w.timeline.interval_ns().max(took * SAMPLE_DUTY);
+            let took = recorder::monotonic_ns().saturating_sub(now);
+            let cost = took.min(last_took);
+            last_took = took;
+            next_sample = now + w.timeline.interval_ns().max(cost * SAMPLE_DUTY);
         }
         if now >= next_flush {
             write_profile(&mut w, State::Running, false);
@@ -608,10 +613,6 @@ extern "C" fn fork_child() {
     if has_output {
         start_flusher();
     }
-}
-
-fn thread_cpu_ns() -> u64 {
-    allocmux::recorder::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
 fn allocmux_cpu_ns() -> u64 {
