@@ -21,6 +21,13 @@ comparison (`--cfg allocmux_bench="forward"`: malloc and free forward with no
 recording; `"count"`: one per-thread increment per call and nothing else), to
 show what interposition and the cheapest exact counting cost by themselves.
 
+With --baseline-shim PATH it also runs another build of the shim (say, one
+built from an earlier commit) in the same interleaved rounds, and reports the
+current shim's time over the baseline's round by round: a before/after
+comparison of a change, measured side by side. It also measures the CPU time
+of an idle process (`sleep`) under both, where the work of the shim's writer
+thread shows by itself.
+
 With --callgrind it also counts instructions (valgrind --tool=callgrind) on
 a 1-thread churn of 200,000 pairs under each configuration: repeatable to
 the instruction whatever else the machine does, so a stable second figure.
@@ -29,6 +36,7 @@ Needs gcc, cargo and Debian's libjemalloc2 (apt-get install libjemalloc2).
 """
 import argparse
 import os
+import resource
 import platform
 import statistics
 import subprocess
@@ -64,6 +72,15 @@ def timed(cmd, env):
     return elapsed, r.stdout
 
 
+def idle_cpu_ms(env, seconds):
+    """CPU time (user + sys, ms) of `sleep SECONDS` under env: what the
+    shim does in a process that does nothing."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(["sleep", str(seconds)], env=env, check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return 1000 * ((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=21)
@@ -73,6 +90,8 @@ def main():
     ap.add_argument("--callgrind", action="store_true", help="also count instructions with callgrind")
     ap.add_argument("--floors", action="store_true", help="also measure the forward-only and count-only shim builds")
     ap.add_argument("--program-rounds", type=int, default=11, help="rounds for the real programs (0 skips them)")
+    ap.add_argument("--baseline-shim", metavar="PATH", help="also run this build of the shim and compare the current one against it")
+    ap.add_argument("--idle-seconds", type=float, default=5, help="length of the idle run with --baseline-shim")
     a = ap.parse_args()
     if not os.path.exists(DEBIAN_JEMALLOC):
         sys.exit(f"{DEBIAN_JEMALLOC} is missing: apt-get install libjemalloc2")
@@ -99,6 +118,10 @@ def main():
                 total = [l for l in r.stderr.splitlines() if "Collected" in l][0].split()[-1]
                 instructions[name] = int(total.replace(",", ""))
         main_configs = dict(configs)  # the real programs run under these only
+        if a.baseline_shim:
+            baseline = os.path.abspath(a.baseline_shim)
+            for alloc in ["system", "jemalloc"]:
+                configs[f"baseline shim {alloc}"] = dict(base, LD_PRELOAD=baseline, ALLOCMUX_ALLOCATOR=alloc, ALLOCMUX_OUTPUT=out)
         if a.floors:
             for cfg, label in [("forward", "shim jemalloc, no recording"), ("count", "shim jemalloc, counting calls only")]:
                 configs[label] = dict(base, LD_PRELOAD=build_variant(cfg), ALLOCMUX_ALLOCATOR="jemalloc", ALLOCMUX_OUTPUT=out)
@@ -112,6 +135,12 @@ def main():
                 outputs.add(stdout)
         if len(outputs) != 1:
             sys.exit("the churn's output differed between configurations")
+
+        idle = {}
+        if a.baseline_shim:
+            for _ in range(3):
+                for name in ["glibc (no preload)", "baseline shim system", "shim system"]:
+                    idle.setdefault(name, []).append(idle_cpu_ms(configs[name], a.idle_seconds))
 
         programs = {}
         if a.program_rounds > 0:
@@ -145,6 +174,7 @@ def main():
     lines += ["", "| ratio (per-round, median [min, max]) | value |", "|---|---|"]
     pairs = [("shim jemalloc", "Debian libjemalloc.so.2"), ("shim system", "glibc (no preload)")]
     pairs += [(n, "Debian libjemalloc.so.2") for n in times if n.startswith("shim jemalloc,")]
+    pairs += [(n.removeprefix("baseline "), n) for n in times if n.startswith("baseline shim ")]
     for num, den in pairs:
         m, lo, hi = ratio(num, den)
         lines.append(f"| {num} / {den} | {m:.3f} [{lo:.3f}, {hi:.3f}] |")
@@ -154,6 +184,10 @@ def main():
             j = ratio("shim jemalloc", "Debian libjemalloc.so.2", t)
             g = ratio("shim system", "glibc (no preload)", t)
             lines.append(f"| {label} | {j[0]:.3f} [{j[1]:.3f}, {j[2]:.3f}] | {g[0]:.3f} [{g[1]:.3f}, {g[2]:.3f}] |")
+    if idle:
+        lines += ["", f"| idle process (`sleep {a.idle_seconds:g}`, 3 rounds) | CPU time, median (ms) | min | max |", "|---|---|---|---|"]
+        for name, ms in idle.items():
+            lines.append(f"| {name} | {statistics.median(ms):.1f} | {min(ms):.1f} | {max(ms):.1f} |")
     if instructions:
         lines += ["", f"| instructions, 1 thread x 200,000 pairs (callgrind) | total | per pair over the bare allocator |", "|---|---|---|"]
         bare = {"shim system": "glibc (no preload)", "shim jemalloc": "Debian libjemalloc.so.2"}

@@ -1,5 +1,6 @@
 //! The preload runtime: choosing the backend, start-up, `fork`, the periodic
-//! writer thread, and the profile or summary at exit.
+//! writer thread (which also samples the memory timeline), and the profile
+//! or summary at exit.
 //!
 //! Nothing here runs on the allocation hot path except [`backend`], which is
 //! one relaxed load once the choice is made.
@@ -13,6 +14,7 @@ use core::sync::atomic::{
 use allocmux::profile::{self, Header, StackMode, State};
 use allocmux::recorder::{self, ClockPair, SpinLock};
 use allocmux::stats::ByteSize as Size;
+use allocmux::timeline::{TimelineBuffer, TimelinePoint};
 
 use crate::backend::{Backend, Jemalloc, Mimalloc, System};
 use crate::{config, tls};
@@ -89,6 +91,17 @@ const FLUSH_INTERVAL_MS: u64 = 500;
 /// The flusher sleeps at least this many times as long as its last write
 /// took (a write of tens of thousands of stacks takes tens of ms).
 const FLUSH_DUTY: u64 = 20;
+/// The next timeline sample waits at least this many times as long as the
+/// last samples took, so sampling stays under 1% of a CPU even where it is
+/// slow (the walk of the thread registry in a program with many thousands
+/// of threads); normally it waits the timeline's interval, 10 ms or more,
+/// and a sample takes some microseconds. The shorter of the last two
+/// durations counts: a sample whose thread was preempted (in a busy
+/// program) took long without costing anything, and must not open a hole
+/// in the timeline, while a slow registry makes every sample slow. (The
+/// thread's CPU clock would tell the two apart directly, but its two
+/// reads are system calls that add about a tenth to a sample's cost.)
+const SAMPLE_DUTY: u64 = 100;
 const PATH_MAX: usize = 4096;
 const OUT_BUF: usize = 64 * 1024;
 
@@ -126,6 +139,11 @@ struct Writer {
     /// `FLUSH_DUTY` times as long before the next, so a profile with very
     /// many stacks cannot take more than a small share of a CPU.
     last_write_ns: u64,
+    /// The memory timeline, sampled by the flusher thread (only kept when
+    /// a profile is written: the stderr summary has no use for it).
+    timeline: TimelineBuffer,
+    /// Bytes per page, for the resident size in `/proc/self/statm`.
+    page_size: u64,
 }
 
 static WRITER: SpinLock<Writer> = SpinLock::new(Writer {
@@ -148,6 +166,8 @@ static WRITER: SpinLock<Writer> = SpinLock::new(Writer {
     tail: String::new(),
     stacks: recorder::stacks::Snapshot::new(),
     last_write_ns: 0,
+    timeline: TimelineBuffer::new(),
+    page_size: 4096,
 });
 static STARTED: AtomicBool = AtomicBool::new(false);
 static FLUSHER_STOP: AtomicBool = AtomicBool::new(false);
@@ -163,6 +183,7 @@ pub fn init(envp: *const *const c_char) {
     {
         let mut w = WRITER.lock();
         w.clock_start = ClockPair::now();
+        w.page_size = page_size();
         w.stderr_id = fd_identity(2);
         w.exe_len = read_link(c"/proc/self/exe", &mut w.exe);
         let mut cmdline = [0u8; 4096];
@@ -188,9 +209,27 @@ fn start_process(w: &mut Writer) {
     (w.pid, w.ppid) = unsafe { (libc::getpid() as u32, libc::getppid() as u32) };
     w.finished = false;
     w.has_output = w.template_len > 0 && claim_output(w);
+    // A forked child starts its own timeline, at its own start-up.
+    w.timeline.clear();
     if w.has_output {
+        // The first point, so even a process that ends before the first
+        // sample has a start and an end.
+        sample_timeline(w);
         write_profile(w, State::Running, false);
     }
+}
+
+/// Adds a point to the timeline: the time, the live bytes summed over the
+/// recorder's threads, the resident size.
+fn sample_timeline(w: &mut Writer) {
+    let t_ns = recorder::monotonic_ns().saturating_sub(w.clock_start.mono_ns);
+    let live_bytes = recorder::live_bytes();
+    let rss_bytes = rss_bytes(w.page_size);
+    w.timeline.push(TimelinePoint {
+        t_ns,
+        live_bytes,
+        rss_bytes,
+    });
 }
 
 /// Creates this process's profile file without following symlinks or
@@ -249,6 +288,15 @@ fn write_profile(w: &mut Writer, state: State, exiting_thread: bool) {
     }
     let current = exiting_thread.then(|| &tls::current().state);
     let totals = recorder::snapshot(current);
+    let clock_end = ClockPair::now();
+    if state == State::Exited {
+        // The last point, with the live bytes of the exit profile itself.
+        w.timeline.push(TimelinePoint {
+            t_ns: clock_end.mono_ns.saturating_sub(w.clock_start.mono_ns),
+            live_bytes: totals.live_bytes(),
+            rss_bytes: rss_bytes(w.page_size),
+        });
+    }
     let header = Header {
         pid: w.pid,
         ppid: w.ppid,
@@ -258,7 +306,7 @@ fn write_profile(w: &mut Writer, state: State, exiting_thread: bool) {
         state,
         threads: recorder::threads_seen(),
         clock_start: w.clock_start,
-        clock_end: ClockPair::now(),
+        clock_end,
         cpu_ns: allocmux_cpu_ns(),
         max_rss_bytes: max_rss_bytes(),
         time_sample_mean: recorder::time_sample_mean(),
@@ -272,6 +320,7 @@ fn write_profile(w: &mut Writer, state: State, exiting_thread: bool) {
         tmp,
         path,
         path_len,
+        timeline,
         ..
     } = w;
     let mut out = SliceWriter { buf, len: 0 };
@@ -289,9 +338,14 @@ fn write_profile(w: &mut Writer, state: State, exiting_thread: bool) {
     let Some(fd) = create_temporary(&path[..*path_len], tmp) else {
         return;
     };
-    // SAFETY: tmp and path are NUL-terminated; buf[..len] is initialised.
+    // The timeline goes between the counters and the stacks, staged
+    // through `buf` once the counters are out: up to ~80 KiB of points
+    // need no buffer of their own.
+    let ok = write_all(fd, &buf[..len])
+        && write_timeline(fd, buf, timeline)
+        && write_all(fd, tail.as_bytes());
+    // SAFETY: fd is ours; tmp and path are NUL-terminated.
     unsafe {
-        let ok = write_all(fd, &buf[..len]) && write_all(fd, tail.as_bytes());
         libc::close(fd);
         if ok {
             libc::rename(tmp.as_ptr().cast(), path.as_ptr().cast());
@@ -302,6 +356,43 @@ fn write_profile(w: &mut Writer, state: State, exiting_thread: bool) {
     *last_write_ns = recorder::monotonic_ns().saturating_sub(started);
     if state == State::Exited {
         w.finished = true;
+    }
+}
+
+/// Writes the timeline's lines to `fd`, staged through `buf`.
+fn write_timeline(fd: c_int, buf: &mut [u8], t: &TimelineBuffer) -> bool {
+    let mut out = FdWriter { fd, buf, len: 0 };
+    profile::write_timeline(&mut out, t.interval_ns(), t.points()).is_ok() && out.flush()
+}
+
+/// `fmt::Write` to a file descriptor through a fixed buffer.
+struct FdWriter<'a> {
+    fd: c_int,
+    buf: &'a mut [u8],
+    len: usize,
+}
+
+impl FdWriter<'_> {
+    fn flush(&mut self) -> bool {
+        let ok = write_all(self.fd, &self.buf[..self.len]);
+        self.len = 0;
+        ok
+    }
+}
+
+impl core::fmt::Write for FdWriter<'_> {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        if self.len + s.len() > self.buf.len() && !self.flush() {
+            return Err(core::fmt::Error);
+        }
+        if s.len() > self.buf.len() {
+            return write_all(self.fd, s.as_bytes())
+                .then_some(())
+                .ok_or(core::fmt::Error);
+        }
+        self.buf[self.len..self.len + s.len()].copy_from_slice(s.as_bytes());
+        self.len += s.len();
+        Ok(())
     }
 }
 
@@ -439,17 +530,19 @@ fn start_flusher() {
     }
 }
 
+/// The writer thread: samples the timeline at its interval (10 ms, doubling
+/// as the buffer fills) and rewrites the profile every `FLUSH_INTERVAL_MS`
+/// or so, whichever is due first. It sleeps until an absolute deadline, so
+/// the time it spends working does not stretch the intervals.
 extern "C" fn flusher_main(_: *mut c_void) -> *mut c_void {
     // SAFETY: prctl with a NUL-terminated name.
     unsafe { libc::prctl(libc::PR_SET_NAME, c"allocmux-flush".as_ptr()) };
-    let mut interval_ns = FLUSH_INTERVAL_MS * 1_000_000;
+    let start = recorder::monotonic_ns();
+    let mut next_flush = start + FLUSH_INTERVAL_MS * 1_000_000;
+    let mut next_sample = start + allocmux::timeline::BASE_INTERVAL_NS;
+    let mut last_took = 0;
     loop {
-        let ts = libc::timespec {
-            tv_sec: (interval_ns / 1_000_000_000) as i64,
-            tv_nsec: (interval_ns % 1_000_000_000) as i64,
-        };
-        // SAFETY: valid timespec; an interrupted sleep just flushes early.
-        unsafe { libc::nanosleep(&ts, core::ptr::null_mut()) };
+        sleep_until(next_flush.min(next_sample));
         if FLUSHER_STOP.load(Relaxed) {
             break;
         }
@@ -457,10 +550,39 @@ extern "C" fn flusher_main(_: *mut c_void) -> *mut c_void {
         if w.finished {
             break;
         }
-        write_profile(&mut w, State::Running, false);
-        interval_ns = (FLUSH_INTERVAL_MS * 1_000_000).max(w.last_write_ns * FLUSH_DUTY);
+        let now = recorder::monotonic_ns();
+        if now >= next_sample {
+            sample_timeline(&mut w);
+            let took = recorder::monotonic_ns().saturating_sub(now);
+            let cost = took.min(last_took);
+            last_took = took;
+            next_sample = now + w.timeline.interval_ns().max(cost * SAMPLE_DUTY);
+        }
+        if now >= next_flush {
+            write_profile(&mut w, State::Running, false);
+            next_flush = recorder::monotonic_ns()
+                + (FLUSH_INTERVAL_MS * 1_000_000).max(w.last_write_ns * FLUSH_DUTY);
+        }
     }
     core::ptr::null_mut()
+}
+
+/// Sleeps until `CLOCK_MONOTONIC` reaches `deadline_ns` (or a signal
+/// interrupts: the caller then just works early).
+fn sleep_until(deadline_ns: u64) {
+    let ts = libc::timespec {
+        tv_sec: (deadline_ns / 1_000_000_000) as i64,
+        tv_nsec: (deadline_ns % 1_000_000_000) as i64,
+    };
+    // SAFETY: valid timespec; a null remainder is allowed with TIMER_ABSTIME.
+    unsafe {
+        libc::clock_nanosleep(
+            libc::CLOCK_MONOTONIC,
+            libc::TIMER_ABSTIME,
+            &ts,
+            core::ptr::null_mut(),
+        )
+    };
 }
 
 extern "C" fn fork_prepare() {
@@ -504,6 +626,42 @@ fn max_rss_bytes() -> u64 {
         libc::getrusage(libc::RUSAGE_SELF, &mut ru);
         ru.ru_maxrss as u64 * 1024
     }
+}
+
+fn page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions; glibc answers the page size
+    // from the auxiliary vector without allocating.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if n > 0 { n as u64 } else { 4096 }
+}
+
+/// The resident set size now, from `/proc/self/statm` (its second field,
+/// in pages), or 0 if it cannot be read. Opened and closed each time: a
+/// descriptor kept open could be closed or reused by the program (shells
+/// and daemons close every descriptor they do not know).
+fn rss_bytes(page_size: u64) -> u64 {
+    // Seven numbers: 128 bytes hold them whole, and the kernel produces
+    // them in one read, so one read (not a loop to end of file, whose
+    // second, empty read is a system call on every sample) is enough.
+    let mut buf = [0u8; 128];
+    // SAFETY: NUL-terminated path, valid buffer, fd closed after use.
+    let n = unsafe {
+        let fd = libc::open(
+            c"/proc/self/statm".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        );
+        if fd < 0 {
+            return 0;
+        }
+        let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+        libc::close(fd);
+        n.max(0) as usize
+    };
+    let pages = buf[..n]
+        .split(|&b| b == b' ')
+        .nth(1)
+        .and_then(|f| core::str::from_utf8(f).ok()?.parse::<u64>().ok());
+    pages.unwrap_or(0).saturating_mul(page_size)
 }
 
 fn errno() -> c_int {

@@ -333,6 +333,12 @@ fn periodic_flush_survives_sigkill(backend: &str) {
                 && t.peak_live_bytes >= BLOCKS * SIZE,
             format!("at least {} bytes live and peak", BLOCKS * SIZE),
         ),
+        (
+            prof.timeline.points.len() >= 50
+                && prof.timeline.duration_ns() <= prof.wall_ns()
+                && prof.timeline.peak_live_bytes() >= BLOCKS * SIZE,
+            "the memory timeline so far: 50+ points over the 1.5 s, the blocks live".to_string(),
+        ),
     ]
     .into_iter()
     .filter(|(ok, _)| !ok)

@@ -212,6 +212,12 @@ struct ReportArgs {
     /// Stacks listed per weight, when the profiles recorded stacks (0: none).
     #[arg(long, value_name = "N", default_value_t = 5)]
     top: usize,
+    /// Also draw live heap bytes and resident memory over time, per process, as an SVG chart.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
+    /// Overwrite the --plot file if it exists.
+    #[arg(long, requires = "plot")]
+    force: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -531,8 +537,97 @@ fn paths_words(paths: &[PathBuf]) -> String {
     shell_words(&words)
 }
 
+/// At most this many processes are drawn by `report --plot` (the largest
+/// by peak resident size): more lines and legend entries than this make a
+/// chart that nobody can read.
+const MAX_PLOTTED: usize = 10;
+
+/// The memory timeline chart of `profiles` for `report --plot`, and a line
+/// saying what it shows; an error naming the fix if no process has a
+/// timeline.
+fn plot_profiles(profiles: &[ProcessProfile], what: &str) -> Result<(String, String)> {
+    let with: Vec<&ProcessProfile> = profiles.iter().filter(|p| !p.timeline.is_empty()).collect();
+    if with.is_empty() {
+        bail!(
+            "{what} has no memory timeline (it was written by an allocmux older than \
+             timelines); record it again with this allocmux: `allocmux run -o PROFILE -- CMD`, \
+             or the shim with ALLOCMUX_OUTPUT set"
+        );
+    }
+    let offsets = crate::plot::run_offsets(&with);
+    let mut drawn: Vec<(usize, &ProcessProfile)> = with.iter().copied().enumerate().collect();
+    let skipped = drawn.len().saturating_sub(MAX_PLOTTED);
+    if skipped > 0 {
+        drawn.sort_by_key(|(_, p)| {
+            std::cmp::Reverse((p.timeline.peak_rss_bytes(), p.timeline.peak_live_bytes()))
+        });
+        drawn.truncate(MAX_PLOTTED);
+    }
+    // Legend in start order.
+    drawn.sort_by_key(|&(i, p)| (offsets[i], p.clock_start.mono_ns, p.pid));
+    let labels: Vec<String> = drawn
+        .iter()
+        .map(|(_, p)| crate::plot::process_label(p))
+        .collect();
+    let named: Vec<crate::plot::NamedTimeline<'_>> = drawn
+        .iter()
+        .zip(&labels)
+        .map(|(&(i, p), name)| crate::plot::NamedTimeline {
+            name,
+            timeline: &p.timeline,
+            offset_ns: offsets[i],
+        })
+        .collect();
+    let mut allocators: Vec<&str> = profiles.iter().map(|p| p.allocator.as_str()).collect();
+    allocators.sort_unstable();
+    allocators.dedup();
+    let title = format!(
+        "{} — {} — memory over time",
+        profiles_command(profiles),
+        allocators.join(",")
+    );
+    let svg = crate::plot::timelines_svg(&named, &crate::plot::PlotOptions::new(title))?;
+    let n = named.len();
+    let mut note = format!(
+        "memory timeline of {n} process{}",
+        if n == 1 { "" } else { "es" }
+    );
+    if skipped > 0 {
+        note += &format!(" (the {n} largest by resident size; {skipped} more not drawn)");
+    }
+    let untimed = profiles.len() - n - skipped;
+    if untimed > 0 {
+        note += &format!(" ({untimed} without a timeline)");
+    }
+    Ok((svg, note))
+}
+
 fn cmd_report(a: ReportArgs) -> Result<i32> {
-    let profiles = load_profiles(&a.profiles)?;
+    // Claimed first, so a taken name fails before any work.
+    let plot_out = a
+        .plot
+        .as_deref()
+        .map(|p| OutputFile::claim(p, a.force, "plot"))
+        .transpose()?;
+    let loaded = load_profiles(&a.profiles).and_then(|profiles| {
+        let plot = match &plot_out {
+            Some(_) => Some(plot_profiles(&profiles, &paths_words(&a.profiles))?),
+            None => None,
+        };
+        Ok((profiles, plot))
+    });
+    let (profiles, plot) = match loaded {
+        Ok(x) => x,
+        Err(e) => {
+            if let Some(out) = plot_out {
+                out.discard();
+            }
+            return Err(e);
+        }
+    };
+    if let (Some(out), Some((svg, _))) = (&plot_out, &plot) {
+        out.write(svg.as_bytes())?;
+    }
     let report = Report::new(profiles.clone(), None);
     let mut sym = Symbolizer::new();
     let set = if a.top == 0 {
@@ -559,6 +654,9 @@ fn cmd_report(a: ReportArgs) -> Result<i32> {
         if let Some(set) = &set {
             crate::top::write_human(set, a.top, &mut out)?;
         }
+    }
+    if let (Some(out), Some((_, note))) = (&plot_out, &plot) {
+        eprintln!("  {note} written to {}", out.path().display());
     }
     Ok(0)
 }

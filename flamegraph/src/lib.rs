@@ -7,6 +7,7 @@ pub mod compare;
 pub mod demo;
 pub mod export;
 pub mod launch;
+pub mod plot;
 pub mod pprof;
 pub mod render;
 pub mod report;

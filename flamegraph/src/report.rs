@@ -25,15 +25,20 @@ impl ProcessFigures {
 
     /// Short program name for tables.
     pub fn program(&self) -> String {
-        let p = &self.profile;
-        let name = p
-            .argv
-            .first()
-            .map(String::as_str)
-            .filter(|s| !s.is_empty())
-            .unwrap_or(&p.exe);
-        name.rsplit('/').next().unwrap_or(name).to_string()
+        program_name(&self.profile)
     }
+}
+
+/// A process's short program name: the last part of `argv[0]`, or of the
+/// executable's path when there are no arguments.
+pub fn program_name(p: &ProcessProfile) -> String {
+    let name = p
+        .argv
+        .first()
+        .map(String::as_str)
+        .filter(|s| !s.is_empty())
+        .unwrap_or(&p.exe);
+    name.rsplit('/').next().unwrap_or(name).to_string()
 }
 
 fn share(part: u64, whole: u64) -> f64 {

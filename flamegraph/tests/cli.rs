@@ -12,23 +12,33 @@ use serde_json::Value;
 mod common;
 use common::*;
 
+/// Compiles a C fixture of the shim's tests.
+fn compile_shim_fixture(name: &str) -> PathBuf {
+    let dir = tempfile::tempdir().unwrap().keep();
+    let out = dir.join(name.trim_end_matches(".c"));
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../alloc-shim/tests/fixtures")
+        .join(name);
+    let st = Command::new("cc")
+        .args(["-O2", "-o"])
+        .arg(&out)
+        .arg(src)
+        .status()
+        .expect("cc runs");
+    assert!(st.success(), "compiling {name} failed");
+    out
+}
+
 /// The exact-count fixture of the shim's tests, compiled once.
 fn counts_fixture() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let dir = tempfile::tempdir().unwrap().keep();
-        let out = dir.join("counts");
-        let src =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../alloc-shim/tests/fixtures/counts.c");
-        let st = Command::new("cc")
-            .args(["-O2", "-o"])
-            .arg(&out)
-            .arg(src)
-            .status()
-            .expect("cc runs");
-        assert!(st.success(), "compiling counts.c failed");
-        out
-    })
+    BIN.get_or_init(|| compile_shim_fixture("counts.c"))
+}
+
+/// The shim's memory-timeline fixture, compiled once.
+fn timeline_fixture() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| compile_shim_fixture("timeline.c"))
 }
 
 /// The checksum the counts fixture printed (its stdout must be untouched).
@@ -324,4 +334,172 @@ fn bad_profiles_get_a_reason() {
     for (path, needle) in cases {
         assert_clear_error(&run(allocmux().arg("report").arg(&path)), 1, needle);
     }
+}
+
+/// A profile of `timeline fork` (a parent holding 64 MiB, a forked child
+/// holding 1 MiB) saved by `allocmux run -o`, and its processes in start
+/// order.
+fn timeline_profile(dir: &Path) -> (PathBuf, Vec<allocmux::profile::ProcessProfile>) {
+    let prof = dir.join("run.prof");
+    ok(run(allocmux()
+        .args(["run", "-o"])
+        .arg(&prof)
+        .arg("--")
+        .arg(timeline_fixture())
+        .arg("fork")));
+    let mut procs = allocmux::profile::parse(&fs::read_to_string(&prof).unwrap()).unwrap();
+    assert_eq!(procs.len(), 2, "the parent and its fork child");
+    procs.sort_by_key(|p| p.clock_start.mono_ns);
+    (prof, procs)
+}
+
+/// The trimmed texts of an SVG, which must be well-formed XML.
+fn svg_texts(svg: &str) -> Vec<String> {
+    let doc = roxmltree::Document::parse(svg)
+        .unwrap_or_else(|e| panic!("the plot is not well-formed XML ({e}):\n{svg}"));
+    assert_eq!(doc.root_element().tag_name().name(), "svg");
+    doc.descendants()
+        .filter(|n| n.has_tag_name("text"))
+        .filter_map(|n| n.text())
+        .map(|t| t.trim().to_string())
+        .collect()
+}
+
+#[test]
+fn report_plot_draws_live_and_resident_memory_per_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let (prof, procs) = timeline_profile(dir.path());
+    let svg_path = dir.path().join("memory.svg");
+    let out = ok(run(allocmux()
+        .arg("report")
+        .arg(&prof)
+        .arg("--plot")
+        .arg(&svg_path)));
+    // The report itself is still printed.
+    assert!(
+        text(&out.stdout).contains("2 processes under system"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(
+        text(&out.stderr).contains(&format!(
+            "memory timeline of 2 processes written to {}",
+            svg_path.display()
+        )),
+        "{}",
+        text(&out.stderr)
+    );
+    let svg = fs::read_to_string(&svg_path).unwrap();
+    let texts = svg_texts(&svg);
+    let has = |want: &str| texts.iter().any(|t| t == want);
+    let mut missing: Vec<String> = procs
+        .iter()
+        .map(|p| format!("pid {} timeline", p.pid))
+        .chain(
+            [
+                "live heap",
+                "resident (RSS)",
+                "seconds since start",
+                "60 MiB",
+            ]
+            .map(String::from),
+        )
+        .filter(|want| !has(want))
+        .collect();
+    if !texts
+        .iter()
+        .any(|t| t.contains("timeline fork") && t.contains("system"))
+    {
+        missing.push("a title with the command and allocator".into());
+    }
+    assert!(
+        missing.is_empty(),
+        "the plot lacks {missing:?}; its texts: {texts:?}"
+    );
+    // Each process's live heap is a line through its samples, in its own
+    // colour (the parent's first: it started first); the mesh, the axes
+    // and the resident size's dashes are other polylines.
+    let doc = roxmltree::Document::parse(&svg).unwrap();
+    let longest_in = |color: &str| {
+        doc.descendants()
+            .filter(|n| n.has_tag_name("polyline") && n.attribute("stroke") == Some(color))
+            .map(|n| {
+                n.attribute("points")
+                    .unwrap_or("")
+                    .split_whitespace()
+                    .count()
+            })
+            .max()
+            .unwrap_or(0)
+    };
+    for (p, color) in procs.iter().zip(["#4E79A7", "#F28E2B"]) {
+        let samples = p.timeline.points.len();
+        let longest = longest_in(color);
+        assert!(
+            samples >= 5 && longest == samples,
+            "pid {}'s live line ({color}) should have a vertex per sample ({samples}), the longest line has {longest}",
+            p.pid
+        );
+    }
+}
+
+#[test]
+fn report_plot_keeps_an_existing_file_unless_forced() {
+    let dir = tempfile::tempdir().unwrap();
+    let (prof, _) = timeline_profile(dir.path());
+    let svg_path = dir.path().join("taken.svg");
+    fs::write(&svg_path, "precious").unwrap();
+    let refused = run(allocmux()
+        .arg("report")
+        .arg(&prof)
+        .arg("--plot")
+        .arg(&svg_path));
+    assert_clear_error(
+        &refused,
+        1,
+        "already exists; choose another name or pass --force",
+    );
+    assert!(
+        refused.stdout.is_empty(),
+        "nothing is done before the claim"
+    );
+    assert_eq!(fs::read_to_string(&svg_path).unwrap(), "precious");
+    ok(run(allocmux()
+        .arg("report")
+        .arg(&prof)
+        .arg("--plot")
+        .arg(&svg_path)
+        .arg("--force")));
+    svg_texts(&fs::read_to_string(&svg_path).unwrap());
+}
+
+#[test]
+fn report_plot_of_a_profile_without_timeline_says_how_to_get_one() {
+    let dir = tempfile::tempdir().unwrap();
+    // As written before timelines existed.
+    let old = dir.path().join("old.prof");
+    fs::write(
+        &old,
+        "allocmux-profile 1\nprocess\npid 7\nargv prog\nallocator system\ncalls malloc 3\nend\n",
+    )
+    .unwrap();
+    let svg_path = dir.path().join("old.svg");
+    let out = run(allocmux()
+        .arg("report")
+        .arg(&old)
+        .arg("--plot")
+        .arg(&svg_path));
+    assert_clear_error(&out, 1, "has no memory timeline");
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("allocmux run -o PROFILE -- CMD") && err.contains("ALLOCMUX_OUTPUT"),
+        "the error should name the fix: {err}"
+    );
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(
+        !svg_path.exists(),
+        "no empty plot file is left behind after the error"
+    );
+    // Without --plot the same profile still reports.
+    ok(run(allocmux().arg("report").arg(&old)));
 }

@@ -294,7 +294,14 @@ fn without_n_a_quick_program_gets_the_most_default_rounds() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("cmp.json");
     ok(run(allocmux()
-        .args(["compare", "-a", "system,mimalloc", "--warmup", "0", "--json"])
+        .args([
+            "compare",
+            "-a",
+            "system,mimalloc",
+            "--warmup",
+            "0",
+            "--json",
+        ])
         .arg(&json)
         .args(["--", "true"])));
     let v = json_file(&json);

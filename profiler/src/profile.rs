@@ -39,6 +39,10 @@
 //!                             allocations, bytes, allocator ticks, allocations and bytes live
 //!                             at the peak, allocations and bytes live now (at exit), then the
 //!                             return addresses (hex), the allocating call site first
+//! timeline 10000000           memory timeline: the sampling interval (ns) when written
+//! tl 0 0 2940928              one sample: ns since start-up (`clock_start`), live heap
+//! tl 10023511 67239936 70361088   bytes (allocated minus freed), resident bytes (0: unknown);
+//!                             in time order, the first at start-up, the last at exit
 //! end                         closes the section; a section without it is truncated
 //! ```
 //!
@@ -50,12 +54,19 @@
 //! estimate is unbiased (the Horvitz-Thompson form of pprof's heap-sample
 //! scaling); in `exact` mode every allocation is a sample of weight 1.
 //!
+//! The timeline keeps at most [`crate::timeline::CAPACITY`] points: the shim
+//! samples every [`crate::timeline::BASE_INTERVAL_NS`] and halves the resolution
+//! (pairs merged, keeping the larger figures) whenever the buffer fills, so
+//! the points span the whole run. Profiles written before timelines existed
+//! have no `timeline`/`tl` lines and read back with an empty timeline.
+//!
 //! Readers ignore keys they do not know (later minor additions), refuse a
 //! higher version number, and reject a section that does not end with `end`.
 
 use core::fmt::{self, Write};
 
 use crate::stats::{Func, SIZE_BUCKETS, SiteCounts, Totals};
+use crate::timeline::{Timeline, TimelinePoint};
 
 /// The format version this crate writes and the highest it reads.
 pub const FORMAT_VERSION: u32 = 1;
@@ -211,6 +222,32 @@ pub fn write_stack<W: Write>(w: &mut W, c: &SiteCounts, frames: &[u64]) -> fmt::
         line.number(w, f, 16)?;
     }
     line.push_str(w, "\n")?;
+    line.flush(w)
+}
+
+/// Writes a memory timeline: the `timeline` line with the sampling
+/// interval, then one `tl` line per point (nothing for no points). Formats
+/// the numbers itself, as [`write_stack`] does: the shim writes up to
+/// [`crate::timeline::CAPACITY`] points on every flush.
+pub fn write_timeline<W: Write>(
+    w: &mut W,
+    interval_ns: u64,
+    points: &[TimelinePoint],
+) -> fmt::Result {
+    if points.is_empty() {
+        return Ok(());
+    }
+    let mut line = LineBuf::default();
+    line.push_str(w, "timeline")?;
+    line.number(w, interval_ns, 10)?;
+    line.push_str(w, "\n")?;
+    for p in points {
+        line.push_str(w, "tl")?;
+        line.number(w, p.t_ns, 10)?;
+        line.number(w, p.live_bytes, 10)?;
+        line.number(w, p.rss_bytes, 10)?;
+        line.push_str(w, "\n")?;
+    }
     line.flush(w)
 }
 
@@ -437,6 +474,9 @@ pub struct ProcessProfile {
     pub totals: Totals,
     /// Call stacks, if recorded.
     pub stacks: Stacks,
+    /// Live and resident bytes over time (empty in profiles written before
+    /// timelines existed).
+    pub timeline: Timeline,
 }
 
 impl ProcessProfile {
@@ -492,6 +532,7 @@ impl ProcessProfile {
             time_sample_mean: self.time_sample_mean,
         };
         write_counters(w, &h, &self.totals)?;
+        write_timeline(w, self.timeline.interval_ns, &self.timeline.points)?;
         let st = &self.stacks;
         write_stack_mode(w, st.mode, st.lost)?;
         for m in &st.modules {
@@ -726,6 +767,39 @@ pub fn parse(text: &str) -> Result<Vec<ProcessProfile>, ParseError> {
                     counts: SiteCounts::from_fields(c),
                 });
             }
+            "timeline" => p.timeline.interval_ns = num(rest)?,
+            "tl" => {
+                let mut f = rest.split(' ').filter(|w| !w.is_empty());
+                let mut v = [0u64; 3];
+                for x in &mut v {
+                    *x = num(f.next().ok_or_else(|| {
+                        err(
+                            n,
+                            "`tl` needs three numbers: ns since start-up, live bytes, resident bytes"
+                                .into(),
+                        )
+                    })?)?;
+                }
+                if f.next().is_some() {
+                    return Err(err(
+                        n,
+                        "`tl` needs three numbers: ns since start-up, live bytes, resident bytes"
+                            .into(),
+                    ));
+                }
+                let [t_ns, live_bytes, rss_bytes] = v;
+                if p.timeline.points.last().is_some_and(|l| l.t_ns > t_ns) {
+                    return Err(err(
+                        n,
+                        format!("timeline point at {t_ns} ns comes after a later one"),
+                    ));
+                }
+                p.timeline.points.push(TimelinePoint {
+                    t_ns,
+                    live_bytes,
+                    rss_bytes,
+                });
+            }
             _ => {} // a key from a later minor revision
         }
     }
@@ -757,6 +831,7 @@ fn empty_process() -> ProcessProfile {
         time_sample_mean: 1,
         totals: Totals::default(),
         stacks: Stacks::default(),
+        timeline: Timeline::default(),
     }
 }
 
@@ -799,6 +874,7 @@ mod tests {
             time_sample_mean: 256,
             totals: t,
             stacks: Stacks::default(),
+            timeline: Timeline::default(),
         }
     }
 
@@ -870,6 +946,81 @@ mod tests {
                 .unwrap_err()
                 .to_string();
             assert!(e.contains(want), "{line:?}: {e}");
+        }
+    }
+
+    fn with_timeline() -> ProcessProfile {
+        let mut p = with_stacks();
+        let pt = |t_ns, live_bytes, rss_bytes| TimelinePoint {
+            t_ns,
+            live_bytes,
+            rss_bytes,
+        };
+        p.timeline = Timeline {
+            interval_ns: 20_000_000,
+            points: vec![
+                pt(0, 0, 2_940_928),
+                pt(20_000_000, 67_239_936, 70_361_088),
+                pt(20_000_000, 67_239_936, 0),
+                pt(u64::MAX, 96, u64::MAX),
+            ],
+        };
+        p
+    }
+
+    #[test]
+    fn timeline_round_trip() {
+        let p = with_timeline();
+        let text = to_string(&[p.clone(), sample()]);
+        assert!(
+            text.contains(
+                "timeline 20000000\ntl 0 0 2940928\ntl 20000000 67239936 70361088\n\
+                 tl 20000000 67239936 0\ntl 18446744073709551615 96 18446744073709551615\n"
+            ),
+            "{text}"
+        );
+        // The timeline comes before the stacks, inside the section.
+        let at = |needle: &str| text.find(needle).unwrap();
+        assert!(at("size_hist") < at("timeline") && at("timeline") < at("stacks sample"));
+        let back = parse(&text).unwrap();
+        assert_eq!(back, vec![p, sample()]);
+        assert!(back[1].timeline.is_empty());
+    }
+
+    /// A profile as written before timelines existed reads back with an
+    /// empty timeline, everything else intact.
+    #[test]
+    fn profiles_without_a_timeline_still_read() {
+        let text = "allocmux-profile 1\nprocess\npid 7\ncalls malloc 3\nend\n";
+        let p = &parse(text).unwrap()[0];
+        assert_eq!((p.pid, p.totals.calls_of(Func::Malloc)), (7, 3));
+        assert_eq!(p.timeline, Timeline::default());
+    }
+
+    #[test]
+    fn rejects_bad_timeline_lines() {
+        let base = "allocmux-profile 1\nprocess\n";
+        let cases = [
+            ("timeline soon", "`timeline` needs a number"),
+            ("tl 1 2", "`tl` needs three numbers"),
+            ("tl", "`tl` needs three numbers"),
+            ("tl 1 2 3 4", "`tl` needs three numbers"),
+            ("tl 1 -2 3", "`tl` needs a number, found \"-2\""),
+            ("tl 1 2 0x3", "`tl` needs a number"),
+            (
+                "tl 9 1 1\ntl 8 1 1",
+                "timeline point at 8 ns comes after a later one",
+            ),
+        ];
+        for (lines, want) in cases {
+            let e = parse(&format!("{base}{lines}\nend\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(want), "{lines:?}: {e}");
+            assert!(
+                e.starts_with("line "),
+                "{lines:?}: the error names the line: {e}"
+            );
         }
     }
 

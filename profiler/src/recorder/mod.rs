@@ -30,6 +30,6 @@ pub use counters::Counters;
 pub use lock::SpinLock;
 pub use thread::{
     Body, DEFAULT_TIME_SAMPLE_MEAN, EXACT_TIMING_BYTES, PUBLISH_BYTES, Scope, ThreadState,
-    after_fork_child, after_fork_parent, before_fork, enter, prepare_thread_key, retire_thread,
-    set_time_sample_mean, snapshot, threads_seen, time_sample_mean,
+    after_fork_child, after_fork_parent, before_fork, enter, live_bytes, prepare_thread_key,
+    retire_thread, set_time_sample_mean, snapshot, threads_seen, time_sample_mean,
 };
