@@ -576,6 +576,7 @@ fn plot_profiles(profiles: &[ProcessProfile], what: &str) -> Result<(String, Str
             name,
             timeline: &p.timeline,
             offset_ns: offsets[i],
+            colour: None,
         })
         .collect();
     let mut allocators: Vec<&str> = profiles.iter().map(|p| p.allocator.as_str()).collect();

@@ -36,6 +36,8 @@ pub struct NamedTimeline<'a> {
     /// Added to every point's time, in ns: where this timeline starts on
     /// the shared axis (see [`run_offsets`]; 0 starts it at the origin).
     pub offset_ns: u64,
+    /// Its colour; `None` takes the next of the palette.
+    pub colour: Option<RGBColor>,
 }
 
 /// What a chart shows and how large it is.
@@ -97,6 +99,23 @@ pub const RSS_LABEL: &str = "resident (RSS)";
 /// Empty timelines are left out; an error if none is left or if the
 /// options select neither figure.
 pub fn timelines_svg(timelines: &[NamedTimeline<'_>], o: &PlotOptions) -> Result<String> {
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (o.width, o.height)).into_drawing_area();
+        draw_on(&root, timelines, o)?;
+        root.present()
+            .map_err(|e| anyhow!("drawing the memory timeline: {e}"))?;
+    }
+    Ok(svg)
+}
+
+/// Draws the timelines into `area`, part of a larger chart (the size in
+/// `o` is not used). Errors as [`timelines_svg`].
+pub fn draw_on<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    timelines: &[NamedTimeline<'_>],
+    o: &PlotOptions,
+) -> Result<()> {
     let drawn: Vec<&NamedTimeline<'_>> = timelines
         .iter()
         .filter(|t| !t.timeline.is_empty())
@@ -107,14 +126,7 @@ pub fn timelines_svg(timelines: &[NamedTimeline<'_>], o: &PlotOptions) -> Result
     if !o.live && !o.rss {
         bail!("nothing to draw: neither live bytes nor the resident size is selected");
     }
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (o.width, o.height)).into_drawing_area();
-        draw(&root, &drawn, o).map_err(|e| anyhow!("drawing the memory timeline: {e}"))?;
-        root.present()
-            .map_err(|e| anyhow!("drawing the memory timeline: {e}"))?;
-    }
-    Ok(svg)
+    draw(area, &drawn, o).map_err(|e| anyhow!("drawing the memory timeline: {e}"))
 }
 
 /// Seconds on the shared axis.
@@ -189,7 +201,7 @@ fn draw<DB: DrawingBackend>(
     // The legend names each timeline once, by its colour, then says which
     // line style is which figure: N + 2 entries rather than 2N.
     for (i, t) in drawn.iter().enumerate() {
-        let color = PALETTE[i % PALETTE.len()];
+        let color = t.colour.unwrap_or(PALETTE[i % PALETTE.len()]);
         let line = color.stroke_width(2);
         let xy = |v: u64, p: &TimelinePoint| (seconds(t, p), unit.scale(v));
         let mut named = false;
@@ -384,16 +396,19 @@ mod tests {
                 name: "pid 1 a&b",
                 timeline: &a,
                 offset_ns: 0,
+                colour: None,
             },
             NamedTimeline {
                 name: "pid 2 child",
                 timeline: &b,
                 offset_ns: 100_000_000,
+                colour: None,
             },
             NamedTimeline {
                 name: "pid 3 nothing",
                 timeline: &empty,
                 offset_ns: 0,
+                colour: None,
             },
         ];
         let svg = timelines_svg(&named, &PlotOptions::new("memory of a <test>")).unwrap();

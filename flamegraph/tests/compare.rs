@@ -139,7 +139,15 @@ fn compare_reports_every_allocator_with_intervals_and_a_verdict() {
         .filter(|n| n.has_tag_name("text"))
         .filter_map(|n| n.text())
         .collect();
-    for needle in ["wall time", "peak RSS", "system", "jemalloc", "mimalloc"] {
+    for needle in [
+        "wall time",
+        "peak RSS",
+        "system",
+        "jemalloc",
+        "mimalloc",
+        "memory over time, the median run of each allocator",
+        "resident (RSS)",
+    ] {
         assert!(
             texts.iter().any(|t| t.contains(needle)),
             "{needle:?} in the chart's text: {texts:?}"

@@ -1,16 +1,23 @@
 //! The comparison chart: wall time and peak RSS per allocator, every run a
 //! dot, the interquartile range a box and the median a bar, so the spread
-//! is as visible as the difference.
+//! is as visible as the difference; under them, when the profiles have
+//! timelines, memory over time of each allocator's median run.
 
 use anyhow::{Result, anyhow};
 use plotters::prelude::*;
 
 use super::{Comparison, Figure, Summary};
+use allocmux::timeline::Timeline;
+
 use crate::launch::Allocator;
+use crate::plot::{NamedTimeline, PlotOptions};
 use crate::report::{Bytes, Dur};
 
-/// Chart size in pixels.
+/// Size of the upper part (the two panels and the verdict), in pixels.
 const SIZE: (u32, u32) = (1000, 480);
+
+/// Height of the timeline panel under it.
+const TIMELINE_HEIGHT: u32 = 400;
 
 /// The colour of an allocator, the same in every allocmux chart.
 pub fn colour(a: Allocator) -> RGBColor {
@@ -23,17 +30,72 @@ pub fn colour(a: Allocator) -> RGBColor {
 
 /// Draws the comparison as an SVG document.
 pub fn svg(cmp: &Comparison, s: &Summary, title: &str) -> Result<String> {
+    let timelines = median_timelines(cmp);
+    let height = SIZE.1
+        + if timelines.is_empty() {
+            0
+        } else {
+            TIMELINE_HEIGHT
+        };
     let mut out = String::new();
-    draw(&mut out, cmp, s, title).map_err(|e| anyhow!("drawing the comparison chart: {e}"))?;
+    {
+        let root = SVGBackend::with_string(&mut out, (SIZE.0, height)).into_drawing_area();
+        root.fill(&WHITE)
+            .map_err(|e| anyhow!("drawing the comparison chart: {e}"))?;
+        let (upper, lower) = root.split_vertically(SIZE.1);
+        draw(&upper, cmp, s, title).map_err(|e| anyhow!("drawing the comparison chart: {e}"))?;
+        if !timelines.is_empty() {
+            let named: Vec<NamedTimeline<'_>> = timelines
+                .iter()
+                .map(|&(a, t)| NamedTimeline {
+                    name: a.name(),
+                    timeline: t,
+                    offset_ns: 0,
+                    colour: Some(colour(a)),
+                })
+                .collect();
+            let o = PlotOptions::new("memory over time, the median run of each allocator");
+            crate::plot::draw_on(&lower, &named, &o)?;
+        }
+        root.present()
+            .map_err(|e| anyhow!("drawing the comparison chart: {e}"))?;
+    }
     Ok(out)
+}
+
+/// Per allocator, the timeline of the main process of its median run by
+/// wall time (the lower middle one for an even count): a typical run, not
+/// the luckiest or the unluckiest.
+fn median_timelines(cmp: &Comparison) -> Vec<(Allocator, &Timeline)> {
+    cmp.allocators
+        .iter()
+        .filter_map(|&a| {
+            let mut runs: Vec<_> = cmp
+                .runs
+                .iter()
+                .filter(|r| !r.warmup && r.allocator == a)
+                .collect();
+            runs.sort_by_key(|r| r.wall_ns);
+            let run = runs.get(runs.len().saturating_sub(1) / 2)?;
+            // Profiles are in start order: the first is the command itself.
+            let main = run.profiles.first()?;
+            (!main.timeline.is_empty()).then_some((a, &main.timeline))
+        })
+        .collect()
 }
 
 type DrawResult = std::result::Result<(), Box<dyn std::error::Error>>;
 
-fn draw(out: &mut String, cmp: &Comparison, s: &Summary, title: &str) -> DrawResult {
-    let root = SVGBackend::with_string(out, SIZE).into_drawing_area();
-    root.fill(&WHITE)?;
-    let root = root.titled(title, ("sans-serif", 20))?;
+fn draw<DB: DrawingBackend>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    cmp: &Comparison,
+    s: &Summary,
+    title: &str,
+) -> DrawResult
+where
+    DB::ErrorType: 'static,
+{
+    let root = area.titled(title, ("sans-serif", 20))?;
     let (body, footer) = root.split_vertically(SIZE.1 - 70);
     footer.draw(&Text::new(
         format!("verdict: {}", s.verdict_line(cmp.level)),
@@ -55,7 +117,6 @@ fn draw(out: &mut String, cmp: &Comparison, s: &Summary, title: &str) -> DrawRes
     panel(&panels[1], cmp, Figure::MaxRss, "peak RSS", &|v| {
         Bytes(v as u64).to_string()
     })?;
-    root.present()?;
     Ok(())
 }
 
