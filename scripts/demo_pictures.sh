@@ -15,8 +15,9 @@ echo "\$ allocmux demo -o $out" >"$out/demo-output.txt"
 "$bin" demo -o "$out" | tee -a "$out/demo-output.txt"
 
 py='import json; d = {i: str(i) * 10 for i in range(300000)}; print(len(json.dumps(d)))'
-cmd=(python3 -c "$py")
-echo "\$ allocmux compare --plot $out/python3-compare.svg -- python3 -c '$py'" >"$out/python3-compare.txt"
+# Debian's python3, not a version manager's shim script in front of it.
+cmd=(/usr/bin/python3 -c "$py")
+echo "\$ allocmux compare --plot $out/python3-compare.svg -- /usr/bin/python3 -c '$py'" >"$out/python3-compare.txt"
 "$bin" compare --plot "$out/python3-compare.svg" --json "$out/python3-compare.json" -- "${cmd[@]}" \
     | tee -a "$out/python3-compare.txt"
 # The profile and JSON carry this machine's paths and every run: keep the
