@@ -46,6 +46,7 @@ pub fn run(dir: &Path, size: Option<u64>) -> Result<i32> {
             quiet: true,
             env: vec![],
         })?;
+        out.check_recorded()?;
         anyhow::ensure!(
             out.exit.code == Some(0),
             "the demo workload failed under {} ({:?})",

@@ -4,6 +4,7 @@
 
 pub mod cli;
 pub mod demo;
+pub mod elf;
 pub mod export;
 pub mod launch;
 pub mod pprof;
