@@ -388,6 +388,21 @@ fn cmd_run(a: RunArgs) -> Result<i32> {
             path.display()
         );
     }
+    // The program ran, so `run` still exits as it did (as `time` would);
+    // but an empty report or profile would pass for a program that does
+    // not allocate, so none is written.
+    if let Err(e) = outcome.check_recorded() {
+        eprintln!("allocmux: {e:#}");
+        if outcome.profiles.is_empty() {
+            if let Some(JsonOut::File(f)) = json {
+                f.discard();
+            }
+            if let Some(out) = profile_out {
+                out.discard();
+            }
+            return Ok(outcome.exit.shell_status());
+        }
+    }
     if let Some(out) = &profile_out {
         out.write(allocmux::profile::to_string(&outcome.profiles).as_bytes())?;
     }
@@ -686,6 +701,13 @@ fn cmd_flame(a: FlameArgs) -> Result<i32> {
             "allocmux: skipped unreadable profile {}: {why}",
             path.display()
         );
+    }
+    if let Err(e) = outcome.check_recorded() {
+        if outcome.profiles.is_empty() {
+            out.discard();
+            return Err(e.context("cannot draw a flamegraph"));
+        }
+        eprintln!("allocmux: {e:#}");
     }
     let info = RunInfo {
         command: a.command.clone(),

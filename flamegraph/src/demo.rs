@@ -112,6 +112,7 @@ pub fn run(dir: &Path, opts: &DemoOptions) -> Result<i32> {
         "the demo workload failed while recording stacks ({:?})",
         out.exit
     );
+    out.check_recorded()?;
     profile.write(allocmux::profile::to_string(&out.profiles).as_bytes())?;
     let report = Report::new(
         out.profiles.clone(),

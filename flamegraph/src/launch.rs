@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 
 use allocmux::profile::{self, ProcessProfile, State};
 use allocmux::recorder::sys::{self, ChildExit, IgnoreInterrupts};
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 
+use crate::shim::{Origin, Probe, Shim};
 use crate::target;
 
 /// A backend the shim can use.
@@ -70,6 +71,81 @@ pub struct Outcome {
     pub profiles: Vec<ProcessProfile>,
     /// Profile files that could not be read, with the reason.
     pub unreadable: Vec<(PathBuf, String)>,
+    /// The program that was run.
+    pub program: PathBuf,
+    /// The pid of the main process.
+    pub main_pid: u32,
+    /// The shim that was preloaded (kept, with any temporary copy, for
+    /// [`Outcome::check_recorded`]).
+    pub shim: Shim,
+}
+
+impl Outcome {
+    /// Whether the shim ran in the main process: it writes the process's
+    /// profile as soon as it starts, so a profile (even an unreadable one)
+    /// is the sign.
+    pub fn main_recorded(&self) -> bool {
+        let own_file = format!("{}.prof", self.main_pid);
+        self.profiles.iter().any(|p| p.pid == self.main_pid)
+            || self.unreadable.iter().any(|(path, _)| {
+                path.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with(&own_file))
+            })
+    }
+
+    /// An error that says plainly why, when the shim did not run in the
+    /// main process (the loader printed its reason on the program's
+    /// stderr, which a quiet run discards, so it is asked again).
+    pub fn check_recorded(&self) -> Result<()> {
+        if self.main_recorded() {
+            return Ok(());
+        }
+        let program = self.program.display();
+        let path = self.shim.path.display();
+        let what = if self.profiles.is_empty() {
+            format!("nothing was recorded: {program} ran without the allocmux shim")
+        } else {
+            format!(
+                "{program} ran without the allocmux shim (only processes it started were recorded)"
+            )
+        };
+        let probe = crate::shim::probe(&self.shim.path);
+        let why = match &probe {
+            Probe::Refused(reason) => {
+                format!("the loader could not preload the shim {path} ({reason})")
+            }
+            Probe::Silent => {
+                format!("the shim {path} loads but records nothing, so it is not the allocmux shim")
+            }
+            Probe::Works => format!(
+                "the shim {path} works, but the loader did not preload it into {program} \
+                 (a program with file capabilities runs in secure mode, which ignores \
+                 LD_PRELOAD: run a copy without them)"
+            ),
+            Probe::Unknown(e) => format!(
+                "the loader did not preload the shim {path} into it (checking why failed: {e})"
+            ),
+        };
+        let fix = match (&probe, &self.shim.origin) {
+            (Probe::Works, _) => String::new(),
+            (_, Origin::Env) => "; point ALLOCMUX_SHIM at a liballocmux_shim.so built with this \
+                                 allocmux, or unset it"
+                .to_string(),
+            (Probe::Refused(r), _) if r.contains("failed to map segment") => {
+                "; its directory may be on a filesystem mounted noexec: set XDG_CACHE_HOME to a \
+                 writable directory elsewhere, or ALLOCMUX_SHIM to a copy of liballocmux_shim.so"
+                    .to_string()
+            }
+            (_, Origin::Cache) => format!(
+                "; delete {path} for allocmux to write it again, or set ALLOCMUX_SHIM to a copy \
+                 of liballocmux_shim.so"
+            ),
+            (_, Origin::Temporary(_)) => {
+                "; set ALLOCMUX_SHIM to a copy of liballocmux_shim.so".to_string()
+            }
+        };
+        bail!("{what}: {why}{fix}")
+    }
 }
 
 /// How long to wait, after the main process ends, for profiles still marked
@@ -79,13 +155,17 @@ const STRAGGLER_WAIT: Duration = Duration::from_secs(2);
 /// Runs the command under the shim and gathers its profiles.
 pub fn launch(l: &Launch<'_>) -> Result<Outcome> {
     let program = target::resolve(&l.command[0])?;
-    target::check_preloadable(&program)?;
+    let runs = target::check_preloadable(&program)?;
     let shim = crate::shim::locate()?;
+    shim.check_fits(runs.as_ref())?;
+    if let Some(note) = shim.note() {
+        eprintln!("allocmux: {note}");
+    }
     let dir = tempfile::Builder::new()
         .prefix("allocmux-")
         .tempdir()
         .context("creating a temporary directory for the profiles")?;
-    let mut preload = shim.as_os_str().to_owned();
+    let mut preload = shim.path.as_os_str().to_owned();
     if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
         preload.push(":");
         preload.push(old);
@@ -118,6 +198,7 @@ pub fn launch(l: &Launch<'_>) -> Result<Outcome> {
     let child = cmd
         .spawn()
         .with_context(|| format!("starting {}", program.display()))?;
+    let main_pid = child.id();
     let exit = {
         let _ignore = IgnoreInterrupts::new();
         sys::wait_child(child.id()).context("waiting for the program")?
@@ -129,6 +210,9 @@ pub fn launch(l: &Launch<'_>) -> Result<Outcome> {
         wall_ns,
         profiles,
         unreadable,
+        program,
+        main_pid,
+        shim,
     })
 }
 

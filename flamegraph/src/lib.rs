@@ -5,6 +5,7 @@
 pub mod cli;
 pub mod compare;
 pub mod demo;
+pub mod elf;
 pub mod export;
 pub mod launch;
 pub mod plot;

@@ -6,8 +6,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, anyhow, bail};
-use object::read::elf::{ElfFile64, ProgramHeader as _};
-use object::{Endianness, elf};
+
+use crate::elf::{self, Arch};
 
 /// Why a command cannot be run or profiled.
 #[derive(Debug)]
@@ -60,13 +60,25 @@ pub fn resolve(cmd: &str) -> Result<PathBuf> {
     })
 }
 
+/// The ELF program the kernel runs for a command: the command itself, or
+/// for a script its interpreter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Program {
+    /// Its path.
+    pub path: PathBuf,
+    /// Its word size and machine, which the shim's must match.
+    pub arch: Arch,
+}
+
 /// Checks that `path` will load the shim: a dynamically linked ELF (or a
-/// script whose interpreter is one), not setuid or setgid.
-pub fn check_preloadable(path: &Path) -> Result<()> {
+/// script whose interpreter is one), not setuid or setgid. Returns the ELF
+/// program that will run, when that is known, for the caller to match
+/// against the shim's architecture.
+pub fn check_preloadable(path: &Path) -> Result<Option<Program>> {
     check_one(path, 0)
 }
 
-fn check_one(path: &Path, depth: u32) -> Result<()> {
+fn check_one(path: &Path, depth: u32) -> Result<Option<Program>> {
     let meta = fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
     if meta.permissions().mode() & 0o6000 != 0 {
         bail!(
@@ -78,7 +90,7 @@ fn check_one(path: &Path, depth: u32) -> Result<()> {
     let data = fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     if let Some(rest) = data.strip_prefix(b"#!") {
         if depth > 2 {
-            return Ok(()); // let the kernel judge long interpreter chains
+            return Ok(None); // let the kernel judge long interpreter chains
         }
         let line = rest.split(|&b| b == b'\n').next().unwrap_or_default();
         let line = String::from_utf8_lossy(line);
@@ -89,25 +101,21 @@ fn check_one(path: &Path, depth: u32) -> Result<()> {
         return check_one(Path::new(interp), depth + 1)
             .with_context(|| format!("{} is a script run by {interp}", path.display()));
     }
-    if !data.starts_with(b"\x7fELF") {
-        return Ok(()); // not ELF and not a script: let exec report it
-    }
-    let Ok(elf) = ElfFile64::<Endianness>::parse(&*data) else {
-        return Ok(()); // 32-bit or unusual: the loader will tell
+    // Not ELF and not a script, or a damaged ELF: let exec report it.
+    let Some(Ok(elf)) = elf::read(&data) else {
+        return Ok(None);
     };
-    let endian = elf.endian();
-    let has_interp = elf
-        .elf_program_headers()
-        .iter()
-        .any(|ph| ph.p_type(endian) == elf::PT_INTERP);
-    if !has_interp {
+    if !elf.interpreter {
         bail!(
             "{} is statically linked: LD_PRELOAD cannot reach its malloc, so it cannot be profiled \
              (build it dynamically linked, or for Rust use the allocmux library's #[global_allocator])",
             path.display()
         );
     }
-    Ok(())
+    Ok(Some(Program {
+        path: path.to_path_buf(),
+        arch: elf.arch,
+    }))
 }
 
 #[cfg(test)]
@@ -124,11 +132,13 @@ mod tests {
 
     #[test]
     fn accepts_dynamic_binaries_and_scripts() {
-        check_preloadable(Path::new("/bin/sh")).unwrap();
+        let sh = check_preloadable(Path::new("/bin/sh")).unwrap().unwrap();
+        assert_eq!(sh.path, Path::new("/bin/sh"));
         let dir = tempfile::tempdir().unwrap();
         let script = dir.path().join("s");
         fs::write(&script, "#!/bin/sh\necho hi\n").unwrap();
-        check_preloadable(&script).unwrap();
+        let run_by = check_preloadable(&script).unwrap().unwrap();
+        assert_eq!(run_by, sh, "a script is run by its interpreter");
     }
 
     #[test]

@@ -503,3 +503,243 @@ fn report_plot_of_a_profile_without_timeline_says_how_to_get_one() {
     // Without --plot the same profile still reports.
     ok(run(allocmux().arg("report").arg(&old)));
 }
+
+/// Compiles C source into a shared library (with extra linker arguments).
+fn shared_library(dir: &Path, name: &str, src: &str, link: &[&str]) -> PathBuf {
+    let c = dir.join(format!("{name}.c"));
+    fs::write(&c, src).unwrap();
+    let out = dir.join(format!("{name}.so"));
+    let st = Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&out)
+        .arg(&c)
+        .args(link)
+        .current_dir(dir)
+        .status()
+        .expect("cc runs");
+    assert!(st.success(), "compiling {name}.c failed");
+    out
+}
+
+/// A `malloc` and `free` that forward to glibc and record nothing: a
+/// library the loader preloads happily but that is not the shim.
+const NOT_THE_SHIM: &str = "#include <stddef.h>\n\
+    void *__libc_malloc(size_t); void __libc_free(void *);\n\
+    void *malloc(size_t n) { return __libc_malloc(n); }\n\
+    void free(void *p) { __libc_free(p); }\n";
+
+/// A command that leaves a mark if it runs.
+fn marking(dir: &Path) -> (Vec<String>, PathBuf) {
+    let mark = dir.join("ran");
+    let cmd = vec![
+        "sh".to_string(),
+        "-c".to_string(),
+        format!("touch '{}'", mark.display()),
+    ];
+    (cmd, mark)
+}
+
+#[test]
+fn a_bad_allocmux_shim_is_refused_before_the_program_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (cmd, mark) = marking(d);
+    let text_file = d.join("notes.txt");
+    fs::write(&text_file, "not a library\n").unwrap();
+    let program = d.join("true-copy.so");
+    fs::copy("/bin/true", &program).unwrap();
+    let lib32 = d.join("lib32.so");
+    fs::write(
+        &lib32,
+        allocmux_cli::elf::minimal(32, 3 /* EM_386 */, 3 /* ET_DYN */, None),
+    )
+    .unwrap();
+    let no_malloc = shared_library(d, "plain", "int plain(void) { return 1; }\n", &[]);
+    let shim_dir = d.join("shim-dir");
+    fs::create_dir(&shim_dir).unwrap();
+    let empty_dir = d.join("empty-dir");
+    fs::create_dir(&empty_dir).unwrap();
+    fs::copy(
+        allocmux_cli::shim::BUILT_PATH,
+        shim_dir.join("liballocmux_shim.so"),
+    )
+    .unwrap();
+    let cases = [
+        (d.join("missing.so"), "missing.so does not exist"),
+        (
+            empty_dir.clone(),
+            "empty-dir is a directory, not the shim library",
+        ),
+        (
+            shim_dir.clone(),
+            &*format!("set it to {}/liballocmux_shim.so", shim_dir.display()),
+        ),
+        (
+            text_file,
+            "notes.txt is not a shared library (not an ELF file)",
+        ),
+        (program, "true-copy.so is a program, not a shared library"),
+        (lib32, "lib32.so is built for 32-bit i386 but"),
+        (no_malloc, "plain.so does not define malloc"),
+    ];
+    for (shim, needle) in cases {
+        let out = run(allocmux()
+            .env("ALLOCMUX_SHIM", &shim)
+            .arg("run")
+            .arg("--")
+            .args(&cmd));
+        assert_clear_error(&out, 1, needle);
+        assert_clear_error(&out, 1, "ALLOCMUX_SHIM=");
+        assert!(
+            !mark.exists(),
+            "the program ran with ALLOCMUX_SHIM={shim:?}"
+        );
+    }
+}
+
+#[test]
+fn a_program_for_another_machine_is_refused_before_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = dir.path().join("prog32");
+    fs::write(
+        &prog,
+        allocmux_cli::elf::minimal(
+            32,
+            3, /* EM_386 */
+            2, /* ET_EXEC */
+            Some("/lib/ld-linux.so.2"),
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(&prog, fs::Permissions::from_mode(0o755)).unwrap();
+    assert_clear_error(
+        &run(allocmux_embedded()
+            .env("XDG_CACHE_HOME", dir.path())
+            .arg("run")
+            .arg("--")
+            .arg(&prog)),
+        1,
+        "prog32 is a 32-bit i386 program and this allocmux's shim is",
+    );
+}
+
+#[test]
+fn a_shim_that_records_nothing_gives_no_report_but_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let fake = shared_library(d, "fake", NOT_THE_SHIM, &[]);
+    let json = d.join("r.json");
+    let prof = d.join("r.prof");
+    let out = run(allocmux()
+        .env("ALLOCMUX_SHIM", &fake)
+        .args(["run", "--json"])
+        .arg(&json)
+        .arg("-o")
+        .arg(&prof)
+        .args(["--", "sh", "-c", "echo ran; exit 3"]));
+    // The program ran: `run` exits as it did, after saying what went wrong.
+    assert_clear_error(&out, 3, "nothing was recorded");
+    assert_clear_error(&out, 3, "fake.so loads but records nothing");
+    assert_eq!(text(&out.stdout), "ran\n");
+    let err = text(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(
+        !err.contains("exited with status"),
+        "no empty report: {err}"
+    );
+    assert!(!json.exists() && !prof.exists(), "no empty report files");
+
+    let svg = d.join("f.svg");
+    let out = run(allocmux()
+        .env("ALLOCMUX_SHIM", &fake)
+        .args(["flame", "-o"])
+        .arg(&svg)
+        .args(["--", "true"]));
+    assert_clear_error(&out, 1, "cannot draw a flamegraph: nothing was recorded");
+    assert!(!svg.exists());
+}
+
+#[test]
+fn a_shim_the_loader_cannot_load_is_named_with_the_loaders_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // Linked against a library that is then removed: the loader gives up
+    // on every program it is preloaded into (status 127).
+    let dep = shared_library(
+        d,
+        "libgone-allocmux-test",
+        "int gone(void) { return 1; }\n",
+        &[],
+    );
+    let src = format!("{NOT_THE_SHIM}int gone(void);\nint use_it(void) {{ return gone(); }}\n");
+    let broken = shared_library(d, "broken", &src, &["-L.", "-lgone-allocmux-test"]);
+    fs::remove_file(dep).unwrap();
+    let (cmd, mark) = marking(d);
+    let out = run(allocmux()
+        .env("ALLOCMUX_SHIM", &broken)
+        .arg("run")
+        .arg("--")
+        .args(&cmd));
+    assert!(!mark.exists());
+    assert_clear_error(&out, 127, "nothing was recorded");
+    assert_clear_error(
+        &out,
+        127,
+        &format!(
+            "the loader could not preload the shim {} (libgone-allocmux-test.so: cannot open \
+             shared object file",
+            broken.display()
+        ),
+    );
+    assert_clear_error(&out, 127, "point ALLOCMUX_SHIM at a liballocmux_shim.so");
+}
+
+#[test]
+fn the_embedded_shim_is_cached_once_and_falls_back_to_a_temporary_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("xdg");
+    let cached = || -> Vec<PathBuf> {
+        fs::read_dir(cache.join("allocmux"))
+            .map(|d| d.map(|e| e.unwrap().path()).collect())
+            .unwrap_or_default()
+    };
+    for _ in 0..2 {
+        let out = ok(run(allocmux_embedded()
+            .env("XDG_CACHE_HOME", &cache)
+            .args(["run", "--", "true"])));
+        assert!(text(&out.stderr).contains("under system exited with status 0"));
+        let files = cached();
+        assert_eq!(files.len(), 1, "{files:?}");
+        assert_eq!(
+            fs::read(&files[0]).unwrap(),
+            fs::read(allocmux_cli::shim::BUILT_PATH).unwrap()
+        );
+    }
+
+    // /dev/null is no directory, not even for root: the cache cannot be made.
+    let out = ok(run(allocmux_embedded()
+        .env_remove("XDG_CACHE_HOME")
+        .env("HOME", "/dev/null")
+        .args(["run", "--", "true"])));
+    let err = text(&out.stderr);
+    assert!(
+        err.starts_with(
+            "allocmux: cannot keep the shim in the cache (creating the directory \
+             /dev/null/.cache/allocmux: Not a directory"
+        ),
+        "{err}"
+    );
+    assert!(err.contains("using a temporary copy for this run"), "{err}");
+    assert!(err.contains("under system exited with status 0"), "{err}");
+
+    assert_clear_error(
+        &run(allocmux_embedded()
+            .env_remove("XDG_CACHE_HOME")
+            .env("HOME", "/dev/null")
+            .env("TMPDIR", "/dev/null")
+            .args(["run", "--", "true"])),
+        1,
+        "cannot write the shim to disk",
+    );
+}

@@ -265,14 +265,7 @@ fn run_once(opts: &Options, alloc: Allocator, round: usize, warmup: bool) -> Res
             if warmup { "warm-up round" } else { "round" },
         );
     }
-    if out.profiles.is_empty() {
-        bail!(
-            "`{}` ran under {} but left no allocmux profile: the shim was not loaded into it \
-             (is the program statically linked, or does it clear LD_PRELOAD?)",
-            shell_words(&opts.command),
-            alloc.name()
-        );
-    }
+    out.check_recorded()?;
     let report = Report::new(
         out.profiles,
         Some(RunInfo {

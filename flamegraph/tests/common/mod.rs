@@ -61,3 +61,12 @@ pub fn parse_svg(svg: &str) -> roxmltree::Document<'_> {
     )
     .unwrap_or_else(|e| panic!("the SVG is not XML: {e}"))
 }
+
+/// The `allocmux` binary of this build with its embedded shim, as an
+/// installed one runs: no `ALLOCMUX_SHIM`, and the cache directory
+/// taken from `XDG_CACHE_HOME` or `HOME` as the test sets them.
+pub fn allocmux_embedded() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_allocmux"));
+    c.env_remove("ALLOCMUX_SHIM");
+    c
+}
