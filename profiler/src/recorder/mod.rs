@@ -16,6 +16,9 @@
 //!   most calls pay no clock read;
 //! - live bytes are tracked per thread and published to a global live/peak
 //!   pair only when the thread drifts by more than [`PUBLISH_BYTES`].
+//!
+//! [`Counting`] (the Rust `#[global_allocator]` wrapper) runs on the same
+//! machinery from a `thread_local!` state.
 
 mod clock;
 mod counters;
@@ -24,6 +27,7 @@ pub mod stacks;
 pub mod sys;
 mod thread;
 pub mod unwind;
+mod wrapper;
 
 pub use clock::{ClockPair, Tsc, clock_ns, monotonic_ns};
 pub use counters::Counters;
@@ -33,3 +37,5 @@ pub use thread::{
     after_fork_child, after_fork_parent, before_fork, enter, prepare_thread_key, retire_thread,
     set_time_sample_mean, snapshot, threads_seen, time_sample_mean,
 };
+pub use wrapper::Counting;
+pub(crate) use wrapper::{ticks_to_ns, with_thread};

@@ -65,6 +65,10 @@ pub struct ThreadState {
     next: AtomicPtr<ThreadState>,
     prev: AtomicPtr<ThreadState>,
     counters: Counters,
+    /// Highest live byte count of this thread seen so far (never lowered
+    /// by a publish, unlike `live_max`): exact where every allocation runs
+    /// [`ThreadState::note_live`], as in the Rust wrapper.
+    high_water: Cell<i64>,
 }
 
 // SAFETY: other threads only read `counters` (atomics) and change the links
@@ -96,7 +100,73 @@ impl ThreadState {
             next: AtomicPtr::new(ptr::null_mut()),
             prev: AtomicPtr::new(ptr::null_mut()),
             counters: Counters::new(),
+            high_water: Cell::new(0),
         }
+    }
+
+    /// Takes this thread's live bytes into account for its peak, exactly:
+    /// for callers that report every block size through the scope (the
+    /// Rust wrapper runs it after each call that can raise live bytes).
+    /// Owner only; a few loads and compares, no atomic read-modify-write.
+    #[inline(always)]
+    pub fn note_live(&self) {
+        let c = &self.counters;
+        let live = c.bytes_allocated().wrapping_sub(c.bytes_freed()) as i64;
+        if live > self.live_max.get() {
+            self.live_max.set(live);
+            if live > self.high_water.get() {
+                self.high_water.set(live);
+            }
+        }
+    }
+
+    /// Whether calls of this thread are counted on its own counters (it
+    /// registered and has not run its exit hook). Owner only.
+    pub fn is_active(&self) -> bool {
+        self.status.get() == ACTIVE
+    }
+
+    /// This thread's live bytes (allocated minus freed, negative if it
+    /// freed blocks other threads allocated).
+    pub fn live_bytes(&self) -> i64 {
+        self.live_now()
+    }
+
+    /// The highest [`live_bytes`](Self::live_bytes) seen (see `note_live`)
+    /// since the mark was last restarted.
+    pub fn high_water(&self) -> i64 {
+        self.high_water.get()
+    }
+
+    /// Restarts the high-water mark at the current live bytes, so a caller
+    /// can measure the peak of a span from its start; returns the previous
+    /// mark, for [`raise_high_water`](Self::raise_high_water) afterwards.
+    /// The thread's unpublished peak goes to the process peak first, so
+    /// `note_live` may keep comparing with `live_max` alone (the mark is
+    /// never below it). Owner only.
+    pub fn restart_high_water(&self) -> i64 {
+        if self.status.get() == ACTIVE {
+            self.publish();
+        }
+        let live = self.live_now();
+        self.live_max.set(live);
+        self.high_water.replace(live)
+    }
+
+    /// Raises the high-water mark to at least `v`. Owner only.
+    pub fn raise_high_water(&self, v: i64) {
+        if v > self.high_water.get() {
+            self.high_water.set(v);
+        }
+    }
+
+    /// This thread's own counts so far (not the process's): calls, bytes,
+    /// timings; `peak_live_bytes` is its high-water mark.
+    pub fn own_totals(&self) -> Totals {
+        let mut t = Totals::default();
+        self.add_to(&mut t);
+        t.peak_live_bytes = self.high_water.get().max(0) as u64;
+        t
     }
 
     /// Bytes the allocator's own counters say this thread allocated and
@@ -153,6 +223,9 @@ impl ThreadState {
         let live = self.live_now();
         if live > self.live_max.get() {
             self.live_max.set(live);
+        }
+        if live > self.high_water.get() {
+            self.high_water.set(live);
         }
         if (live - self.published.get()).unsigned_abs() > PUBLISH_BYTES as u64 {
             self.publish();
@@ -230,6 +303,7 @@ impl ThreadState {
         self.reset_calls();
         self.live_max.set(0);
         self.published.set(0);
+        self.high_water.set(0);
         self.counters.reset();
         self.rebase_external();
     }
@@ -296,6 +370,9 @@ pub trait Scope: Copy {
     fn call(&self, f: Func);
     /// A call that failed.
     fn fail(&self, f: Func);
+    /// A `realloc` that returned the block it was given (recorded besides
+    /// its `alloc`). Only the Rust wrapper reports it.
+    fn in_place(&self) {}
 }
 
 /// One hooked call: the allocator work plus what it records, written once
@@ -396,6 +473,10 @@ impl Scope for Owned<'_> {
     fn fail(&self, _f: Func) {
         self.0.counters.failed::<false>();
     }
+    #[inline(always)]
+    fn in_place(&self) {
+        self.0.counters.in_place::<false>();
+    }
 }
 
 macro_rules! delegate_recording_to_owned {
@@ -411,6 +492,9 @@ macro_rules! delegate_recording_to_owned {
         }
         fn fail(&self, f: Func) {
             Owned(self.0).fail(f)
+        }
+        fn in_place(&self) {
+            Owned(self.0).in_place()
         }
     };
 }
@@ -471,6 +555,9 @@ impl Scope for Shared {
     }
     fn fail(&self, f: Func) {
         SHARED.fail::<true>(f)
+    }
+    fn in_place(&self) {
+        SHARED.in_place::<true>()
     }
 }
 
