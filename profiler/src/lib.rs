@@ -60,6 +60,31 @@
 //! }
 //! ```
 //!
+//! # Choosing the allocator at start-up: `Switchable`
+//!
+//! [`Switchable`] is the system allocator, jemalloc or mimalloc, as
+//! `ALLOCMUX_ALLOCATOR` says when the process starts, so one build can be
+//! compared under all three (`allocmux compare -- ./target/release/app`
+//! needs no `LD_PRELOAD` for it). It composes with [`Counting`]:
+//!
+//! ```no_run
+//! #[global_allocator]
+//! static ALLOC: allocmux::Counting<allocmux::Switchable> =
+//!     allocmux::Counting::new(allocmux::Switchable::new());
+//!
+//! fn main() {
+//!     let (_, stats) = allocmux::measure(|| vec![1u32; 100]);
+//!     println!("{}: {stats}", ALLOC.inner().backend().name());
+//! }
+//! ```
+//!
+//! ```text
+//! $ ALLOCMUX_ALLOCATOR=mimalloc ./target/release/app
+//! ```
+//!
+//! The backends other than the system's are the cargo features `jemalloc`
+//! and `mimalloc` (both on by default).
+//!
 //! # How it counts
 //!
 //! Each thread counts on its own thread-local state with plain loads and
@@ -89,5 +114,5 @@ pub mod recorder;
 pub mod stats;
 
 pub use counting::{Stats, measure, snapshot};
-pub use recorder::Counting;
+pub use recorder::{Backend, Counting, Switchable};
 pub use stats::{Func, SiteCounts, Totals};

@@ -18,12 +18,14 @@
 //!   pair only when the thread drifts by more than [`PUBLISH_BYTES`].
 //!
 //! [`Counting`] (the Rust `#[global_allocator]` wrapper) runs on the same
-//! machinery from a `thread_local!` state.
+//! machinery from a `thread_local!` state; [`Switchable`] is the allocator
+//! chosen at start-up.
 
 mod clock;
 mod counters;
 mod lock;
 pub mod stacks;
+mod switchable;
 pub mod sys;
 mod thread;
 pub mod unwind;
@@ -32,6 +34,7 @@ mod wrapper;
 pub use clock::{ClockPair, Tsc, clock_ns, monotonic_ns};
 pub use counters::Counters;
 pub use lock::SpinLock;
+pub use switchable::{Backend, Switchable};
 pub use thread::{
     Body, DEFAULT_TIME_SAMPLE_MEAN, EXACT_TIMING_BYTES, PUBLISH_BYTES, Scope, ThreadState,
     after_fork_child, after_fork_parent, before_fork, enter, prepare_thread_key, retire_thread,
