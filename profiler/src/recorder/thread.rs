@@ -65,10 +65,15 @@ pub struct ThreadState {
     next: AtomicPtr<ThreadState>,
     prev: AtomicPtr<ThreadState>,
     counters: Counters,
-    /// Highest live byte count of this thread seen so far (never lowered
-    /// by a publish, unlike `live_max`): exact where every allocation runs
-    /// [`ThreadState::note_live`], as in the Rust wrapper.
+    /// Highest live byte count of this thread seen since the mark was
+    /// restarted (not lowered by a publish, unlike `live_max`, so never
+    /// below it): exact where every block is reported to
+    /// [`ThreadState::grew`] and [`ThreadState::shrank`], as in the Rust
+    /// wrapper.
     high_water: Cell<i64>,
+    /// `live_max - live`, kept per call by `grew`/`shrank` (and set
+    /// wherever `live_max` is): it going negative is a new high.
+    headroom: Cell<i64>,
 }
 
 // SAFETY: other threads only read `counters` (atomics) and change the links
@@ -101,23 +106,46 @@ impl ThreadState {
             prev: AtomicPtr::new(ptr::null_mut()),
             counters: Counters::new(),
             high_water: Cell::new(0),
+            headroom: Cell::new(0),
         }
     }
 
-    /// Takes this thread's live bytes into account for its peak, exactly:
-    /// for callers that report every block size through the scope (the
-    /// Rust wrapper runs it after each call that can raise live bytes).
-    /// Owner only; a few loads and compares, no atomic read-modify-write.
+    /// This thread's live bytes rose by `bytes` (an allocation, a growing
+    /// `realloc`), for callers that report every block, as the Rust
+    /// wrapper does: its peak is then exact. Owner only; one subtraction
+    /// and a sign test, with the rare new high out of line.
     #[inline(always)]
-    pub fn note_live(&self) {
-        let c = &self.counters;
-        let live = c.bytes_allocated().wrapping_sub(c.bytes_freed()) as i64;
-        if live > self.live_max.get() {
-            self.live_max.set(live);
-            if live > self.high_water.get() {
-                self.high_water.set(live);
-            }
+    pub fn grew(&self, bytes: usize) {
+        let h = self.headroom.get().wrapping_sub(bytes as i64);
+        self.headroom.set(h);
+        if h < 0 {
+            self.new_high();
         }
+    }
+
+    /// This thread's live bytes fell by `bytes` (see [`grew`](Self::grew)).
+    #[inline(always)]
+    pub fn shrank(&self, bytes: usize) {
+        self.headroom
+            .set(self.headroom.get().wrapping_add(bytes as i64));
+    }
+
+    /// Live bytes went above `live_max`: raise it and the high-water mark.
+    #[cold]
+    #[inline(never)]
+    fn new_high(&self) {
+        self.set_live_max(self.live_now());
+    }
+
+    /// Raises `live_max` (and the high-water mark) to `live` if below, and
+    /// sets the headroom to match.
+    fn set_live_max(&self, live: i64) {
+        let max = self.live_max.get().max(live);
+        self.live_max.set(max);
+        if max > self.high_water.get() {
+            self.high_water.set(max);
+        }
+        self.headroom.set(max - live);
     }
 
     /// Whether calls of this thread are counted on its own counters (it
@@ -132,7 +160,7 @@ impl ThreadState {
         self.live_now()
     }
 
-    /// The highest [`live_bytes`](Self::live_bytes) seen (see `note_live`)
+    /// The highest [`live_bytes`](Self::live_bytes) seen (see `grew`)
     /// since the mark was last restarted.
     pub fn high_water(&self) -> i64 {
         self.high_water.get()
@@ -142,14 +170,15 @@ impl ThreadState {
     /// can measure the peak of a span from its start; returns the previous
     /// mark, for [`raise_high_water`](Self::raise_high_water) afterwards.
     /// The thread's unpublished peak goes to the process peak first, so
-    /// `note_live` may keep comparing with `live_max` alone (the mark is
-    /// never below it). Owner only.
+    /// the mark is never below `live_max` and `grew` may compare with that
+    /// alone. Owner only.
     pub fn restart_high_water(&self) -> i64 {
         if self.status.get() == ACTIVE {
             self.publish();
         }
         let live = self.live_now();
         self.live_max.set(live);
+        self.headroom.set(0);
         self.high_water.replace(live)
     }
 
@@ -221,12 +250,7 @@ impl ThreadState {
     fn check_peak(&self) {
         self.note_external();
         let live = self.live_now();
-        if live > self.live_max.get() {
-            self.live_max.set(live);
-        }
-        if live > self.high_water.get() {
-            self.high_water.set(live);
-        }
+        self.set_live_max(live);
         if (live - self.published.get()).unsigned_abs() > PUBLISH_BYTES as u64 {
             self.publish();
         }
@@ -244,6 +268,7 @@ impl ThreadState {
         GLOBAL_PEAK.fetch_max(before + (high - published), Relaxed);
         self.published.set(live);
         self.live_max.set(live);
+        self.headroom.set(0);
     }
 
     fn next_countdown(&self) -> u32 {
@@ -304,6 +329,7 @@ impl ThreadState {
         self.live_max.set(0);
         self.published.set(0);
         self.high_water.set(0);
+        self.headroom.set(0);
         self.counters.reset();
         self.rebase_external();
     }

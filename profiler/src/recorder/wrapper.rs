@@ -33,9 +33,12 @@
 //!   `Layout` sizes the program asked for, exactly, with no
 //!   `malloc_usable_size` lookups, and the same whichever allocator is
 //!   inside (so runs under different allocators compare).
-//! - **Peak.** Every call that can raise live bytes runs
-//!   [`ThreadState::note_live`], so a thread's own peak is exact, and so is
-//!   the process's with one allocating thread.
+//! - **Peak.** Every call reports how it moved the thread's live bytes to
+//!   [`ThreadState::grew`]/[`ThreadState::shrank`], which keep the distance
+//!   below the thread's high mark (one add, or one subtraction and a sign
+//!   test, per call: cheaper than recomputing live bytes from the two byte
+//!   counters each time), so a thread's own peak is exact, and so is the
+//!   process's with one allocating thread.
 //!
 //! No path here allocates through the global allocator: registration uses
 //! `pthread_key_create`/`pthread_setspecific` (glibc's own `malloc` if
@@ -43,6 +46,8 @@
 //! formats or panics, so the wrapper cannot recurse into itself.
 
 use core::alloc::{GlobalAlloc, Layout};
+use core::marker::PhantomData;
+use core::ptr::NonNull;
 use core::sync::atomic::{
     AtomicU8, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
 };
@@ -115,19 +120,66 @@ impl<A> Counting<A> {
     }
 }
 
+/// How a body reaches the inner allocator. A body goes to the recorder's
+/// slow path by value, and a body of more than two words is passed in
+/// memory, whose stores LLVM places before the fast path's branch, so
+/// every call paid for them: a reference is one more word. Zero-sized
+/// allocators (`System`, `Jemalloc`, `MiMalloc`, `Switchable`: nearly all)
+/// travel as nothing instead, which keeps `alloc`'s body in registers.
+trait Inner<A>: Copy {
+    fn get(&self) -> &A;
+}
+
+impl<A> Inner<A> for &A {
+    #[inline(always)]
+    fn get(&self) -> &A {
+        self
+    }
+}
+
+/// A zero-sized `A`, by no pointer at all.
+struct Zst<A>(PhantomData<fn() -> A>);
+
+impl<A> Clone for Zst<A> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<A> Copy for Zst<A> {}
+
+impl<A> Zst<A> {
+    /// `None` unless `A` is zero-sized; taking a value proves it inhabited.
+    #[inline(always)]
+    fn new(_value: &A) -> Option<Self> {
+        (size_of::<A>() == 0).then_some(Zst(PhantomData))
+    }
+}
+
+impl<A> Inner<A> for Zst<A> {
+    #[inline(always)]
+    fn get(&self) -> &A {
+        // SAFETY: `A` is zero-sized and inhabited (see `new`), so a
+        // dangling, aligned, non-null pointer is a valid reference to a
+        // value of it, indistinguishable from the wrapper's own but for
+        // its address, which no allocator has reason to look at.
+        unsafe { NonNull::<A>::dangling().as_ref() }
+    }
+}
+
 /// `alloc` and `alloc_zeroed` (`ZEROED` picks which, and the function it
 /// counts as: `Malloc` or `Calloc`).
-struct Alloc<'a, A, const ZEROED: bool>(&'a A, Layout);
-struct Dealloc<'a, A>(&'a A, *mut u8, Layout);
-struct Realloc<'a, A>(&'a A, *mut u8, Layout, usize);
+struct Alloc<I, A, const ZEROED: bool>(I, Layout, PhantomData<fn() -> A>);
+struct Dealloc<I, A>(I, *mut u8, Layout, PhantomData<fn() -> A>);
+struct Realloc<I, A>(I, *mut u8, Layout, usize, PhantomData<fn() -> A>);
 
-impl<A: GlobalAlloc, const ZEROED: bool> Body for Alloc<'_, A, ZEROED> {
+impl<I: Inner<A>, A: GlobalAlloc, const ZEROED: bool> Body for Alloc<I, A, ZEROED> {
     type Out = *mut u8;
     const FUNC: Func = if ZEROED { Func::Calloc } else { Func::Malloc };
 
     #[inline(always)]
     unsafe fn run<S: Scope>(self, s: &S) -> *mut u8 {
-        let Alloc(inner, layout) = self;
+        let Alloc(inner, layout, _) = self;
+        let inner = inner.get();
         let size = layout.size();
         let p = s.time(size, || {
             if ZEROED {
@@ -153,13 +205,14 @@ impl<A: GlobalAlloc, const ZEROED: bool> Body for Alloc<'_, A, ZEROED> {
     }
 }
 
-impl<A: GlobalAlloc> Body for Dealloc<'_, A> {
+impl<I: Inner<A>, A: GlobalAlloc> Body for Dealloc<I, A> {
     type Out = ();
     const FUNC: Func = Func::Free;
 
     #[inline(always)]
     unsafe fn run<S: Scope>(self, s: &S) {
-        let Dealloc(inner, ptr, layout) = self;
+        let Dealloc(inner, ptr, layout, _) = self;
+        let inner = inner.get();
         // SAFETY: the caller's block and layout, as `GlobalAlloc::dealloc` requires.
         s.time(layout.size(), || unsafe { inner.dealloc(ptr, layout) });
         s.call(Func::Free);
@@ -172,13 +225,14 @@ impl<A: GlobalAlloc> Body for Dealloc<'_, A> {
     }
 }
 
-impl<A: GlobalAlloc> Body for Realloc<'_, A> {
+impl<I: Inner<A>, A: GlobalAlloc> Body for Realloc<I, A> {
     type Out = *mut u8;
     const FUNC: Func = Func::Realloc;
 
     #[inline(always)]
     unsafe fn run<S: Scope>(self, s: &S) -> *mut u8 {
-        let Realloc(inner, ptr, layout, new_size) = self;
+        let Realloc(inner, ptr, layout, new_size, _) = self;
+        let inner = inner.get();
         // SAFETY: the caller's block, layout and size, as
         // `GlobalAlloc::realloc` requires.
         let p = s.time(new_size, || unsafe { inner.realloc(ptr, layout, new_size) });
@@ -214,8 +268,15 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Counting<A> {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         with_thread(|t| {
             // SAFETY: `t` is this thread's state; the caller's layout.
-            let p = unsafe { enter(t, Alloc::<A, false>(&self.inner, layout)) };
-            t.note_live();
+            let p = unsafe {
+                match Zst::new(&self.inner) {
+                    Some(z) => enter(t, Alloc::<_, A, false>(z, layout, PhantomData)),
+                    None => enter(t, Alloc::<_, A, false>(&self.inner, layout, PhantomData)),
+                }
+            };
+            if !p.is_null() {
+                t.grew(layout.size());
+            }
             p
         })
     }
@@ -224,24 +285,53 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Counting<A> {
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         with_thread(|t| {
             // SAFETY: as in `alloc`.
-            let p = unsafe { enter(t, Alloc::<A, true>(&self.inner, layout)) };
-            t.note_live();
+            let p = unsafe {
+                match Zst::new(&self.inner) {
+                    Some(z) => enter(t, Alloc::<_, A, true>(z, layout, PhantomData)),
+                    None => enter(t, Alloc::<_, A, true>(&self.inner, layout, PhantomData)),
+                }
+            };
+            if !p.is_null() {
+                t.grew(layout.size());
+            }
             p
         })
     }
 
     #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: this thread's state; the caller's block and layout.
-        with_thread(|t| unsafe { enter(t, Dealloc(&self.inner, ptr, layout)) })
+        with_thread(|t| {
+            // SAFETY: this thread's state; the caller's block and layout.
+            unsafe {
+                match Zst::new(&self.inner) {
+                    Some(z) => enter(t, Dealloc::<_, A>(z, ptr, layout, PhantomData)),
+                    None => enter(t, Dealloc::<_, A>(&self.inner, ptr, layout, PhantomData)),
+                }
+            }
+            t.shrank(layout.size());
+        })
     }
 
     #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         with_thread(|t| {
             // SAFETY: this thread's state; the caller's block, layout and size.
-            let p = unsafe { enter(t, Realloc(&self.inner, ptr, layout, new_size)) };
-            t.note_live();
+            let p = unsafe {
+                match Zst::new(&self.inner) {
+                    Some(z) => enter(t, Realloc::<_, A>(z, ptr, layout, new_size, PhantomData)),
+                    None => enter(
+                        t,
+                        Realloc::<_, A>(&self.inner, ptr, layout, new_size, PhantomData),
+                    ),
+                }
+            };
+            if !p.is_null() {
+                if new_size >= layout.size() {
+                    t.grew(new_size - layout.size());
+                } else {
+                    t.shrank(layout.size() - new_size);
+                }
+            }
             p
         })
     }
