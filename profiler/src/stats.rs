@@ -133,6 +133,10 @@ pub struct Totals {
     /// counted at the timed calls, each weighted by the sampling mean (an
     /// unbiased estimate, exact with `ALLOCMUX_TIME_SAMPLE=1`).
     pub size_hist: [u64; SIZE_BUCKETS],
+    /// `realloc` calls that returned the block they were given (resized in
+    /// place). Counted by the Rust wrapper ([`crate::Counting`]); the shim
+    /// and the profile format do not carry it (0 there).
+    pub reallocs_in_place: u64,
 }
 
 impl Default for Totals {
@@ -149,6 +153,7 @@ impl Default for Totals {
             exact_calls: 0,
             exact_ticks: 0,
             size_hist: [0; SIZE_BUCKETS],
+            reallocs_in_place: 0,
         }
     }
 }
@@ -197,6 +202,7 @@ impl Totals {
         self.timed_ticks += o.timed_ticks;
         self.exact_calls += o.exact_calls;
         self.exact_ticks += o.exact_ticks;
+        self.reallocs_in_place += o.reallocs_in_place;
     }
 }
 

@@ -26,6 +26,9 @@ pub struct Counters {
     exact_calls: AtomicU64,
     exact_ticks: AtomicU64,
     size_hist: [AtomicU64; RAW_BUCKETS],
+    /// `realloc`s that returned the block they were given (grown or shrunk
+    /// in place); counted by the Rust wrapper, where the pointers are at hand.
+    reallocs_in_place: AtomicU64,
 }
 
 #[inline(always)]
@@ -59,6 +62,7 @@ impl Counters {
             exact_calls: Z,
             exact_ticks: Z,
             size_hist: [Z; RAW_BUCKETS],
+            reallocs_in_place: Z,
         }
     }
 
@@ -101,11 +105,13 @@ impl Counters {
     }
 
     /// Usable bytes handed out so far.
+    #[inline]
     pub fn bytes_allocated(&self) -> u64 {
         self.bytes_allocated.load(Relaxed)
     }
 
     /// Usable bytes freed so far.
+    #[inline]
     pub fn bytes_freed(&self) -> u64 {
         self.bytes_freed.load(Relaxed)
     }
@@ -128,6 +134,12 @@ impl Counters {
     pub fn fail<const SHARED: bool>(&self, f: Func) {
         bump::<SHARED>(&self.calls[f as usize], 1);
         bump::<SHARED>(&self.failed_calls, 1);
+    }
+
+    /// Counts a `realloc` that kept its block where it was.
+    #[inline(always)]
+    pub fn in_place<const SHARED: bool>(&self) {
+        bump::<SHARED>(&self.reallocs_in_place, 1);
     }
 
     /// Adds one call of `ticks` TSC ticks that was timed because the random
@@ -163,6 +175,7 @@ impl Counters {
         t.timed_ticks += self.timed_ticks.load(Relaxed);
         t.exact_calls += self.exact_calls.load(Relaxed);
         t.exact_ticks += self.exact_ticks.load(Relaxed);
+        t.reallocs_in_place += self.reallocs_in_place.load(Relaxed);
     }
 
     /// Adds another set of counters into these (shared) ones.
@@ -184,6 +197,8 @@ impl Counters {
         self.timed_ticks.fetch_add(t.timed_ticks, Relaxed);
         self.exact_calls.fetch_add(t.exact_calls, Relaxed);
         self.exact_ticks.fetch_add(t.exact_ticks, Relaxed);
+        self.reallocs_in_place
+            .fetch_add(t.reallocs_in_place, Relaxed);
     }
 
     /// Sets every counter to zero.
@@ -200,6 +215,7 @@ impl Counters {
             &self.timed_ticks,
             &self.exact_calls,
             &self.exact_ticks,
+            &self.reallocs_in_place,
         ] {
             c.store(0, Relaxed);
         }

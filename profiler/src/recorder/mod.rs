@@ -16,20 +16,29 @@
 //!   most calls pay no clock read;
 //! - live bytes are tracked per thread and published to a global live/peak
 //!   pair only when the thread drifts by more than [`PUBLISH_BYTES`].
+//!
+//! [`Counting`] (the Rust `#[global_allocator]` wrapper) runs on the same
+//! machinery from a `thread_local!` state; [`Switchable`] is the allocator
+//! chosen at start-up.
 
 mod clock;
 mod counters;
 mod lock;
 pub mod stacks;
+mod switchable;
 pub mod sys;
 mod thread;
 pub mod unwind;
+mod wrapper;
 
 pub use clock::{ClockPair, Tsc, clock_ns, monotonic_ns};
 pub use counters::Counters;
 pub use lock::SpinLock;
+pub use switchable::{Backend, Switchable};
 pub use thread::{
     Body, DEFAULT_TIME_SAMPLE_MEAN, EXACT_TIMING_BYTES, PUBLISH_BYTES, Scope, ThreadState,
     after_fork_child, after_fork_parent, before_fork, enter, live_bytes, prepare_thread_key,
     retire_thread, set_time_sample_mean, snapshot, threads_seen, time_sample_mean,
 };
+pub use wrapper::Counting;
+pub(crate) use wrapper::{ticks_to_ns, with_thread};

@@ -65,6 +65,15 @@ pub struct ThreadState {
     next: AtomicPtr<ThreadState>,
     prev: AtomicPtr<ThreadState>,
     counters: Counters,
+    /// Highest live byte count of this thread seen since the mark was
+    /// restarted (not lowered by a publish, unlike `live_max`, so never
+    /// below it): exact where every block is reported to
+    /// [`ThreadState::grew`] and [`ThreadState::shrank`], as in the Rust
+    /// wrapper.
+    high_water: Cell<i64>,
+    /// `live_max - live`, kept per call by `grew`/`shrank` (and set
+    /// wherever `live_max` is): it going negative is a new high.
+    headroom: Cell<i64>,
 }
 
 // SAFETY: other threads only read `counters` (atomics) and change the links
@@ -96,7 +105,97 @@ impl ThreadState {
             next: AtomicPtr::new(ptr::null_mut()),
             prev: AtomicPtr::new(ptr::null_mut()),
             counters: Counters::new(),
+            high_water: Cell::new(0),
+            headroom: Cell::new(0),
         }
+    }
+
+    /// This thread's live bytes rose by `bytes` (an allocation, a growing
+    /// `realloc`), for callers that report every block, as the Rust
+    /// wrapper does: its peak is then exact. Owner only; one subtraction
+    /// and a sign test, with the rare new high out of line.
+    #[inline(always)]
+    pub fn grew(&self, bytes: usize) {
+        let h = self.headroom.get().wrapping_sub(bytes as i64);
+        self.headroom.set(h);
+        if h < 0 {
+            self.new_high();
+        }
+    }
+
+    /// This thread's live bytes fell by `bytes` (see [`grew`](Self::grew)).
+    #[inline(always)]
+    pub fn shrank(&self, bytes: usize) {
+        self.headroom
+            .set(self.headroom.get().wrapping_add(bytes as i64));
+    }
+
+    /// Live bytes went above `live_max`: raise it and the high-water mark.
+    #[cold]
+    #[inline(never)]
+    fn new_high(&self) {
+        self.set_live_max(self.live_now());
+    }
+
+    /// Raises `live_max` (and the high-water mark) to `live` if below, and
+    /// sets the headroom to match.
+    fn set_live_max(&self, live: i64) {
+        let max = self.live_max.get().max(live);
+        self.live_max.set(max);
+        if max > self.high_water.get() {
+            self.high_water.set(max);
+        }
+        self.headroom.set(max - live);
+    }
+
+    /// Whether calls of this thread are counted on its own counters (it
+    /// registered and has not run its exit hook). Owner only.
+    pub fn is_active(&self) -> bool {
+        self.status.get() == ACTIVE
+    }
+
+    /// This thread's live bytes (allocated minus freed, negative if it
+    /// freed blocks other threads allocated).
+    pub fn live_bytes(&self) -> i64 {
+        self.live_now()
+    }
+
+    /// The highest [`live_bytes`](Self::live_bytes) seen (see `grew`)
+    /// since the mark was last restarted.
+    pub fn high_water(&self) -> i64 {
+        self.high_water.get()
+    }
+
+    /// Restarts the high-water mark at the current live bytes, so a caller
+    /// can measure the peak of a span from its start; returns the previous
+    /// mark, for [`raise_high_water`](Self::raise_high_water) afterwards.
+    /// The thread's unpublished peak goes to the process peak first, so
+    /// the mark is never below `live_max` and `grew` may compare with that
+    /// alone. Owner only.
+    pub fn restart_high_water(&self) -> i64 {
+        if self.status.get() == ACTIVE {
+            self.publish();
+        }
+        let live = self.live_now();
+        self.live_max.set(live);
+        self.headroom.set(0);
+        self.high_water.replace(live)
+    }
+
+    /// Raises the high-water mark to at least `v`. Owner only.
+    pub fn raise_high_water(&self, v: i64) {
+        if v > self.high_water.get() {
+            self.high_water.set(v);
+        }
+    }
+
+    /// This thread's own counts so far (not the process's): calls, bytes,
+    /// timings; `peak_live_bytes` is its high-water mark.
+    pub fn own_totals(&self) -> Totals {
+        let mut t = Totals::default();
+        self.add_to(&mut t);
+        t.peak_live_bytes = self.high_water.get().max(0) as u64;
+        t
     }
 
     /// Bytes the allocator's own counters say this thread allocated and
@@ -151,9 +250,7 @@ impl ThreadState {
     fn check_peak(&self) {
         self.note_external();
         let live = self.live_now();
-        if live > self.live_max.get() {
-            self.live_max.set(live);
-        }
+        self.set_live_max(live);
         if (live - self.published.get()).unsigned_abs() > PUBLISH_BYTES as u64 {
             self.publish();
         }
@@ -171,6 +268,7 @@ impl ThreadState {
         GLOBAL_PEAK.fetch_max(before + (high - published), Relaxed);
         self.published.set(live);
         self.live_max.set(live);
+        self.headroom.set(0);
     }
 
     fn next_countdown(&self) -> u32 {
@@ -230,6 +328,8 @@ impl ThreadState {
         self.reset_calls();
         self.live_max.set(0);
         self.published.set(0);
+        self.high_water.set(0);
+        self.headroom.set(0);
         self.counters.reset();
         self.rebase_external();
     }
@@ -296,6 +396,9 @@ pub trait Scope: Copy {
     fn call(&self, f: Func);
     /// A call that failed.
     fn fail(&self, f: Func);
+    /// A `realloc` that returned the block it was given (recorded besides
+    /// its `alloc`). Only the Rust wrapper reports it.
+    fn in_place(&self) {}
 }
 
 /// One hooked call: the allocator work plus what it records, written once
@@ -396,6 +499,10 @@ impl Scope for Owned<'_> {
     fn fail(&self, _f: Func) {
         self.0.counters.failed::<false>();
     }
+    #[inline(always)]
+    fn in_place(&self) {
+        self.0.counters.in_place::<false>();
+    }
 }
 
 macro_rules! delegate_recording_to_owned {
@@ -411,6 +518,9 @@ macro_rules! delegate_recording_to_owned {
         }
         fn fail(&self, f: Func) {
             Owned(self.0).fail(f)
+        }
+        fn in_place(&self) {
+            Owned(self.0).in_place()
         }
     };
 }
@@ -471,6 +581,9 @@ impl Scope for Shared {
     }
     fn fail(&self, f: Func) {
         SHARED.fail::<true>(f)
+    }
+    fn in_place(&self) {
+        SHARED.in_place::<true>()
     }
 }
 

@@ -1,0 +1,353 @@
+//! [`Switchable`]: a global allocator that is the system allocator, jemalloc
+//! or mimalloc, chosen once per process from `ALLOCMUX_ALLOCATOR`.
+//!
+//! The choice is made by the process's first allocation (or an earlier
+//! [`Switchable::backend`] call) and stored in one atomic byte; every call
+//! after that loads it and branches, so a block is always freed by the
+//! allocator that made it. jemalloc and mimalloc are the same static,
+//! prefixed builds the shim uses (`_rjem_*` from tikv-jemalloc-sys, `mi_*`
+//! from libmimalloc-sys), called the way tikv-jemallocator and the mimalloc
+//! crate call them.
+
+use core::alloc::{GlobalAlloc, Layout};
+use core::sync::atomic::{AtomicU8, Ordering::Relaxed};
+use std::alloc::System;
+
+/// One of the allocators [`Switchable`] can be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Backend {
+    /// The system allocator (`std::alloc::System`: glibc's malloc).
+    System,
+    /// jemalloc 5.3 (tikv-jemalloc-sys, the `jemalloc` feature).
+    Jemalloc,
+    /// mimalloc 2.x (libmimalloc-sys, the `mimalloc` feature).
+    Mimalloc,
+}
+
+impl Backend {
+    /// The name `ALLOCMUX_ALLOCATOR` uses: `system`, `jemalloc`, `mimalloc`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Backend::System => "system",
+            Backend::Jemalloc => "jemalloc",
+            Backend::Mimalloc => "mimalloc",
+        }
+    }
+
+    /// Parses a value of `ALLOCMUX_ALLOCATOR` as the shim does (`glibc` and
+    /// the empty string mean the system allocator).
+    pub fn from_name(name: &[u8]) -> Option<Backend> {
+        match name {
+            b"system" | b"glibc" | b"" => Some(Backend::System),
+            b"jemalloc" => Some(Backend::Jemalloc),
+            b"mimalloc" => Some(Backend::Mimalloc),
+            _ => None,
+        }
+    }
+
+    /// Whether this build can use it (jemalloc and mimalloc are features).
+    pub const fn is_available(self) -> bool {
+        match self {
+            Backend::System => true,
+            Backend::Jemalloc => cfg!(feature = "jemalloc"),
+            Backend::Mimalloc => cfg!(feature = "mimalloc"),
+        }
+    }
+}
+
+const UNCHOSEN: u8 = 0;
+const SYSTEM: u8 = 1;
+const JEMALLOC: u8 = 2;
+const MIMALLOC: u8 = 3;
+
+/// The process's choice, `UNCHOSEN` until the first call.
+static CHOICE: AtomicU8 = AtomicU8::new(UNCHOSEN);
+
+/// A [`GlobalAlloc`] that is the system allocator, jemalloc or mimalloc,
+/// as the environment variable `ALLOCMUX_ALLOCATOR` says when the process
+/// first allocates (`system`, `jemalloc`, `mimalloc`; unset means system).
+/// One binary can then be compared under all three, with `allocmux
+/// compare` or by hand, without `LD_PRELOAD`.
+///
+/// ```no_run
+/// #[global_allocator]
+/// static ALLOC: allocmux::Switchable = allocmux::Switchable::new();
+///
+/// eprintln!("allocating with {}", ALLOC.backend().name());
+/// ```
+///
+/// An unknown name, or one whose feature is off, gets one line on stderr
+/// and the system allocator. It composes with counting:
+/// `Counting<Switchable>`.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Switchable {
+    _private: (),
+}
+
+impl Switchable {
+    /// The allocator; `const`, for a `static`.
+    pub const fn new() -> Self {
+        Switchable { _private: () }
+    }
+
+    /// The backend in use, choosing it now if nothing has allocated yet.
+    pub fn backend(&self) -> Backend {
+        match choice() {
+            JEMALLOC => Backend::Jemalloc,
+            MIMALLOC => Backend::Mimalloc,
+            _ => Backend::System,
+        }
+    }
+}
+
+#[inline(always)]
+fn choice() -> u8 {
+    match CHOICE.load(Relaxed) {
+        UNCHOSEN => choose(),
+        c => c,
+    }
+}
+
+/// Reads `ALLOCMUX_ALLOCATOR` and stores the choice, unless another thread
+/// stored one first: then that one holds, so no two calls ever disagree.
+///
+/// This runs inside the first allocation, so it must not allocate: the
+/// variable is read with `getenv` (std's `env::var` builds a `String`), and
+/// the complaint is written with `write(2)`, not formatted.
+#[cold]
+#[inline(never)]
+fn choose() -> u8 {
+    // SAFETY: a NUL-terminated name; getenv does not allocate and returns
+    // NULL or a NUL-terminated string that stays valid while nobody calls
+    // setenv (the process is starting, or the program is ours to trust).
+    let value = unsafe {
+        let p = libc::getenv(c"ALLOCMUX_ALLOCATOR".as_ptr());
+        if p.is_null() {
+            &[][..]
+        } else {
+            core::ffi::CStr::from_ptr(p).to_bytes()
+        }
+    };
+    let wanted = Backend::from_name(value);
+    let backend = match wanted {
+        Some(b) if b.is_available() => b,
+        _ => Backend::System,
+    };
+    let code = match backend {
+        Backend::System => SYSTEM,
+        Backend::Jemalloc => JEMALLOC,
+        Backend::Mimalloc => MIMALLOC,
+    };
+    match CHOICE.compare_exchange(UNCHOSEN, code, Relaxed, Relaxed) {
+        Ok(_) => {
+            match wanted {
+                None => complain(&[
+                    b"allocmux: unknown ALLOCMUX_ALLOCATOR=",
+                    value,
+                    b" (expected system, jemalloc or mimalloc); using system\n",
+                ]),
+                Some(b) if !b.is_available() => complain(&[
+                    b"allocmux: ALLOCMUX_ALLOCATOR=",
+                    value,
+                    b" is not built in (a cargo feature of allocmux); using system\n",
+                ]),
+                _ => {}
+            }
+            code
+        }
+        Err(first) => first,
+    }
+}
+
+/// Writes one line to stderr in pieces, without formatting or allocating.
+fn complain(parts: &[&[u8]]) {
+    for part in parts {
+        // SAFETY: a valid buffer of that length; a failed or short write to
+        // stderr loses (part of) the message, nothing else.
+        unsafe { libc::write(2, part.as_ptr().cast(), part.len()) };
+    }
+}
+
+// SAFETY: each call goes to the backend fixed by `choice()`, which never
+// changes once set, so every block is resized and freed by the allocator
+// that made it; each backend honours the layout's size and alignment.
+unsafe impl GlobalAlloc for Switchable {
+    #[inline]
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        match choice() {
+            // SAFETY: the caller's layout, forwarded.
+            #[cfg(feature = "jemalloc")]
+            JEMALLOC => unsafe { jemalloc::alloc(layout) },
+            // SAFETY: as above.
+            #[cfg(feature = "mimalloc")]
+            MIMALLOC => unsafe { mimalloc::alloc(layout) },
+            // SAFETY: as above.
+            _ => unsafe { System.alloc(layout) },
+        }
+    }
+
+    #[inline]
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        match choice() {
+            // SAFETY: the caller's layout, forwarded.
+            #[cfg(feature = "jemalloc")]
+            JEMALLOC => unsafe { jemalloc::alloc_zeroed(layout) },
+            // SAFETY: as above.
+            #[cfg(feature = "mimalloc")]
+            MIMALLOC => unsafe { mimalloc::alloc_zeroed(layout) },
+            // SAFETY: as above.
+            _ => unsafe { System.alloc_zeroed(layout) },
+        }
+    }
+
+    #[inline]
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        match choice() {
+            // SAFETY: a block this backend made (the choice is fixed), forwarded.
+            #[cfg(feature = "jemalloc")]
+            JEMALLOC => unsafe { jemalloc::dealloc(ptr, layout) },
+            // SAFETY: as above.
+            #[cfg(feature = "mimalloc")]
+            MIMALLOC => unsafe { mimalloc::dealloc(ptr, layout) },
+            // SAFETY: as above.
+            _ => unsafe { System.dealloc(ptr, layout) },
+        }
+    }
+
+    #[inline]
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        match choice() {
+            // SAFETY: a block this backend made (the choice is fixed), forwarded.
+            #[cfg(feature = "jemalloc")]
+            JEMALLOC => unsafe { jemalloc::realloc(ptr, layout, new_size) },
+            // SAFETY: as above.
+            #[cfg(feature = "mimalloc")]
+            MIMALLOC => unsafe { mimalloc::realloc(ptr, layout, new_size) },
+            // SAFETY: as above.
+            _ => unsafe { System.realloc(ptr, layout, new_size) },
+        }
+    }
+}
+
+/// jemalloc as tikv-jemallocator drives it: plain `malloc`/`calloc`/
+/// `realloc` when the natural alignment suffices, the `*allocx` calls with
+/// an alignment flag otherwise, and sized `sdallocx` to free.
+#[cfg(feature = "jemalloc")]
+mod jemalloc {
+    use core::alloc::Layout;
+    use core::ffi::{c_int, c_void};
+
+    use tikv_jemalloc_sys as je;
+
+    /// `_Alignof(max_align_t)`: what jemalloc's plain calls guarantee.
+    const MIN_ALIGN: usize = if cfg!(any(target_arch = "x86_64", target_arch = "aarch64")) {
+        16
+    } else {
+        8
+    };
+
+    #[inline(always)]
+    fn flags(align: usize, size: usize) -> c_int {
+        if align <= MIN_ALIGN && align <= size {
+            0
+        } else {
+            je::MALLOCX_ALIGN(align)
+        }
+    }
+
+    /// # Safety
+    /// As `GlobalAlloc::alloc`.
+    #[inline(always)]
+    pub unsafe fn alloc(layout: Layout) -> *mut u8 {
+        let f = flags(layout.align(), layout.size());
+        // SAFETY: a non-zero size (GlobalAlloc's contract) and a valid flag.
+        unsafe {
+            if f == 0 {
+                je::malloc(layout.size()).cast()
+            } else {
+                je::mallocx(layout.size(), f).cast()
+            }
+        }
+    }
+
+    /// # Safety
+    /// As `GlobalAlloc::alloc_zeroed`.
+    #[inline(always)]
+    pub unsafe fn alloc_zeroed(layout: Layout) -> *mut u8 {
+        let f = flags(layout.align(), layout.size());
+        // SAFETY: as in `alloc`.
+        unsafe {
+            if f == 0 {
+                je::calloc(1, layout.size()).cast()
+            } else {
+                je::mallocx(layout.size(), f | je::MALLOCX_ZERO).cast()
+            }
+        }
+    }
+
+    /// # Safety
+    /// As `GlobalAlloc::dealloc`, for a block from this module.
+    #[inline(always)]
+    pub unsafe fn dealloc(ptr: *mut u8, layout: Layout) {
+        let f = flags(layout.align(), layout.size());
+        // SAFETY: a live jemalloc block with the size and flags it was made with.
+        unsafe { je::sdallocx(ptr.cast::<c_void>(), layout.size(), f) }
+    }
+
+    /// # Safety
+    /// As `GlobalAlloc::realloc`, for a block from this module.
+    #[inline(always)]
+    pub unsafe fn realloc(ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let f = flags(layout.align(), new_size);
+        // SAFETY: a live jemalloc block, a non-zero size, a valid flag.
+        unsafe {
+            if f == 0 {
+                je::realloc(ptr.cast(), new_size).cast()
+            } else {
+                je::rallocx(ptr.cast(), new_size, f).cast()
+            }
+        }
+    }
+}
+
+/// mimalloc as the mimalloc crate drives it: the aligned calls throughout
+/// (they take the plain path for small alignments).
+#[cfg(feature = "mimalloc")]
+mod mimalloc {
+    use core::alloc::Layout;
+
+    use libmimalloc_sys as mi;
+
+    /// # Safety
+    /// As `GlobalAlloc::alloc`.
+    #[inline(always)]
+    pub unsafe fn alloc(layout: Layout) -> *mut u8 {
+        // SAFETY: a valid layout; mimalloc accepts any power-of-two alignment.
+        unsafe { mi::mi_malloc_aligned(layout.size(), layout.align()).cast() }
+    }
+
+    /// # Safety
+    /// As `GlobalAlloc::alloc_zeroed`.
+    #[inline(always)]
+    pub unsafe fn alloc_zeroed(layout: Layout) -> *mut u8 {
+        // SAFETY: as in `alloc`.
+        unsafe { mi::mi_zalloc_aligned(layout.size(), layout.align()).cast() }
+    }
+
+    /// # Safety
+    /// As `GlobalAlloc::dealloc`, for a block from this module.
+    #[inline(always)]
+    pub unsafe fn dealloc(ptr: *mut u8, _layout: Layout) {
+        // SAFETY: a live mimalloc block.
+        unsafe { mi::mi_free(ptr.cast()) }
+    }
+
+    /// # Safety
+    /// As `GlobalAlloc::realloc`, for a block from this module.
+    #[inline(always)]
+    pub unsafe fn realloc(ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: a live mimalloc block, resized keeping its alignment.
+        unsafe { mi::mi_realloc_aligned(ptr.cast(), new_size, layout.align()).cast() }
+    }
+}
