@@ -47,8 +47,37 @@ fn is_standard_library(function: &str) -> bool {
     // the type is too or is a generic parameter (`<T as SpecFromElem>`).
     match inner.split_once(" as ") {
         Some((ty, tr)) => std_path(tr) && (std_path(ty) || !ty.contains("::")),
-        None => std_path(inner),
+        // `<str>::to_lowercase`, `<[T]>::to_vec`: inherent methods of
+        // primitive types, which only the standard library defines.
+        None => std_path(inner) || is_primitive(inner),
     }
+}
+
+/// Whether `<…>::f` (given without the `<`) is a method of a primitive type.
+fn is_primitive(inner: &str) -> bool {
+    let ty = inner.split_once(">::").map_or(inner, |(ty, _)| ty);
+    ty.starts_with('[')
+        || ty.starts_with('*')
+        || matches!(
+            ty,
+            "str"
+                | "bool"
+                | "char"
+                | "f32"
+                | "f64"
+                | "u8"
+                | "u16"
+                | "u32"
+                | "u64"
+                | "u128"
+                | "usize"
+                | "i8"
+                | "i16"
+                | "i32"
+                | "i64"
+                | "i128"
+                | "isize"
+        )
 }
 
 /// `leaf ← caller ← …`, names shortened, inlined frames marked. A leading
@@ -180,6 +209,8 @@ mod tests {
             "<T as alloc::vec::spec_from_elem::SpecFromElem>::from_elem",
             "<alloc::vec::Vec<T> as core::iter::traits::collect::FromIterator<T>>::from_iter",
             "std::vector<int, std::allocator<int> >::_M_realloc_insert",
+            "<str>::to_lowercase",
+            "<[u8]>::to_vec",
         ] {
             assert!(is_standard_library(f), "{f}");
         }
@@ -188,6 +219,7 @@ mod tests {
             "<app::Row as core::clone::Clone>::clone",
             "main",
             "allocate_block",
+            "<app::Strings>::push",
         ] {
             assert!(!is_standard_library(f), "{f}");
         }

@@ -85,6 +85,34 @@
 //! The backends other than the system's are the cargo features `jemalloc`
 //! and `mimalloc` (both on by default).
 //!
+//! # Where the allocations come from: `Profiler`
+//!
+//! With [`Counting`] as the global allocator, a [`Profiler`] records the
+//! call stack of a sample of allocations (or of every one) while it
+//! lives, and writes them with the process's counts when dropped, in the
+//! profile format of the `LD_PRELOAD` shim, so the `allocmux` CLI's
+//! `report`, `export` (folded, pprof, JSON, SVG flamegraph) and `diff`
+//! work on it:
+//!
+//! ```no_run
+//! #[global_allocator]
+//! static ALLOC: allocmux::Counting<std::alloc::System> =
+//!     allocmux::Counting::new(std::alloc::System);
+//!
+//! fn main() {
+//!     let _profiler = allocmux::Profiler::builder()
+//!         .sample_bytes(64 * 1024) // or .exact()
+//!         .file("app.prof")
+//!         .build();
+//!     let words: Vec<String> = (0..100_000).map(|i| i.to_string()).collect();
+//!     # drop(words);
+//! } // app.prof is written here
+//! ```
+//!
+//! ```text
+//! $ allocmux export --format svg -o app.svg app.prof
+//! ```
+//!
 //! # How it counts
 //!
 //! Each thread counts on its own thread-local state with plain loads and
@@ -109,11 +137,13 @@
 
 mod counting;
 pub mod profile;
+mod profiler;
 #[allow(unsafe_code)]
 pub mod recorder;
 pub mod stats;
 pub mod timeline;
 
 pub use counting::{Stats, measure, snapshot};
+pub use profiler::{DEFAULT_FILE, DEFAULT_SAMPLE_BYTES, Profiler, ProfilerBuilder};
 pub use recorder::{Backend, Counting, Switchable};
 pub use stats::{Func, SiteCounts, Totals};

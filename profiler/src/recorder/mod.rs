@@ -41,4 +41,7 @@ pub use thread::{
     retire_thread, set_time_sample_mean, snapshot, threads_seen, time_sample_mean,
 };
 pub use wrapper::Counting;
-pub(crate) use wrapper::{ticks_to_ns, with_thread};
+pub(crate) use wrapper::{
+    clock_start, inner_allocator_name, is_counting, start_stacks, ticks_to_ns, with_stack_thread,
+    with_thread,
+};

@@ -123,6 +123,22 @@ impl StackThread {
         self.countdown.set(gap.min(i64::MAX as f64 / 2.0) as i64);
     }
 
+    /// Runs `f` as the recorder's own work: allocations it makes get no
+    /// stack and take no stack lock, so `f` may hold that lock (as
+    /// [`Snapshot::take`] does) while it allocates through a global
+    /// allocator that records stacks, which is what the Rust wrapper's
+    /// profile writer needs (the shim's own heap bypasses its hooks).
+    pub fn as_recorder<R>(&self, f: impl FnOnce() -> R) -> R {
+        struct Restore<'a>(&'a Cell<bool>, bool);
+        impl Drop for Restore<'_> {
+            fn drop(&mut self) {
+                self.0.set(self.1);
+            }
+        }
+        let _restore = Restore(&self.busy, self.busy.replace(true));
+        f()
+    }
+
     fn stack(&self) -> Option<Range<u64>> {
         if self.stack_hi.get() == 0 {
             let r = unwind::thread_stack()?;
@@ -190,6 +206,20 @@ pub fn configure(mode: StackMode, skip_own_module: bool) {
             MODE.store(MODE_EXACT, Relaxed);
         }
     }
+}
+
+/// Whether stacks are being recorded: one relaxed load, for a global
+/// allocator deciding per call between [`enter_stacks`] and
+/// [`enter`](super::enter).
+#[inline(always)]
+pub fn is_on() -> bool {
+    MODE.load(Relaxed) != MODE_OFF
+}
+
+/// Stops recording stacks (what was recorded stays, for a last
+/// [`Snapshot`]); calls from then on go through the plain path.
+pub fn stop() {
+    MODE.store(MODE_OFF, Relaxed);
 }
 
 /// The mode set by [`configure`].

@@ -100,3 +100,14 @@ pub fn process_alive(pid: u32) -> bool {
     let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
     r == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
+
+/// The peak resident set size of this process so far, in bytes.
+pub fn max_rss_bytes() -> u64 {
+    // SAFETY: `getrusage` fills the zeroed struct it is given.
+    let ru = unsafe {
+        let mut ru: libc::rusage = core::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut ru);
+        ru
+    };
+    (ru.ru_maxrss.max(0) as u64) * 1024
+}

@@ -51,8 +51,10 @@ use core::ptr::NonNull;
 use core::sync::atomic::{
     AtomicU8, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
 };
+use std::sync::OnceLock;
 
 use super::clock::{ClockPair, monotonic_ns};
+use super::stacks::{self, StackBody, StackThread, enter_stacks};
 use super::thread::{Body, Scope, ThreadState, enter, set_time_sample_mean, time_sample_mean};
 use crate::stats::Func;
 
@@ -60,6 +62,9 @@ thread_local! {
     /// The calling thread's recorder state (see the module docs for why a
     /// const-initialised `thread_local!` and not a lazy one).
     static STATE: ThreadState = const { ThreadState::new() };
+    /// The calling thread's stack-sampling state, used while a
+    /// [`crate::Profiler`] records stacks; likewise without destructor.
+    static STACKS: StackThread = const { StackThread::new() };
 }
 
 /// Runs `f` on the calling thread's state.
@@ -74,6 +79,32 @@ pub(crate) fn with_thread<R>(f: impl FnOnce(&ThreadState) -> R) -> R {
     // never "destroyed" and lives as long as the thread, and the borrow
     // ends before this function returns, on the same thread.
     f(unsafe { &*p })
+}
+
+/// Runs `f` on the calling thread's stack-sampling state.
+#[inline(always)]
+pub(crate) fn with_stack_thread<R>(f: impl FnOnce(&StackThread) -> R) -> R {
+    let p = STACKS.with(|t| t as *const StackThread);
+    // SAFETY: as in `with_thread`: this thread's state, never destroyed,
+    // borrowed only until this function returns.
+    f(unsafe { &*p })
+}
+
+/// Runs one call through the recorder: with its stack when a profiler
+/// records stacks, else on the plain path (one relaxed load decides).
+///
+/// # Safety
+/// As for [`enter`]: `t` is the calling thread's state and `body` upholds
+/// its allocator call's contract.
+#[inline(always)]
+unsafe fn record<B: StackBody>(t: &ThreadState, body: B) -> B::Out {
+    if stacks::is_on() {
+        // SAFETY: forwarded; the stack state is this thread's own.
+        with_stack_thread(|st| unsafe { enter_stacks(t, st, body) })
+    } else {
+        // SAFETY: forwarded from the caller.
+        unsafe { enter(t, body) }
+    }
 }
 
 /// A [`GlobalAlloc`] that counts what passes through it to the allocator
@@ -172,6 +203,64 @@ struct Alloc<I, A, const ZEROED: bool>(I, Layout, PhantomData<fn() -> A>);
 struct Dealloc<I, A>(I, *mut u8, Layout, PhantomData<fn() -> A>);
 struct Realloc<I, A>(I, *mut u8, Layout, usize, PhantomData<fn() -> A>);
 
+// `derive` would ask `A: Copy`; the bodies hold no `A`, only a way to it.
+impl<I: Copy, A, const ZEROED: bool> Clone for Alloc<I, A, ZEROED> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<I: Copy, A, const ZEROED: bool> Copy for Alloc<I, A, ZEROED> {}
+impl<I: Copy, A> Clone for Dealloc<I, A> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<I: Copy, A> Copy for Dealloc<I, A> {}
+impl<I: Copy, A> Clone for Realloc<I, A> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<I: Copy, A> Copy for Realloc<I, A> {}
+
+// What each call does to blocks, for the stack recorder.
+impl<I: Inner<A>, A: GlobalAlloc, const ZEROED: bool> StackBody for Alloc<I, A, ZEROED> {
+    fn request(&self) -> Option<usize> {
+        Some(self.1.size())
+    }
+    fn handed_out(&self, out: &*mut u8) -> usize {
+        *out as usize
+    }
+}
+
+impl<I: Inner<A>, A: GlobalAlloc> StackBody for Dealloc<I, A> {
+    fn request(&self) -> Option<usize> {
+        None
+    }
+    fn released(&self) -> usize {
+        self.1 as usize
+    }
+    fn handed_out(&self, _: &()) -> usize {
+        0
+    }
+}
+
+impl<I: Inner<A>, A: GlobalAlloc> StackBody for Realloc<I, A> {
+    fn request(&self) -> Option<usize> {
+        Some(self.3)
+    }
+    fn released(&self) -> usize {
+        self.1 as usize
+    }
+    fn did_release(&self, out: &*mut u8) -> bool {
+        // A failed realloc leaves the old block with the program.
+        !out.is_null()
+    }
+    fn handed_out(&self, out: &*mut u8) -> usize {
+        *out as usize
+    }
+}
+
 impl<I: Inner<A>, A: GlobalAlloc, const ZEROED: bool> Body for Alloc<I, A, ZEROED> {
     type Out = *mut u8;
     const FUNC: Func = if ZEROED { Func::Calloc } else { Func::Malloc };
@@ -200,7 +289,7 @@ impl<I: Inner<A>, A: GlobalAlloc, const ZEROED: bool> Body for Alloc<I, A, ZEROE
     }
 
     fn external_counters(&self) -> Option<[*mut u64; 2]> {
-        on_register();
+        on_register(core::any::type_name::<A>());
         None
     }
 }
@@ -220,7 +309,7 @@ impl<I: Inner<A>, A: GlobalAlloc> Body for Dealloc<I, A> {
     }
 
     fn external_counters(&self) -> Option<[*mut u64; 2]> {
-        on_register();
+        on_register(core::any::type_name::<A>());
         None
     }
 }
@@ -254,7 +343,7 @@ impl<I: Inner<A>, A: GlobalAlloc> Body for Realloc<I, A> {
     }
 
     fn external_counters(&self) -> Option<[*mut u64; 2]> {
-        on_register();
+        on_register(core::any::type_name::<A>());
         None
     }
 }
@@ -270,8 +359,8 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Counting<A> {
             // SAFETY: `t` is this thread's state; the caller's layout.
             let p = unsafe {
                 match Zst::new(&self.inner) {
-                    Some(z) => enter(t, Alloc::<_, A, false>(z, layout, PhantomData)),
-                    None => enter(t, Alloc::<_, A, false>(&self.inner, layout, PhantomData)),
+                    Some(z) => record(t, Alloc::<_, A, false>(z, layout, PhantomData)),
+                    None => record(t, Alloc::<_, A, false>(&self.inner, layout, PhantomData)),
                 }
             };
             if !p.is_null() {
@@ -287,8 +376,8 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Counting<A> {
             // SAFETY: as in `alloc`.
             let p = unsafe {
                 match Zst::new(&self.inner) {
-                    Some(z) => enter(t, Alloc::<_, A, true>(z, layout, PhantomData)),
-                    None => enter(t, Alloc::<_, A, true>(&self.inner, layout, PhantomData)),
+                    Some(z) => record(t, Alloc::<_, A, true>(z, layout, PhantomData)),
+                    None => record(t, Alloc::<_, A, true>(&self.inner, layout, PhantomData)),
                 }
             };
             if !p.is_null() {
@@ -304,8 +393,8 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Counting<A> {
             // SAFETY: this thread's state; the caller's block and layout.
             unsafe {
                 match Zst::new(&self.inner) {
-                    Some(z) => enter(t, Dealloc::<_, A>(z, ptr, layout, PhantomData)),
-                    None => enter(t, Dealloc::<_, A>(&self.inner, ptr, layout, PhantomData)),
+                    Some(z) => record(t, Dealloc::<_, A>(z, ptr, layout, PhantomData)),
+                    None => record(t, Dealloc::<_, A>(&self.inner, ptr, layout, PhantomData)),
                 }
             }
             t.shrank(layout.size());
@@ -318,8 +407,8 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Counting<A> {
             // SAFETY: this thread's state; the caller's block, layout and size.
             let p = unsafe {
                 match Zst::new(&self.inner) {
-                    Some(z) => enter(t, Realloc::<_, A>(z, ptr, layout, new_size, PhantomData)),
-                    None => enter(
+                    Some(z) => record(t, Realloc::<_, A>(z, ptr, layout, new_size, PhantomData)),
+                    None => record(
                         t,
                         Realloc::<_, A>(&self.inner, ptr, layout, new_size, PhantomData),
                     ),
@@ -345,13 +434,19 @@ static INIT: AtomicU8 = AtomicU8::new(INIT_NOT_YET);
 /// over which TSC ticks are converted to nanoseconds.
 static START_TSC: AtomicU64 = AtomicU64::new(0);
 static START_NS: AtomicU64 = AtomicU64::new(0);
+/// The type of the allocator inside the `Counting` that first registered
+/// a thread, for the profile's `allocator` line.
+static INNER_TYPE: OnceLock<&'static str> = OnceLock::new();
 
 /// Process set-up, run from each thread's registration (the recorder asks
 /// a body for its external counters exactly then: a once-per-thread hook
 /// off the hot path), doing its work at the first: the clock-read cost the
 /// timings subtract, the start of the calibration span, and fork handlers.
 #[cold]
-fn on_register() {
+fn on_register(inner_type: &'static str) {
+    // `type_name` returns a static string and `set` stores two words:
+    // nothing allocates.
+    let _ = INNER_TYPE.set(inner_type);
     if INIT.load(Acquire) == INIT_DONE
         || INIT
             .compare_exchange(INIT_NOT_YET, INIT_RUNNING, Acquire, Relaxed)
@@ -380,6 +475,56 @@ fn on_register() {
     // allocating; registering them may use glibc's malloc, never ours.
     unsafe { libc::pthread_atfork(Some(prepare), Some(unlock), Some(unlock)) };
     INIT.store(INIT_DONE, Release);
+}
+
+/// Whether a [`Counting`] has registered a thread (it is the global
+/// allocator and something has allocated through it).
+pub(crate) fn is_counting() -> bool {
+    INIT.load(Acquire) == INIT_DONE
+}
+
+/// The clocks at the first registration: where the profile's run starts.
+pub(crate) fn clock_start() -> ClockPair {
+    ClockPair {
+        tsc: START_TSC.load(Relaxed),
+        mono_ns: START_NS.load(Relaxed),
+    }
+}
+
+/// The profile's name for the allocator inside the `Counting`: `system`,
+/// `jemalloc`, `mimalloc` for the allocators allocmux knows (for
+/// `Switchable`, the backend it chose), else the type's last path segment.
+pub(crate) fn inner_allocator_name() -> &'static str {
+    let Some(ty) = INNER_TYPE.get() else {
+        return "unknown";
+    };
+    let last = ty.rsplit("::").next().unwrap_or(ty);
+    match last {
+        "System" => "system",
+        "Jemalloc" => "jemalloc",
+        "MiMalloc" => "mimalloc",
+        "Switchable" => super::Switchable::new().backend().name(),
+        _ => last,
+    }
+}
+
+/// Turns on stack recording for the wrapper (once per process), with
+/// `fork` handlers that keep the stack table consistent in a child.
+pub(crate) fn start_stacks(mode: crate::profile::StackMode) {
+    // The recorder's own modules are the program's executable here: no
+    // module is skipped; the CLI trims allocmux's frames by name.
+    with_stack_thread(|st| st.as_recorder(|| stacks::configure(mode, false)));
+    unsafe extern "C" fn prepare() {
+        stacks::before_fork();
+    }
+    unsafe extern "C" fn unlock() {
+        // The child keeps the parent's stacks as its history, as it keeps
+        // its counts (see `on_register`).
+        stacks::after_fork_parent();
+    }
+    // SAFETY: the handlers take and release the stack lock without
+    // allocating; registering them may use glibc's malloc, never ours.
+    unsafe { libc::pthread_atfork(Some(prepare), Some(unlock), Some(unlock)) };
 }
 
 /// Calibration spans shorter than this are stretched by waiting, so a

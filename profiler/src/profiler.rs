@@ -1,0 +1,329 @@
+//! [`Profiler`]: call stacks of a Rust program's allocations, written in
+//! the profile format every allocmux command reads.
+//!
+//! It needs [`Counting`](crate::Counting) as the global allocator: the
+//! wrapper records each allocation's stack through the same recorder the
+//! shim uses (the byte-sampling countdown, the in-process unwinder, the
+//! stack table), and the profiler turns that on and writes the result.
+
+use std::ffi::OsString;
+use std::fs;
+use std::io::{self, Write as _};
+use std::os::unix::ffi::OsStringExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+
+use crate::profile::{self, Header, StackMode, State};
+use crate::recorder::{self, stacks};
+
+/// Mean bytes between sampled allocations when neither the builder nor
+/// `ALLOCMUX_SAMPLE_BYTES` says: jemalloc's `lg_prof_sample` default, as
+/// the shim's.
+pub const DEFAULT_SAMPLE_BYTES: u64 = 512 * 1024;
+
+/// The file written when neither the builder nor `ALLOCMUX_OUTPUT` names one.
+pub const DEFAULT_FILE: &str = "allocmux.prof";
+
+/// Set by the first [`ProfilerBuilder::build`]: the stack table is
+/// process-wide, so one profiler per process.
+static STARTED: AtomicBool = AtomicBool::new(false);
+
+/// Records the call stacks of the program's allocations while it lives,
+/// and writes them, with the process's counts, as an allocmux profile when
+/// dropped: `allocmux report`, `flame` (through `export --format svg`),
+/// `export` and `diff` read it as they read the shim's.
+///
+/// ```no_run
+/// #[global_allocator]
+/// static ALLOC: allocmux::Counting<std::alloc::System> =
+///     allocmux::Counting::new(std::alloc::System);
+///
+/// fn main() {
+///     let _profiler = allocmux::Profiler::builder().exact().build();
+///     let words: Vec<String> = (0..10_000).map(|i| i.to_string()).collect();
+///     # drop(words);
+///     // `_profiler` drops here and writes allocmux.prof
+/// }
+/// ```
+///
+/// ```text
+/// $ allocmux export --format svg -o flame.svg allocmux.prof
+/// $ allocmux report allocmux.prof
+/// ```
+///
+/// By default it samples (one allocation per 512 KiB allocated, on
+/// average, with unbiased scaled estimates) and writes `allocmux.prof` in
+/// the current directory; `ALLOCMUX_STACKS`, `ALLOCMUX_SAMPLE_BYTES` and
+/// `ALLOCMUX_OUTPUT` (`%p` for the pid) set the same as for the shim, and
+/// the builder's settings win over them.
+///
+/// One profiler per process: building a second one panics. Stacks stop
+/// being recorded when it is dropped.
+#[derive(Debug)]
+pub struct Profiler {
+    /// Where the profile goes; `None` when it must not be written (see
+    /// [`ProfilerBuilder::build`]).
+    path: Option<PathBuf>,
+    mode: StackMode,
+}
+
+/// Settings for a [`Profiler`]; from [`Profiler::builder`].
+#[derive(Debug, Default, Clone)]
+#[must_use = "call .build() to start profiling"]
+pub struct ProfilerBuilder {
+    mode: Option<StackMode>,
+    file: Option<PathBuf>,
+}
+
+impl ProfilerBuilder {
+    /// Records a sample of allocations: one per `mean_bytes` allocated on
+    /// average (a Poisson process over bytes, so large allocations are
+    /// nearly always taken), each counted with the weight that makes
+    /// every per-stack figure an unbiased estimate. Cheap enough to leave
+    /// on. `mean_bytes` of 0 is taken as 1.
+    pub fn sample_bytes(mut self, mean_bytes: u64) -> Self {
+        self.mode = Some(StackMode::Sample {
+            mean_bytes: mean_bytes.max(1),
+        });
+        self
+    }
+
+    /// Records every allocation's stack: exact counts per stack, at a
+    /// cost of an unwind per allocation.
+    pub fn exact(mut self) -> Self {
+        self.mode = Some(StackMode::Exact);
+        self
+    }
+
+    /// Writes the profile to `path` (instead of `ALLOCMUX_OUTPUT` or
+    /// `allocmux.prof`).
+    pub fn file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.file = Some(path.into());
+        self
+    }
+
+    /// Starts recording stacks.
+    ///
+    /// It warns on stderr, once, if no [`Counting`](crate::Counting) is
+    /// the global allocator (nothing could be recorded), and if the output
+    /// comes from `ALLOCMUX_OUTPUT` while allocmux's preload shim is in the
+    /// process too: the shim already writes that file, with every
+    /// allocation of the process, so the profiler records but does not
+    /// write there.
+    ///
+    /// # Panics
+    /// If a profiler was already started in this process.
+    pub fn build(self) -> Profiler {
+        assert!(
+            !STARTED.swap(true, SeqCst),
+            "allocmux: a Profiler was already started in this process (one per process)"
+        );
+        // An allocation, so that a `Counting` global allocator has
+        // certainly registered by the check below.
+        drop(std::hint::black_box(Box::new(0u64)));
+        if !recorder::is_counting() {
+            eprintln!(
+                "allocmux: warning: Profiler: allocmux::Counting is not the global allocator, \
+                 so no allocation can be recorded"
+            );
+        }
+        let mode = self.mode.unwrap_or_else(mode_from_env);
+        let path = match self.file {
+            Some(p) => Some(p),
+            None => match std::env::var_os("ALLOCMUX_OUTPUT").filter(|v| !v.is_empty()) {
+                Some(_) if shim_preloaded() => {
+                    eprintln!(
+                        "allocmux: warning: Profiler: the allocmux shim is preloaded and writes \
+                         ALLOCMUX_OUTPUT; the Profiler will not write it too"
+                    );
+                    None
+                }
+                Some(template) => Some(expand_pid(template, std::process::id())),
+                None => Some(PathBuf::from(DEFAULT_FILE)),
+            },
+        };
+        if mode != StackMode::Off {
+            recorder::start_stacks(mode);
+        }
+        Profiler { path, mode }
+    }
+}
+
+impl Profiler {
+    /// A profiler with the default settings (sampling, `allocmux.prof`,
+    /// or as the environment says): `Profiler::builder().build()`.
+    pub fn new() -> Profiler {
+        Profiler::builder().build()
+    }
+
+    /// Settings for a profiler.
+    pub fn builder() -> ProfilerBuilder {
+        ProfilerBuilder::default()
+    }
+
+    /// Where the profile will be written (`None`: not written, see
+    /// [`ProfilerBuilder::build`]).
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// How stacks are recorded.
+    pub fn mode(&self) -> StackMode {
+        self.mode
+    }
+
+    /// Writes the profile now, marked as a process still running; the
+    /// profile written on drop replaces it. The file is replaced whole (a
+    /// temporary file renamed over it), so a reader never sees half.
+    pub fn write(&self) -> io::Result<()> {
+        self.write_as(State::Running)
+    }
+
+    fn write_as(&self, state: State) -> io::Result<()> {
+        let Some(path) = &self.path else {
+            return Ok(());
+        };
+        let text = profile_text(state);
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(format!(".tmp{}", std::process::id()));
+        let tmp = PathBuf::from(tmp);
+        let written = fs::File::create(&tmp).and_then(|mut f| {
+            f.write_all(text.as_bytes())?;
+            f.sync_data()
+        });
+        match written.and_then(|()| fs::rename(&tmp, path)) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let _ = fs::remove_file(&tmp);
+                Err(io::Error::new(
+                    e.kind(),
+                    format!("writing the profile {}: {e}", path.display()),
+                ))
+            }
+        }
+    }
+}
+
+impl Default for Profiler {
+    fn default() -> Self {
+        Profiler::new()
+    }
+}
+
+impl Drop for Profiler {
+    /// Writes the final profile and stops recording stacks. An error is
+    /// reported on stderr (a destructor cannot return it).
+    fn drop(&mut self) {
+        let result = self.write_as(State::Exited);
+        stacks::stop();
+        if let Err(e) = result {
+            eprintln!("allocmux: {e}");
+        }
+    }
+}
+
+/// The stack mode `ALLOCMUX_STACKS` and `ALLOCMUX_SAMPLE_BYTES` ask for:
+/// sampling unless `exact` (or `off`) is set, with a warning for values
+/// that mean nothing.
+fn mode_from_env() -> StackMode {
+    let mean_bytes = match std::env::var("ALLOCMUX_SAMPLE_BYTES") {
+        Err(_) => DEFAULT_SAMPLE_BYTES,
+        Ok(v) => match v.trim().parse::<u64>() {
+            Ok(n) if n > 0 => n,
+            _ => {
+                eprintln!(
+                    "allocmux: warning: ALLOCMUX_SAMPLE_BYTES={v:?} is not a positive number; \
+                     using {DEFAULT_SAMPLE_BYTES}"
+                );
+                DEFAULT_SAMPLE_BYTES
+            }
+        },
+    };
+    match std::env::var("ALLOCMUX_STACKS").as_deref() {
+        Ok("exact") => StackMode::Exact,
+        Ok("off") => StackMode::Off,
+        Ok("sample") | Ok("") | Err(_) => StackMode::Sample { mean_bytes },
+        Ok(other) => {
+            eprintln!(
+                "allocmux: warning: ALLOCMUX_STACKS={other:?} is not off, sample or exact; \
+                 sampling"
+            );
+            StackMode::Sample { mean_bytes }
+        }
+    }
+}
+
+/// Whether allocmux's preload shim is loaded (then it owns `ALLOCMUX_OUTPUT`).
+fn shim_preloaded() -> bool {
+    fs::read_to_string("/proc/self/maps").is_ok_and(|m| m.contains("liballocmux_shim"))
+}
+
+/// `%p` becomes the pid and `%%` a `%`, as in the shim's output names.
+fn expand_pid(template: OsString, pid: u32) -> PathBuf {
+    let bytes = template.into_vec();
+    let mut out = Vec::with_capacity(bytes.len() + 8);
+    let mut i = 0;
+    while i < bytes.len() {
+        match (bytes[i], bytes.get(i + 1)) {
+            (b'%', Some(b'p')) => {
+                out.extend_from_slice(pid.to_string().as_bytes());
+                i += 2;
+            }
+            (b'%', Some(b'%')) => {
+                out.push(b'%');
+                i += 2;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    PathBuf::from(OsString::from_vec(out))
+}
+
+/// The whole profile of this process, as text.
+fn profile_text(state: State) -> String {
+    let totals = recorder::with_thread(|t| recorder::snapshot(Some(t)));
+    let exe = fs::read_link("/proc/self/exe")
+        .map(|p| p.into_os_string().into_vec())
+        .unwrap_or_default();
+    let cmdline = fs::read("/proc/self/cmdline").unwrap_or_default();
+    let header = Header {
+        pid: std::process::id(),
+        ppid: std::os::unix::process::parent_id(),
+        exe: &exe,
+        cmdline: &cmdline,
+        allocator: recorder::inner_allocator_name(),
+        state,
+        threads: recorder::threads_seen(),
+        clock_start: recorder::clock_start(),
+        clock_end: recorder::ClockPair::now(),
+        cpu_ns: recorder::clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID),
+        max_rss_bytes: recorder::sys::max_rss_bytes(),
+        time_sample_mean: recorder::time_sample_mean(),
+    };
+    let mut snapshot = stacks::Snapshot::new();
+    // Copying the table holds the stack lock while it allocates: as the
+    // recorder's own work, those allocations do not ask for the lock again.
+    recorder::with_stack_thread(|st| st.as_recorder(|| snapshot.take()));
+    let mut text = String::new();
+    // Writing into a String cannot fail.
+    let _ = profile::write_magic(&mut text)
+        .and_then(|()| profile::write_counters(&mut text, &header, &totals))
+        .and_then(|()| snapshot.write(&mut text))
+        .and_then(|()| profile::write_end(&mut text));
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_names_expand_the_pid_as_the_shims_do() {
+        let e = |s: &str| expand_pid(OsString::from(s), 4242);
+        assert_eq!(e("/tmp/a.%p.prof"), PathBuf::from("/tmp/a.4242.prof"));
+        assert_eq!(e("100%%-%x-%"), PathBuf::from("100%-%x-%"));
+    }
+}
