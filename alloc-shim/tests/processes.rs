@@ -314,7 +314,7 @@ fn periodic_flush_survives_sigkill(backend: &str) {
     let path = dir.path().join(format!("{}.prof", p.pid()));
     let prof = read_profile(&path);
     let t = &prof.totals;
-    let problems: Vec<String> = [
+    let problems = unmet([
         (
             prof.state == State::Running,
             "state is running (no exit handler ran)".to_string(),
@@ -339,11 +339,7 @@ fn periodic_flush_survives_sigkill(backend: &str) {
                 && prof.timeline.peak_live_bytes() >= BLOCKS * SIZE,
             "the memory timeline so far: 50+ points over the 1.5 s, the blocks live".to_string(),
         ),
-    ]
-    .into_iter()
-    .filter(|(ok, _)| !ok)
-    .map(|(_, want)| want)
-    .collect();
+    ]);
     assert!(
         problems.is_empty(),
         "the profile of sleeper killed under {backend} should show: {}\nprofile: {}",

@@ -52,9 +52,15 @@ fn check_shape(who: &str, p: &ProcessProfile) {
     let t = &p.timeline;
     let first = t.points.first().copied().unwrap_or_default();
     let last = t.points.last().copied().unwrap_or_default();
-    let problems: Vec<String> = [
-        (t.points.len() >= 2, "at least a start and an end point".to_string()),
-        (t.points.len() <= CAPACITY, format!("at most {CAPACITY} points")),
+    let problems = unmet([
+        (
+            t.points.len() >= 2,
+            "at least a start and an end point".to_string(),
+        ),
+        (
+            t.points.len() <= CAPACITY,
+            format!("at most {CAPACITY} points"),
+        ),
         (
             t.points.windows(2).all(|w| w[0].t_ns <= w[1].t_ns),
             "points in time order".to_string(),
@@ -76,11 +82,7 @@ fn check_shape(who: &str, p: &ProcessProfile) {
             t.interval_ns >= BASE_INTERVAL_NS,
             format!("an interval of at least {BASE_INTERVAL_NS} ns"),
         ),
-    ]
-    .into_iter()
-    .filter(|(ok, _)| !ok)
-    .map(|(_, want)| want)
-    .collect();
+    ]);
     assert!(
         problems.is_empty(),
         "{who}: the timeline should have {}\nprofile: {}\n{}",
@@ -174,7 +176,7 @@ fn fork_child_has_its_own_timeline(backend: &str) {
         .clock_start
         .mono_ns
         .saturating_sub(parent.clock_start.mono_ns);
-    let problems: Vec<&str> = [
+    let problems = unmet([
         (
             forked_at >= 90 * MS,
             "the child starts at the fork, after the parent's 100 ms sleep",
@@ -195,11 +197,7 @@ fn fork_child_has_its_own_timeline(backend: &str) {
             pt.duration_ns() > forked_at + ct.duration_ns(),
             "the parent's timeline goes on after the child's end",
         ),
-    ]
-    .into_iter()
-    .filter(|(ok, _)| !ok)
-    .map(|(_, want)| want)
-    .collect();
+    ]);
     assert!(
         problems.is_empty(),
         "{who}: {}\nforked {} ms after the parent's start\nparent:\n{}\nchild:\n{}",
@@ -254,7 +252,7 @@ fn long_run_keeps_a_bounded_timeline_over_the_whole_run() {
         .map(|w| w[1].t_ns - w[0].t_ns)
         .max()
         .unwrap_or(0);
-    let problems: Vec<String> = [
+    let problems = unmet([
         (
             t.interval_ns >= 2 * BASE_INTERVAL_NS,
             "a doubled interval (the buffer filled and halved)".to_string(),
@@ -280,11 +278,7 @@ fn long_run_keeps_a_bounded_timeline_over_the_whole_run() {
             t.peak_live_bytes() >= 32 * MIB,
             format!("the 32 MiB spike at {spike_ms} ms, kept by the merging"),
         ),
-    ]
-    .into_iter()
-    .filter(|(ok, _)| !ok)
-    .map(|(_, want)| want)
-    .collect();
+    ]);
     assert!(
         problems.is_empty(),
         "{who}: the timeline should have {}\n{}",

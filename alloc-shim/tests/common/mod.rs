@@ -444,6 +444,16 @@ pub fn summary(p: &ProcessProfile) -> String {
     )
 }
 
+/// What is wanted of a result and does not hold: each check is whether it
+/// holds and what it wants, so a test reports every failed want at once.
+pub fn unmet<W: Into<String>>(checks: impl IntoIterator<Item = (bool, W)>) -> Vec<String> {
+    checks
+        .into_iter()
+        .filter(|(holds, _)| !holds)
+        .map(|(_, want)| want.into())
+        .collect()
+}
+
 /// `a - b` of two counters, signed.
 pub fn delta(a: u64, b: u64) -> i128 {
     a as i128 - b as i128
