@@ -41,7 +41,8 @@ pub fn program_name(p: &ProcessProfile) -> String {
     name.rsplit('/').next().unwrap_or(name).to_string()
 }
 
-fn share(part: u64, whole: u64) -> f64 {
+/// `part / whole`, or 0 for nothing to share.
+pub(crate) fn share(part: u64, whole: u64) -> f64 {
     if whole == 0 {
         0.0
     } else {

@@ -79,12 +79,7 @@ pub struct RunRecord {
 impl RunRecord {
     /// Share of the CPU time spent in the allocator.
     pub fn allocator_share(&self) -> f64 {
-        let cpu = self.user_ns + self.sys_ns;
-        if cpu == 0 {
-            0.0
-        } else {
-            self.allocator_ns as f64 / cpu as f64
-        }
+        crate::report::share(self.allocator_ns, self.user_ns + self.sys_ns)
     }
 
     /// The value of one figure.
