@@ -12,7 +12,7 @@ use allocmux::profile::ProcessProfile;
 use crate::export::Format;
 use crate::launch::{self, Allocator, Launch};
 use crate::render::Labels;
-use crate::report::{Report, RunInfo, shell_words};
+use crate::report::{Report, shell_words};
 use crate::stacks::{StackSet, Weight};
 use crate::symbolize::Symbolizer;
 
@@ -406,13 +406,7 @@ fn cmd_run(a: RunArgs) -> Result<i32> {
     if let Some(out) = &profile_out {
         out.write(allocmux::profile::to_string(&outcome.profiles).as_bytes())?;
     }
-    let info = RunInfo {
-        command: a.command.clone(),
-        allocator: a.allocator.name().to_string(),
-        exit: outcome.exit,
-        wall_ns: outcome.wall_ns,
-    };
-    let report = Report::new(outcome.profiles, Some(info));
+    let report = outcome.report(&a.command, a.allocator.name());
     let mut err = std::io::stderr().lock();
     report
         .write_human(&mut err)
@@ -709,13 +703,7 @@ fn cmd_flame(a: FlameArgs) -> Result<i32> {
         }
         eprintln!("allocmux: {e:#}");
     }
-    let info = RunInfo {
-        command: a.command.clone(),
-        allocator: a.allocator.name().to_string(),
-        exit: outcome.exit,
-        wall_ns: outcome.wall_ns,
-    };
-    let report = Report::new(outcome.profiles.clone(), Some(info));
+    let report = outcome.report(&a.command, a.allocator.name());
     let mut err = std::io::stderr().lock();
     report
         .write_human(&mut err)

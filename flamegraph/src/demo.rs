@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use crate::cli::OutputFile;
 use crate::compare::{self, Summary};
 use crate::launch::{self, Allocator, Launch, Output};
-use crate::report::{Report, RunInfo, shell_words};
+use crate::report::shell_words;
 use crate::stacks::{StackSet, Weight};
 use crate::symbolize::Symbolizer;
 
@@ -114,15 +114,7 @@ pub fn run(dir: &Path, opts: &DemoOptions) -> Result<i32> {
     );
     out.check_recorded()?;
     profile.write(allocmux::profile::to_string(&out.profiles).as_bytes())?;
-    let report = Report::new(
-        out.profiles.clone(),
-        Some(RunInfo {
-            command: command.clone(),
-            allocator: "system".into(),
-            exit: out.exit,
-            wall_ns: out.wall_ns,
-        }),
-    );
+    let report = out.report(&command, "system");
     let mut sym = Symbolizer::new();
     let set = StackSet::build(&out.profiles, &mut sym)
         .map_err(|e| anyhow::anyhow!("the demo recorded no call stacks: {e}"))?;

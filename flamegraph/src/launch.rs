@@ -81,6 +81,17 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    /// The report of this run of `command` under `allocator`.
+    pub fn report(&self, command: &[String], allocator: &str) -> crate::report::Report {
+        let info = crate::report::RunInfo {
+            command: command.to_vec(),
+            allocator: allocator.to_string(),
+            exit: self.exit,
+            wall_ns: self.wall_ns,
+        };
+        crate::report::Report::new(self.profiles.clone(), Some(info))
+    }
+
     /// Whether the shim ran in the main process: it writes the process's
     /// profile as soon as it starts, so a profile (even an unreadable one)
     /// is the sign.

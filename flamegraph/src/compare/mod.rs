@@ -13,7 +13,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use allocmux::profile::ProcessProfile;
 
 use crate::launch::{self, Allocator, Launch, Output};
-use crate::report::{Report, RunInfo, shell_words};
+use crate::report::shell_words;
 
 pub use summary::{AllocatorSummary, Figure, Summary, Verdict, to_json, write_human};
 
@@ -261,15 +261,7 @@ fn run_once(opts: &Options, alloc: Allocator, round: usize, warmup: bool) -> Res
         );
     }
     out.check_recorded()?;
-    let report = Report::new(
-        out.profiles,
-        Some(RunInfo {
-            command: opts.command.clone(),
-            allocator: alloc.name().to_string(),
-            exit: out.exit,
-            wall_ns: out.wall_ns,
-        }),
-    );
+    let report = out.report(&opts.command, alloc.name());
     let t = report.total();
     Ok(RunRecord {
         round,
