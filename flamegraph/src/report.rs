@@ -41,6 +41,11 @@ pub fn program_name(p: &ProcessProfile) -> String {
     name.rsplit('/').next().unwrap_or(name).to_string()
 }
 
+/// A sum that stops at `u64::MAX` (a corrupt profile can hold anything).
+fn sum(values: impl Iterator<Item = u64>) -> u64 {
+    values.fold(0, u64::saturating_add)
+}
+
 /// `part / whole`, or 0 for nothing to share.
 pub(crate) fn share(part: u64, whole: u64) -> f64 {
     if whole == 0 {
@@ -139,10 +144,10 @@ impl Report {
         let procs = || self.processes.iter();
         TotalFigures {
             totals,
-            allocator_ns: procs().map(|p| p.allocator_ns).sum(),
+            allocator_ns: sum(procs().map(|p| p.allocator_ns)),
             cpu_ns: match &self.run {
                 Some(r) => r.exit.user_ns + r.exit.sys_ns,
-                None => procs().map(|p| p.profile.cpu_ns).sum(),
+                None => sum(procs().map(|p| p.profile.cpu_ns)),
             },
             wall_ns: match &self.run {
                 Some(r) => r.wall_ns,
@@ -152,7 +157,7 @@ impl Report {
                 Some(r) => r.exit.max_rss_bytes,
                 None => procs().map(|p| p.profile.max_rss_bytes).max().unwrap_or(0),
             },
-            threads: procs().map(|p| p.profile.threads).sum(),
+            threads: sum(procs().map(|p| p.profile.threads)),
         }
     }
 

@@ -346,7 +346,10 @@ impl<'a> StackSet<'a> {
 
     /// Allocations whose stack could not be recorded, over all processes.
     pub fn lost(&self) -> u64 {
-        self.profiles.iter().map(|p| p.stacks.lost).sum()
+        self.profiles
+            .iter()
+            .map(|p| p.stacks.lost)
+            .fold(0, u64::saturating_add)
     }
 
     /// What a weight's values mean here, for titles: its description, and

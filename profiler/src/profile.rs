@@ -329,7 +329,8 @@ fn write_escaped<W: Write>(w: &mut W, bytes: &[u8]) -> fmt::Result {
 }
 
 fn decode_hex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
+    // Digits only: `from_str_radix` would also take a sign ("+5").
+    if s.len() % 2 != 0 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
     (0..s.len())
@@ -344,14 +345,22 @@ fn unescape(s: &str) -> Result<Vec<u8>, String> {
     let mut i = 0;
     while i < b.len() {
         if b[i] == b'%' {
-            let hex = s
+            let byte = s
                 .get(i + 1..i + 3)
-                .ok_or_else(|| format!("bad escape in {s:?}"))?;
-            out.push(u8::from_str_radix(hex, 16).map_err(|_| format!("bad escape in {s:?}"))?);
+                .and_then(decode_hex)
+                .ok_or_else(|| format!("bad escape in {s:?}"))?[0];
+            // A path or an argument is a C string: it cannot hold a NUL.
+            if byte == 0 {
+                return Err(format!("a NUL byte in {s:?}"));
+            }
+            out.push(byte);
             i += 3;
-        } else {
+        } else if b[i].is_ascii_graphic() {
             out.push(b[i]);
             i += 1;
+        } else {
+            // The writer escapes every other byte.
+            return Err(format!("an unescaped byte {:#04x} in {s:?}", b[i]));
         }
     }
     Ok(out)
@@ -632,6 +641,11 @@ pub fn parse(text: &str) -> Result<Vec<ProcessProfile>, ParseError> {
             }
             return Err(err(n, format!("expected `process`, found {key:?}")));
         };
+        let pid = |s: &str| -> Result<u32, ParseError> {
+            s.trim()
+                .parse::<u32>()
+                .map_err(|_| err(n, format!("`{key}` needs a process id, found {s:?}")))
+        };
         let num = |s: &str| -> Result<u64, ParseError> {
             s.trim()
                 .parse::<u64>()
@@ -646,12 +660,23 @@ pub fn parse(text: &str) -> Result<Vec<ProcessProfile>, ParseError> {
                 mono_ns: num(b)?,
             })
         };
+        if matches!(key, "stacks_lost" | "module" | "stack") && p.stacks.mode == StackMode::Off {
+            return Err(err(n, format!("a `{key}` line before the `stacks` line")));
+        }
         let t = &mut p.totals;
         match key {
-            "end" => procs.push(cur.take().expect("section is open")),
+            "end" => {
+                let mut done = cur.take().expect("section is open");
+                if done.timeline.points.is_empty() {
+                    // A `timeline` line without points is no timeline (the
+                    // writer writes none): read it as such.
+                    done.timeline = Timeline::default();
+                }
+                procs.push(done)
+            }
             "process" => return Err(err(n, "a process section is missing its `end` line".into())),
-            "pid" => p.pid = num(rest)? as u32,
-            "ppid" => p.ppid = num(rest)? as u32,
+            "pid" => p.pid = pid(rest)?,
+            "ppid" => p.ppid = pid(rest)?,
             "exe" => {
                 p.exe =
                     String::from_utf8_lossy(&unescape(rest).map_err(|m| err(n, m))?).into_owned()
@@ -727,10 +752,11 @@ pub fn parse(text: &str) -> Result<Vec<ProcessProfile>, ParseError> {
                     u64::from_str_radix(s, 16)
                         .map_err(|_| err(n, format!("`module` needs hex numbers, found {s:?}")))
                 };
+                // Lower case, as written, so a profile reads back the same.
                 let build_id = if id == "-" {
                     String::new()
                 } else {
-                    id.to_string()
+                    id.to_ascii_lowercase()
                 };
                 if decode_hex(&build_id).is_none() {
                     return Err(err(n, format!("bad build id {id:?}")));
@@ -931,7 +957,7 @@ mod tests {
 
     #[test]
     fn rejects_bad_stack_lines() {
-        let base = "allocmux-profile 1\nprocess\n";
+        let base = "allocmux-profile 1\nprocess\nstacks exact 1\n";
         let cases = [
             ("stacks sometimes 3", "unknown stack mode"),
             ("module 1 2 3", "six fields"),
@@ -941,6 +967,14 @@ mod tests {
             ("stack 1 2 3 4 5 6 7 8", "no addresses"),
             ("stack 1 2 3 4 5 6 7 8 xyz", "bad stack address"),
         ];
+        let unstacked = parse("allocmux-profile 1\nprocess\nstack 1 2 3 4 5 6 7 8 9\nend\n");
+        assert!(
+            unstacked
+                .unwrap_err()
+                .to_string()
+                .contains("before the `stacks` line"),
+            "stacks without a mode are refused"
+        );
         for (line, want) in cases {
             let e = parse(&format!("{base}{line}\nend\n"))
                 .unwrap_err()
@@ -1054,7 +1088,7 @@ mod tests {
             ("allocmux-profile 1\n", "no process section"),
             (
                 "allocmux-profile 1\nprocess\npid x\nend\n",
-                "`pid` needs a number",
+                "`pid` needs a process id",
             ),
             (
                 "allocmux-profile 1\nprocess\nsize_hist 99 1\nend\n",

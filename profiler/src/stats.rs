@@ -166,7 +166,7 @@ impl Totals {
 
     /// All calls of all functions.
     pub fn total_calls(&self) -> u64 {
-        self.calls.iter().sum()
+        self.calls.iter().fold(0, |a, &b| a.saturating_add(b))
     }
 
     /// Calls that hand out a block (everything but `free` and `malloc_usable_size`).
@@ -175,7 +175,7 @@ impl Totals {
             .iter()
             .filter(|f| f.allocates())
             .map(|&f| self.calls_of(f))
-            .sum()
+            .fold(0, u64::saturating_add)
     }
 
     /// Bytes allocated and not yet freed (0 if more was freed than allocated,
@@ -188,21 +188,21 @@ impl Totals {
     /// several processes' peaks is an upper bound of their combined peak.
     pub fn add(&mut self, o: &Totals) {
         for (a, b) in self.calls.iter_mut().zip(o.calls) {
-            *a += b;
+            *a = a.saturating_add(b);
         }
         for (a, b) in self.size_hist.iter_mut().zip(o.size_hist) {
-            *a += b;
+            *a = a.saturating_add(b);
         }
-        self.failed_calls += o.failed_calls;
-        self.bytes_requested += o.bytes_requested;
-        self.bytes_allocated += o.bytes_allocated;
-        self.bytes_freed += o.bytes_freed;
-        self.peak_live_bytes += o.peak_live_bytes;
-        self.timed_calls += o.timed_calls;
-        self.timed_ticks += o.timed_ticks;
-        self.exact_calls += o.exact_calls;
-        self.exact_ticks += o.exact_ticks;
-        self.reallocs_in_place += o.reallocs_in_place;
+        self.failed_calls = self.failed_calls.saturating_add(o.failed_calls);
+        self.bytes_requested = self.bytes_requested.saturating_add(o.bytes_requested);
+        self.bytes_allocated = self.bytes_allocated.saturating_add(o.bytes_allocated);
+        self.bytes_freed = self.bytes_freed.saturating_add(o.bytes_freed);
+        self.peak_live_bytes = self.peak_live_bytes.saturating_add(o.peak_live_bytes);
+        self.timed_calls = self.timed_calls.saturating_add(o.timed_calls);
+        self.timed_ticks = self.timed_ticks.saturating_add(o.timed_ticks);
+        self.exact_calls = self.exact_calls.saturating_add(o.exact_calls);
+        self.exact_ticks = self.exact_ticks.saturating_add(o.exact_ticks);
+        self.reallocs_in_place = self.reallocs_in_place.saturating_add(o.reallocs_in_place);
     }
 }
 
@@ -275,7 +275,7 @@ impl SiteCounts {
     pub fn add(&mut self, o: &SiteCounts) {
         let mut f = self.fields();
         for (a, b) in f.iter_mut().zip(o.fields()) {
-            *a += b;
+            *a = a.saturating_add(b);
         }
         *self = Self::from_fields(f);
     }
