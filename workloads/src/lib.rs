@@ -9,10 +9,14 @@
 //! classic write-ups on Rust allocation performance; the last five are the
 //! classic allocator stress patterns (as in mimalloc-bench, written here
 //! from their descriptions).
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)] // allowed only for `InlineName::as_bytes`
 #![deny(missing_docs)]
 
+pub mod bounded_string;
+pub mod cache;
 pub mod edit_distance;
+pub mod filter;
+pub mod readers;
 pub mod rng;
 
 /// A workload the CLI can run by name.
@@ -46,6 +50,62 @@ pub const ALL: &[Workload] = &[
         unit: "word pairs",
         default_size: 300_000,
         run: edit_distance::fixed,
+    },
+    Workload {
+        name: "bounded-string-heap",
+        about: "validated domain names constructed as String (one allocation each), in batches of 64",
+        unit: "names",
+        default_size: 4_000_000,
+        run: bounded_string::heap,
+    },
+    Workload {
+        name: "bounded-string-inline",
+        about: "the same names constructed inline as [MaybeUninit<u8>; 253] and a length (no allocation)",
+        unit: "names",
+        default_size: 4_000_000,
+        run: bounded_string::inline,
+    },
+    Workload {
+        name: "readers-per-stream",
+        about: "small in-memory streams, each read through a new BufReader with its 8 KiB buffer",
+        unit: "streams",
+        default_size: 1_000_000,
+        run: readers::per_stream,
+    },
+    Workload {
+        name: "readers-reused",
+        about: "the same streams, all read through one 8 KiB buffer",
+        unit: "streams",
+        default_size: 1_000_000,
+        run: readers::reused,
+    },
+    Workload {
+        name: "cache-owned",
+        about: "HashMap<String, Row> lookups, an owned String key built from each &str request",
+        unit: "lookups",
+        default_size: 1_200_000,
+        run: cache::owned,
+    },
+    Workload {
+        name: "cache-borrowed",
+        about: "the same lookups by the borrowed &str",
+        unit: "lookups",
+        default_size: 1_200_000,
+        run: cache::borrowed,
+    },
+    Workload {
+        name: "filter-boxed",
+        about: "log filters compiled to Box<dyn Fn> closures that pass owned Strings around",
+        unit: "records",
+        default_size: 500_000,
+        run: filter::boxed,
+    },
+    Workload {
+        name: "filter-enum",
+        about: "the same filters compiled to enum nodes in an arena, strings borrowed or in one scratch buffer",
+        unit: "records",
+        default_size: 500_000,
+        run: filter::enum_arena,
     },
 ];
 
@@ -81,9 +141,14 @@ mod tests {
     }
 
     #[test]
-    #[allow(clippy::single_element_loop)] // until the other variants come
     fn variants_agree_on_their_checksums() {
-        for (a, b) in [("edit-distance", "edit-distance-fixed")] {
+        for (a, b) in [
+            ("edit-distance", "edit-distance-fixed"),
+            ("bounded-string-heap", "bounded-string-inline"),
+            ("readers-per-stream", "readers-reused"),
+            ("cache-owned", "cache-borrowed"),
+            ("filter-boxed", "filter-enum"),
+        ] {
             let (a, b) = (find(a).unwrap(), find(b).unwrap());
             assert_eq!((a.run)(2_000), (b.run)(2_000), "{} and {}", a.name, b.name);
             assert_eq!(a.unit, b.unit);
