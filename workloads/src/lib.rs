@@ -16,8 +16,13 @@ pub mod bounded_string;
 pub mod cache;
 pub mod edit_distance;
 pub mod filter;
+pub mod fragmentation;
+pub mod larson;
+pub mod producer_consumer;
 pub mod readers;
+pub mod realloc_growth;
 pub mod rng;
+pub mod short_threads;
 
 /// A workload the CLI can run by name.
 #[derive(Clone, Copy, Debug)]
@@ -106,6 +111,41 @@ pub const ALL: &[Workload] = &[
         unit: "records",
         default_size: 500_000,
         run: filter::enum_arena,
+    },
+    Workload {
+        name: "producer-consumer",
+        about: "2 producer threads send buffers of 16 B-4 KiB to 2 consumer threads, which free them",
+        unit: "messages",
+        default_size: 4_000_000,
+        run: producer_consumer::run,
+    },
+    Workload {
+        name: "larson",
+        about: "4 worker threads replace random objects in their tables and hand the tables round a ring",
+        unit: "replacements",
+        default_size: 5_000_000,
+        run: larson::run,
+    },
+    Workload {
+        name: "realloc-growth",
+        about: "256 vectors at a time grown one element at a time, in turn, to up to 16 Ki elements",
+        unit: "vectors",
+        default_size: 10_000,
+        run: realloc_growth::run,
+    },
+    Workload {
+        name: "fragmentation",
+        about: "objects of 16 B-64 KiB interleaved, most short-lived, 1 in 8 long-lived",
+        unit: "objects",
+        default_size: 1_000_000,
+        run: fragmentation::run,
+    },
+    Workload {
+        name: "short-threads",
+        about: "threads started 4 at a time, each allocating 200 objects and handing some back",
+        unit: "threads",
+        default_size: 2_500,
+        run: short_threads::run,
     },
 ];
 
