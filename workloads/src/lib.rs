@@ -3,7 +3,8 @@
 //! the work cannot be optimised away and runs can be compared; variants of
 //! one pattern (naive and fixed, heap and inline, ...) compute the same
 //! checksum, and are separate entries of [`ALL`] so that `allocmux compare`
-//! and `allocmux flame` can run each.
+//! and `allocmux flame` can run each. Every entry is also a binary of its
+//! own name (`target/release/edit-distance-fixed 60000`).
 //!
 //! The first five are the cases people hit in real programs, from the
 //! classic write-ups on Rust allocation performance; the last five are the
@@ -14,6 +15,7 @@
 
 pub mod bounded_string;
 pub mod cache;
+pub mod cli;
 pub mod edit_distance;
 pub mod filter;
 pub mod fragmentation;
