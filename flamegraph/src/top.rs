@@ -215,7 +215,7 @@ mod tests {
             assert!(is_standard_library(f), "{f}");
         }
         for f in [
-            "allocmux_workloads::levenshtein_naive",
+            "allocmux_workloads::edit_distance::levenshtein_naive",
             "<app::Row as core::clone::Clone>::clone",
             "main",
             "allocate_block",

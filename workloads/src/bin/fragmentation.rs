@@ -1,0 +1,5 @@
+//! `fragmentation [SIZE]`: the workload of that name; see `allocmux_workloads::ALL`.
+
+fn main() -> std::process::ExitCode {
+    allocmux_workloads::cli::main(Some("fragmentation"))
+}

@@ -1,0 +1,5 @@
+//! `larson [SIZE]`: the workload of that name; see `allocmux_workloads::ALL`.
+
+fn main() -> std::process::ExitCode {
+    allocmux_workloads::cli::main(Some("larson"))
+}
