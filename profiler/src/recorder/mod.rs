@@ -36,9 +36,10 @@ pub use counters::Counters;
 pub use lock::SpinLock;
 pub use switchable::{Backend, Switchable};
 pub use thread::{
-    Body, DEFAULT_TIME_SAMPLE_MEAN, EXACT_TIMING_BYTES, PUBLISH_BYTES, Scope, ThreadState,
-    after_fork_child, after_fork_parent, before_fork, enter, live_bytes, prepare_thread_key,
-    retire_thread, set_time_sample_mean, snapshot, threads_seen, time_sample_mean,
+    Body, DEFAULT_TIME_SAMPLE_MEAN, EXACT_TIMING_BYTES, MAX_SAMPLED_TICKS, PUBLISH_BYTES, Scope,
+    ThreadState, after_fork_child, after_fork_parent, before_fork, enter, live_bytes,
+    prepare_thread_key, retire_thread, set_time_sample_mean, snapshot, threads_seen,
+    time_sample_mean,
 };
 pub use wrapper::Counting;
 pub(crate) use wrapper::{

@@ -304,7 +304,9 @@ unsafe extern "C" fn stacked<B: StackBody>(
     let out = unsafe { enter(t, body) };
     let ticks = Tsc::now()
         .wrapping_sub(start)
-        .saturating_sub(super::thread::tsc_overhead());
+        .saturating_sub(super::thread::tsc_overhead())
+        // Weighted by the stack sample's weight: capped like the time sample.
+        .min(super::thread::MAX_SAMPLED_TICKS);
     let old = body.released();
     let released = if old != 0 && body.did_release(&out) {
         old
