@@ -271,3 +271,52 @@ per_backend!(
     threads_differences_are_exact,
     default_sampling_keeps_counts_exact
 );
+
+// ---- thread_exits.c -------------------------------------------------------
+
+/// Threads that never allocate (whose only calls are glibc's frees after
+/// their key destructors), one after the other in the same TLS block, and
+/// threads that only free: the program ends (a thread registered after its
+/// destructors once made the registry a cycle, a hang at exit), prints what
+/// it prints without the shim, and every call of its own is counted.
+#[test]
+fn threads_that_never_allocate_or_only_free() {
+    let exe = compile_c("thread_exits.c");
+    let (n, k) = (200u64, 50u64);
+    let args = [n.to_string(), k.to_string()];
+    let reference = run_reference(Command::new(&exe).args(&args), None);
+    assert!(reference.status.success(), "{}", text(&reference.stdout));
+    for backend in BACKENDS {
+        let (out, profiles) = run_under(backend, Command::new(&exe).args(&args), &[]);
+        assert!(
+            out.status.success(),
+            "thread_exits under {backend} failed ({}): {}{}",
+            out.status,
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        assert_eq!(
+            text(&out.stdout),
+            text(&reference.stdout),
+            "under {backend}"
+        );
+        assert_eq!(profiles.len(), 1, "under {backend}");
+        let p = &profiles[0];
+        assert_eq!(p.state, State::Exited, "under {backend}: {}", summary(p));
+        let (mallocs, frees) = (
+            p.totals.calls_of(Func::Malloc),
+            p.totals.calls_of(Func::Free),
+        );
+        assert!(
+            mallocs >= n * k && mallocs < n * k + 100,
+            "under {backend}: {mallocs} mallocs for {} of the program's: {}",
+            n * k,
+            summary(p)
+        );
+        assert!(
+            frees >= n * k,
+            "under {backend}: {frees} frees: {}",
+            summary(p)
+        );
+    }
+}

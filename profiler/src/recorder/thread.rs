@@ -652,7 +652,14 @@ unsafe extern "C" fn slow<B: Body>(t: &ThreadState, body: B) -> B::Out {
             t.check_peak();
             r
         }
-        FRESH if register(t, body.external_counters()) => {
+        // Only a call that hands out a block registers a thread. A thread
+        // whose first call is a `free` may be past its pthread key
+        // destructors: glibc's `__libc_thread_freeres` frees after them,
+        // so a thread that never allocated would register with no
+        // destructor left to unlink it, and the next thread given the same
+        // TLS block would link it again into a cycle (a hang at exit). Its
+        // frees go to the shared counters until it allocates.
+        FRESH if B::FUNC.allocates() && register(t, body.external_counters()) => {
             // SAFETY: forwarded; status is ACTIVE now, so this recursion ends.
             unsafe { slow(t, body) }
         }
@@ -783,6 +790,11 @@ fn register(t: &ThreadState, external: Option<[*mut u64; 2]>) -> bool {
     {
         let mut reg = REGISTRY.lock();
         let me = t as *const ThreadState as *mut ThreadState;
+        if is_linked(&reg, me) {
+            // The shared counters take this thread's calls instead.
+            t.status.set(UNTRACKED);
+            return false;
+        }
         t.prev.store(ptr::null_mut(), Relaxed);
         t.next.store(reg.head, Relaxed);
         if !reg.head.is_null() {
@@ -801,6 +813,22 @@ fn register(t: &ThreadState, external: Option<[*mut u64; 2]>) -> bool {
     }
     t.status.set(ACTIVE);
     true
+}
+
+/// Whether `me` is already in the registry: a state left there by a dead
+/// thread that allocated after its key destructors had run (so nothing
+/// unlinked it), whose TLS block a new thread now has. Linking it again
+/// would make a cycle; one walk per thread start rules that out.
+fn is_linked(reg: &Registry, me: *mut ThreadState) -> bool {
+    let mut p = reg.head;
+    while !p.is_null() {
+        if p == me {
+            return true;
+        }
+        // SAFETY: linked states are valid while the lock is held.
+        p = unsafe { (*p).next.load(Relaxed) };
+    }
+    false
 }
 
 /// Folds an exiting thread's counts into the shared totals and unlinks it.
