@@ -81,8 +81,8 @@ pub struct JemallocStats {
 pub struct MimallocStats {
     /// Bytes mimalloc has committed (read/write accessible) now: an upper
     /// bound on what it holds. On Linux with overcommit (the default) it
-    /// commits each arena it reserves whole, so this reads 1 GiB from the
-    /// first allocation until the program outgrows that arena.
+    /// commits what it reserves whole, untouched pages included: 32 MiB
+    /// segments in a small program, a 1 GiB arena in a larger one.
     pub committed: u64,
     /// The most it ever had committed.
     pub peak_committed: u64,
@@ -154,9 +154,9 @@ impl AllocatorStats {
     /// allocators: jemalloc's `resident`, glibc's `arena + mmapped`.
     /// Divided by the program's live bytes it gives the heap's overhead
     /// ([`AllocatorStats::overhead`]). `None` for mimalloc: its committed
-    /// bytes are no such figure on Linux, where it commits each arena it
-    /// reserves whole (1 GiB at the first allocation) when the kernel
-    /// overcommits, as it does by default.
+    /// bytes are no such figure on Linux, where it commits what it reserves
+    /// whole (32 MiB segments, 1 GiB arenas) when the kernel overcommits,
+    /// as it does by default.
     pub fn held_bytes(&self) -> Option<u64> {
         match self {
             AllocatorStats::System(g) => Some(g.arena.saturating_add(g.mmapped)),
