@@ -105,11 +105,11 @@ const FLUSH_DUTY: u64 = 20;
 const SAMPLE_DUTY: u64 = 100;
 /// A flush reads the allocator's statistics only once this many times as
 /// long as the last read took has passed since it: a jemalloc read takes
-/// ~16 µs (every flush), but glibc's `mallinfo2` walks the free lists under
-/// each arena's lock, ~2 ms with 50 000 free small blocks
-/// (`cargo bench -p allocmux --bench allocator_stats`), so a fragmented
-/// glibc heap is read every 2 s instead, and its allocating threads wait
-/// on the read at most 0.1% of the time. The exit profile always reads.
+/// 11–16 µs (every flush), but glibc's `mallinfo2` walks the free lists
+/// under each arena's lock, 0.5–2 ms with 50 000 free small blocks
+/// (`cargo bench -p allocmux --bench allocator_stats`), so such a glibc
+/// heap is read every 0.5–2 s, and its allocating threads wait on the read
+/// at most 0.1% of the time. The exit profile always reads.
 const STATS_DUTY: u64 = 1000;
 const PATH_MAX: usize = 4096;
 const OUT_BUF: usize = 64 * 1024;

@@ -85,6 +85,11 @@ fn bench(c: &mut Criterion) {
             }
         }
     }
+    // Where jemalloc's time goes: advancing the epoch alone (the refresh
+    // that merges every arena's statistics), without the five reads.
+    g.bench_function("jemalloc/epoch_only", |b| {
+        b.iter(|| black_box(tikv_jemalloc_ctl::epoch::advance()))
+    });
     g.finish();
 }
 
