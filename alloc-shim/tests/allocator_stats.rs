@@ -69,7 +69,11 @@ fn check_reading(backend: &str, r: &AllocatorReading) {
         other => panic!("unexpected statistics {other:?}"),
     }
     if let Some(x) = r.overhead() {
-        assert!(x >= 0.99, "held {:?} for {live} live: {r:?}", r.stats.held_bytes());
+        assert!(
+            x >= 0.99,
+            "held {:?} for {live} live: {r:?}",
+            r.stats.held_bytes()
+        );
     }
 }
 
@@ -81,7 +85,11 @@ fn exit_profile_has_fresh_figures(backend: &str) {
         .unwrap_or_else(|| panic!("no allocator statistics: {}", summary(&p)));
     check_reading(backend, &r);
     // Read at the exit, after the 700 ms sleep.
-    assert!(r.t_ns >= 700 * MS && r.t_ns <= p.wall_ns(), "{r:?}, wall {}", p.wall_ns());
+    assert!(
+        r.t_ns >= 700 * MS && r.t_ns <= p.wall_ns(),
+        "{r:?}, wall {}",
+        p.wall_ns()
+    );
 }
 
 /// `_exit` runs no exit handler and may come from a signal handler: the
