@@ -11,7 +11,8 @@ use core::sync::atomic::{
     AtomicBool, AtomicU8, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
 };
 
-use allocmux::profile::{self, Header, StackMode, State};
+use allocmux::AllocatorStats;
+use allocmux::profile::{self, AllocatorReading, Header, StackMode, State};
 use allocmux::recorder::{self, ClockPair, SpinLock};
 use allocmux::stats::ByteSize as Size;
 use allocmux::timeline::{TimelineBuffer, TimelinePoint};
@@ -102,6 +103,14 @@ const FLUSH_DUTY: u64 = 20;
 /// thread's CPU clock would tell the two apart directly, but its two
 /// reads are system calls that add about a tenth to a sample's cost.)
 const SAMPLE_DUTY: u64 = 100;
+/// A flush reads the allocator's statistics only once this many times as
+/// long as the last read took has passed since it: a jemalloc read takes
+/// 11–16 µs (every flush), but glibc's `mallinfo2` walks the free lists
+/// under each arena's lock, 0.5–2 ms with 50 000 free small blocks
+/// (`cargo bench -p allocmux --bench allocator_stats`), so such a glibc
+/// heap is read every 0.5–2 s, and its allocating threads wait on the read
+/// at most 0.1% of the time. The exit profile always reads.
+const STATS_DUTY: u64 = 1000;
 const PATH_MAX: usize = 4096;
 const OUT_BUF: usize = 64 * 1024;
 
@@ -144,6 +153,9 @@ struct Writer {
     timeline: TimelineBuffer,
     /// Bytes per page, for the resident size in `/proc/self/statm`.
     page_size: u64,
+    /// The backend's own statistics as last read (see
+    /// [`read_allocator_stats`]), written with every profile.
+    allocator_stats: Option<AllocatorReading>,
 }
 
 static WRITER: SpinLock<Writer> = SpinLock::new(Writer {
@@ -168,6 +180,7 @@ static WRITER: SpinLock<Writer> = SpinLock::new(Writer {
     last_write_ns: 0,
     timeline: TimelineBuffer::new(),
     page_size: 4096,
+    allocator_stats: None,
 });
 static STARTED: AtomicBool = AtomicBool::new(false);
 static FLUSHER_STOP: AtomicBool = AtomicBool::new(false);
@@ -209,8 +222,11 @@ fn start_process(w: &mut Writer) {
     (w.pid, w.ppid) = unsafe { (libc::getpid() as u32, libc::getppid() as u32) };
     w.finished = false;
     w.has_output = w.template_len > 0 && claim_output(w);
-    // A forked child starts its own timeline, at its own start-up.
+    // A forked child starts its own timeline, at its own start-up, and
+    // reads its allocator's figures afresh (never here: in a `fork` child
+    // the allocator's locks may still be held by its own atfork handlers).
     w.timeline.clear();
+    w.allocator_stats = None;
     if w.has_output {
         // The first point, so even a process that ends before the first
         // sample has a start and an end.
@@ -230,6 +246,39 @@ fn sample_timeline(w: &mut Writer) {
         live_bytes,
         rss_bytes,
     });
+}
+
+/// A reading of the backend's own statistics (jemalloc's `stats.*`,
+/// mimalloc's process info, glibc's `mallinfo2`): the monotonic time, the
+/// program's live bytes then, the figures.
+///
+/// The read takes the allocator's locks (jemalloc's `ctl` and arena
+/// mutexes, glibc's arena mutexes), so it is only made where no lock can
+/// be held against it: by the writer thread, and at a normal exit, each
+/// *before* taking `WRITER`, because a `fork` in another thread takes
+/// `WRITER` in the shim's atfork handler and jemalloc's locks in jemalloc's
+/// (in an order that depends on which was registered first). Never from
+/// `before_exit`, which `_exit` may reach from a signal handler that
+/// interrupted the allocator: the last reading is written there instead.
+/// It allocates nothing through the hooks: jemalloc's control interface
+/// uses jemalloc's internal metadata, the other two fill plain values.
+fn read_allocator_stats() -> Option<(u64, u64, AllocatorStats)> {
+    let backend = match backend() {
+        Choice::System => allocmux::Backend::System,
+        Choice::Jemalloc => allocmux::Backend::Jemalloc,
+        Choice::Mimalloc => allocmux::Backend::Mimalloc,
+        Choice::Unrecorded => return None,
+    };
+    let stats = AllocatorStats::read(backend)?;
+    Some((recorder::monotonic_ns(), recorder::live_bytes(), stats))
+}
+
+/// Keeps a reading from [`read_allocator_stats`] for the profiles to come.
+fn keep_allocator_stats(w: &mut Writer, reading: Option<(u64, u64, AllocatorStats)>) {
+    if let Some((mono_ns, live_bytes, stats)) = reading {
+        let t_ns = mono_ns.saturating_sub(w.clock_start.mono_ns);
+        w.allocator_stats = Some(AllocatorReading::new(t_ns, live_bytes, stats));
+    }
 }
 
 /// Creates this process's profile file without following symlinks or
@@ -321,11 +370,16 @@ fn write_profile(w: &mut Writer, state: State, exiting_thread: bool) {
         path,
         path_len,
         timeline,
+        allocator_stats,
         ..
     } = w;
     let mut out = SliceWriter { buf, len: 0 };
     if profile::write_magic(&mut out)
         .and_then(|_| profile::write_counters(&mut out, &header, &totals))
+        .and_then(|_| match allocator_stats {
+            Some(r) => profile::write_allocator_stats(&mut out, r),
+            None => Ok(()),
+        })
         .is_err()
     {
         return; // larger than the buffer: keep the previous complete file
@@ -435,8 +489,11 @@ pub fn finish() {
         return;
     }
     FLUSHER_STOP.store(true, Relaxed);
+    // Before taking `WRITER`: see `read_allocator_stats`.
+    let reading = read_allocator_stats();
     let mut w = WRITER.lock();
     if w.has_output {
+        keep_allocator_stats(&mut w, reading);
         write_profile(&mut w, State::Exited, true);
     } else if !w.finished {
         w.finished = true;
@@ -452,6 +509,8 @@ pub fn finish() {
 /// which shares the parent's memory (its pid is not the one recorded: vfork
 /// runs no atfork handler), and if the writer stays busy, as when `_exit`
 /// comes from a signal handler that interrupted a write on this thread.
+/// The allocator's statistics are the writer thread's last reading: `_exit`
+/// may come from a signal handler that interrupted the allocator.
 pub fn before_exit() {
     if backend() == Choice::Unrecorded || !STARTED.load(Relaxed) {
         return;
@@ -541,11 +600,21 @@ extern "C" fn flusher_main(_: *mut c_void) -> *mut c_void {
     let mut next_flush = start + FLUSH_INTERVAL_MS * 1_000_000;
     let mut next_sample = start + allocmux::timeline::BASE_INTERVAL_NS;
     let mut last_took = 0;
+    let mut next_stats = start;
     loop {
         sleep_until(next_flush.min(next_sample));
         if FLUSHER_STOP.load(Relaxed) {
             break;
         }
+        // Before taking `WRITER`: see `read_allocator_stats`.
+        let t0 = recorder::monotonic_ns();
+        let reading = if t0 >= next_flush && t0 >= next_stats {
+            let r = read_allocator_stats();
+            next_stats = t0 + recorder::monotonic_ns().saturating_sub(t0) * STATS_DUTY;
+            r
+        } else {
+            None
+        };
         let mut w = WRITER.lock();
         if w.finished {
             break;
@@ -559,6 +628,7 @@ extern "C" fn flusher_main(_: *mut c_void) -> *mut c_void {
             next_sample = now + w.timeline.interval_ns().max(cost * SAMPLE_DUTY);
         }
         if now >= next_flush {
+            keep_allocator_stats(&mut w, reading);
             write_profile(&mut w, State::Running, false);
             next_flush = recorder::monotonic_ns()
                 + (FLUSH_INTERVAL_MS * 1_000_000).max(w.last_write_ns * FLUSH_DUTY);

@@ -6,6 +6,7 @@ use std::io::{self, Write};
 use allocmux::profile::{ProcessProfile, State};
 use allocmux::recorder::sys::ChildExit;
 use allocmux::stats::{Func, SIZE_BUCKETS, Totals, bucket_floor};
+use allocmux::{AllocatorStats, Backend};
 use serde_json::{Value, json};
 
 /// One process's figures, with time converted to nanoseconds.
@@ -318,6 +319,18 @@ impl Report {
             .map(|&f| format!("{} {}", f.name(), Count(t.totals.calls_of(f))))
             .collect();
         writeln!(w, "\n  calls: {}", calls.join(", "))?;
+        let with_stats: Vec<&&ProcessFigures> = order
+            .iter()
+            .take(SHOWN)
+            .filter(|p| p.profile.allocator_stats.is_some())
+            .collect();
+        if !with_stats.is_empty() {
+            writeln!(w)?;
+        }
+        for p in with_stats {
+            let pid = (self.processes.len() > 1).then(|| (p.profile.pid, p.program()));
+            write_allocator_stats(w, &p.profile, pid)?;
+        }
         if t.totals.failed_calls > 0 {
             writeln!(
                 w,
@@ -343,6 +356,65 @@ impl Report {
         }
         Ok(())
     }
+}
+
+/// The allocator's own figures, one line, then what it holds per live byte
+/// of the program: `jemalloc: 12.0 MiB allocated, ...` and `heap overhead
+/// 1.67x: ...` (prefixed with the process for a report of several).
+fn write_allocator_stats(
+    w: &mut dyn Write,
+    p: &ProcessProfile,
+    pid: Option<(u32, String)>,
+) -> io::Result<()> {
+    let Some(r) = &p.allocator_stats else {
+        return Ok(());
+    };
+    let (prefix, indent) = match pid {
+        Some((pid, name)) => (format!("pid {pid} {name}: "), "    "),
+        None => (String::new(), ""),
+    };
+    writeln!(w, "  {prefix}{}", r.stats)?;
+    let at = Dur(r.t_ns);
+    match (r.stats.held_bytes(), r.overhead()) {
+        (Some(held), Some(x)) => {
+            let what = match r.stats {
+                AllocatorStats::Jemalloc(_) => "resident",
+                _ => "arena + mmapped",
+            };
+            writeln!(
+                w,
+                "  {indent}heap overhead {x:.2}x: the allocator holds {} ({what}) for {} live (at {at})",
+                Bytes(held),
+                Bytes(r.live_bytes)
+            )
+        }
+        (_, _) if r.stats.backend() == Backend::Mimalloc => writeln!(
+            w,
+            "  {indent}heap overhead: not measured (mimalloc commits what it reserves whole, untouched pages too; {} live at {at})",
+            Bytes(r.live_bytes)
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// The allocator's own figures for JSON, or null.
+fn allocator_stats_json(p: &ProcessProfile) -> Value {
+    let Some(r) = &p.allocator_stats else {
+        return Value::Null;
+    };
+    let figures: serde_json::Map<String, Value> = r
+        .stats
+        .fields()
+        .map(|(k, v)| (k.to_string(), json!(v)))
+        .collect();
+    json!({
+        "backend": r.stats.backend().name(),
+        "read_at_ns": r.t_ns,
+        "live_bytes": r.live_bytes,
+        "held_bytes": r.stats.held_bytes(),
+        "overhead": r.overhead(),
+        "figures": figures,
+    })
 }
 
 fn figures_json(t: &Totals) -> Value {
@@ -393,6 +465,7 @@ fn process_json(p: &ProcessFigures) -> Value {
     o.insert("max_rss_bytes".into(), json!(pr.max_rss_bytes));
     o.insert("threads".into(), json!(pr.threads));
     o.insert("time_sample_mean".into(), json!(pr.time_sample_mean));
+    o.insert("allocator_stats".into(), allocator_stats_json(pr));
     v
 }
 
@@ -527,6 +600,46 @@ mod tests {
             .collect();
         assert_eq!(pids, vec![(10, 5), (11, 7), (12, 0)]);
         assert_eq!(r.total().totals.calls_of(Func::Malloc), 12);
+    }
+
+    #[test]
+    fn allocator_statistics_line_and_json() {
+        let mut text =
+            String::from("allocmux-profile 1\nprocess\npid 7\nallocator jemalloc\nstate exited\n");
+        text += "allocator_stats 1500000000 12582912\nallocator_stat allocated 12582912\n\
+                 allocator_stat active 13736345\nallocator_stat resident 20971520\n\
+                 allocator_stat mapped 33554432\nallocator_stat retained 0\nend\n";
+        let p = allocmux::profile::parse(&text).unwrap().remove(0);
+        let r = Report::new(vec![p.clone()], None);
+        let mut out = Vec::new();
+        r.write_human(&mut out).unwrap();
+        let out = String::from_utf8(out).unwrap();
+        assert!(
+            out.contains(
+                "\n  jemalloc: 12.0 MiB allocated, 13.1 MiB active, 20.0 MiB resident, 32.0 MiB mapped, 0 B retained\n\
+                 \x20 heap overhead 1.67x: the allocator holds 20.0 MiB (resident) for 12.0 MiB live (at 1.50 s)\n"
+            ),
+            "{out}"
+        );
+        let j = &r.to_json()["processes"][0]["allocator_stats"];
+        assert_eq!(j["backend"], "jemalloc");
+        assert_eq!(j["figures"]["active"], 13736345);
+        assert_eq!(j["held_bytes"], 20971520);
+        assert_eq!(j["read_at_ns"], 1_500_000_000u64);
+        assert!((j["overhead"].as_f64().unwrap() - 20.0 / 12.0).abs() < 1e-9);
+        // Two processes: each line names its process; none without figures.
+        let mut q = p.clone();
+        q.pid = 8;
+        q.allocator_stats = None;
+        let mut out = Vec::new();
+        Report::new(vec![p, q], None).write_human(&mut out).unwrap();
+        let out = String::from_utf8(out).unwrap();
+        assert!(
+            out.contains("\n  pid 7 : jemalloc: 12.0 MiB allocated"),
+            "{out}"
+        );
+        assert!(out.contains("\n      heap overhead 1.67x"), "{out}");
+        assert!(!out.contains("pid 8 :"), "{out}");
     }
 
     #[test]

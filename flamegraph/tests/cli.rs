@@ -154,6 +154,66 @@ fn json_report_has_the_design_keys_and_exact_counts() {
     assert_eq!(bytes(&thousand) - bytes(&zero), 1000 * 1176);
 }
 
+/// The shim's allocator-statistics fixture, compiled once.
+fn allocstats_fixture() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| compile_shim_fixture("allocstats.c"))
+}
+
+/// `allocmux report` shows the backend's own figures and the heap's
+/// overhead, in words and in JSON, for a program holding 32 MiB.
+#[test]
+fn report_shows_the_allocators_own_statistics() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = allocstats_fixture().to_str().unwrap();
+    for (backend, line) in [
+        ("jemalloc", "  jemalloc: "),
+        ("system", "  glibc: "),
+        ("mimalloc", "  mimalloc: "),
+    ] {
+        let prof = dir.path().join(format!("{backend}.prof"));
+        let out = run(allocmux()
+            .args(["run", "-a", backend, "-o"])
+            .arg(&prof)
+            .args(["--", fixture, "exit"]));
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let human = text(&run(allocmux().arg("report").arg(&prof)).stdout);
+        let figures = human
+            .lines()
+            .find(|l| l.starts_with(line))
+            .unwrap_or_else(|| panic!("no `{line}` line under {backend}:\n{human}"));
+        let overhead = human
+            .lines()
+            .find(|l| l.starts_with("  heap overhead"))
+            .unwrap_or_else(|| panic!("no overhead line under {backend}:\n{human}"));
+        let json = json_of(&run(allocmux().args(["report", "--json"]).arg(&prof)));
+        let stats = &json["processes"][0]["allocator_stats"];
+        assert_eq!(stats["backend"], backend, "{stats}");
+        assert!(stats["live_bytes"].as_u64().unwrap() >= 32 << 20, "{stats}");
+        match backend {
+            "jemalloc" => {
+                for word in ["allocated", "active", "resident", "mapped", "retained"] {
+                    assert!(figures.contains(word), "{figures}");
+                    assert!(stats["figures"][word].is_u64(), "{stats}");
+                }
+                assert!(stats["figures"]["resident"].as_u64().unwrap() >= 32 << 20);
+            }
+            "system" => {
+                assert!(stats["figures"]["mmapped"].as_u64().unwrap() >= 32 << 20);
+            }
+            _ => {
+                assert!(stats["figures"]["committed"].as_u64().unwrap() >= 32 << 20);
+                assert!(overhead.contains("not measured"), "{overhead}");
+                assert!(stats["overhead"].is_null(), "{stats}");
+                continue;
+            }
+        }
+        let x = stats["overhead"].as_f64().unwrap();
+        assert!(x >= 0.99, "{stats}");
+        assert!(overhead.contains(&format!("{x:.2}x")), "{overhead}");
+    }
+}
+
 #[test]
 fn saved_profile_round_trips_through_report() {
     let dir = tempfile::tempdir().unwrap();

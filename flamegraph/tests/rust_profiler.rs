@@ -71,6 +71,13 @@ fn an_exact_profile_renders_with_the_programs_function_on_top() {
     assert_eq!(p.allocator, "system");
     assert_eq!(p.state, profile::State::Exited);
     assert_eq!(p.stacks.mode, StackMode::Exact);
+    // glibc's own figures, as the shim writes them for its backend.
+    let glibc = p
+        .allocator_stats
+        .as_ref()
+        .expect("the allocator's statistics");
+    assert_eq!(glibc.stats.backend(), allocmux::Backend::System);
+    assert!(glibc.live_bytes >= (BUFFERS * BUFFER_BYTES) as u64);
     assert!(p.totals.calls_of(allocmux::Func::Malloc) >= BUFFERS as u64);
 
     // By count, the heaviest stacks are `make_buffers`'s (one per thread

@@ -113,6 +113,44 @@
 //! $ allocmux export --format svg -o app.svg app.prof
 //! ```
 //!
+//! # The allocator's own statistics: `AllocatorStats`
+//!
+//! [`Stats`] says what the program asked for; [`AllocatorStats`] says what
+//! the allocator holds to serve it: jemalloc's allocated, active, resident,
+//! mapped and retained bytes (through tikv-jemalloc-ctl, after advancing
+//! jemalloc's `epoch` so they are fresh), mimalloc's process information
+//! (committed bytes, peak RSS, page faults), or glibc's `mallinfo2` (in use,
+//! free, arena, mmapped, releasable). Read them for a backend, or for the
+//! one a [`Switchable`] uses:
+//!
+//! ```no_run
+//! use allocmux::{AllocatorStats, Backend};
+//!
+//! #[global_allocator]
+//! static ALLOC: allocmux::Counting<allocmux::Switchable> =
+//!     allocmux::Counting::new(allocmux::Switchable::new());
+//!
+//! fn main() {
+//!     let cache: Vec<Vec<u8>> = (0..1000).map(|i| vec![0; 100 + i]).collect();
+//!     let live = ALLOC.snapshot().live_bytes as u64;
+//!     if let Some(stats) = ALLOC.inner().allocator_stats() {
+//!         // jemalloc: 612.0 KiB allocated, 680.0 KiB active, 2.9 MiB resident, ...
+//!         println!("{stats}");
+//!         if let Some(x) = stats.overhead(live) {
+//!             println!("{x:.2} bytes held per live byte");
+//!         }
+//!     }
+//!     // With `Counting<tikv_jemallocator::Jemalloc>`, name the backend:
+//!     if let Some(AllocatorStats::Jemalloc(j)) = AllocatorStats::read(Backend::Jemalloc) {
+//!         println!("{} bytes free in active pages", j.active - j.allocated);
+//!     }
+//!     # drop(cache);
+//! }
+//! ```
+//!
+//! A read takes a few microseconds and some of the allocator's locks: call
+//! it now and then, not per allocation.
+//!
 //! # How it counts
 //!
 //! Each thread counts on its own thread-local state with plain loads and
@@ -130,11 +168,13 @@
 //!
 //! The [`recorder`] module counts and times allocator calls per thread
 //! without allocating or taking locks on the hot path; [`profile`] reads and
-//! writes the profile format every allocmux tool shares; [`stats`] holds the
+//! writes the profile format every allocmux tool shares (including the
+//! allocator statistics, [`profile::AllocatorReading`]); [`stats`] holds the
 //! plain numbers; [`timeline`] keeps live and resident bytes over time.
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
+mod allocator_stats;
 mod counting;
 pub mod profile;
 mod profiler;
@@ -143,6 +183,7 @@ pub mod recorder;
 pub mod stats;
 pub mod timeline;
 
+pub use allocator_stats::{AllocatorStats, GlibcStats, JemallocStats, MimallocStats};
 pub use counting::{Stats, measure, snapshot};
 pub use profiler::{DEFAULT_FILE, DEFAULT_SAMPLE_BYTES, Profiler, ProfilerBuilder};
 pub use recorder::{Backend, Counting, Switchable};

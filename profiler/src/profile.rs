@@ -29,6 +29,11 @@
 //! exact_calls 2               calls always timed (large blocks, each thread's first calls) ...
 //! exact_ticks 900             ... and their durations in TSC ticks (each stands for itself)
 //! size_hist 7 10              request-size bucket (see `stats::SIZE_BUCKETS`) and count
+//! allocator_stats 1500000000 12582912
+//!                             the allocator's own statistics (optional): when they were read
+//!                             (ns since `clock_start`) and the program's live bytes then
+//! allocator_stat allocated 12582912   one of its figures, named as `AllocatorStats::fields`
+//! allocator_stat resident 20971520    names them for the process's `allocator` (see below)
 //! stacks sample 524288        stack recording: `sample MEAN_BYTES` or `exact 1` (absent: off)
 //! stacks_lost 0               allocations whose stack could not be recorded
 //! module 5581000 5592000 1000 1000 8e1f… /usr/bin/prog
@@ -60,11 +65,22 @@
 //! the points span the whole run. Profiles written before timelines existed
 //! have no `timeline`/`tl` lines and read back with an empty timeline.
 //!
+//! The `allocator_stat` names are those of [`crate::AllocatorStats`]'s
+//! fields for the section's `allocator`: `allocated active resident mapped
+//! retained` for jemalloc (its `stats.*` after an `epoch` advance),
+//! `committed peak_committed peak_rss page_faults` for mimalloc
+//! (`mi_process_info`), `in_use free arena mmapped releasable` for the
+//! system allocator (glibc's `mallinfo2`). The reading may be older than
+//! the section (the shim reuses its last one where reading is unsafe, as in
+//! `_exit`), hence its own time and live bytes.
+//!
 //! Readers ignore keys they do not know (later minor additions), refuse a
 //! higher version number, and reject a section that does not end with `end`.
 
 use core::fmt::{self, Write};
 
+use crate::AllocatorStats;
+use crate::recorder::Backend;
 use crate::stats::{Func, SIZE_BUCKETS, SiteCounts, Totals};
 use crate::timeline::{Timeline, TimelinePoint};
 
@@ -179,6 +195,47 @@ pub fn write_counters<W: Write>(w: &mut W, h: &Header<'_>, t: &Totals) -> fmt::R
 /// Closes a process section.
 pub fn write_end<W: Write>(w: &mut W) -> fmt::Result {
     w.write_str("end\n")
+}
+
+/// One reading of the allocator's own statistics, as a profile records it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct AllocatorReading {
+    /// When it was read, in ns since the process's `clock_start`.
+    pub t_ns: u64,
+    /// The program's live bytes at the reading (allocated minus freed), the
+    /// figure to compare the allocator's with.
+    pub live_bytes: u64,
+    /// The figures.
+    pub stats: AllocatorStats,
+}
+
+impl AllocatorReading {
+    /// A reading taken `t_ns` after start-up while the program had
+    /// `live_bytes` live.
+    pub fn new(t_ns: u64, live_bytes: u64, stats: AllocatorStats) -> Self {
+        AllocatorReading {
+            t_ns,
+            live_bytes,
+            stats,
+        }
+    }
+
+    /// What the allocator held per live byte of the program then (see
+    /// [`AllocatorStats::overhead`]).
+    pub fn overhead(&self) -> Option<f64> {
+        self.stats.overhead(self.live_bytes)
+    }
+}
+
+/// Writes the allocator's statistics: the `allocator_stats` line, then one
+/// `allocator_stat` line per figure. Goes after [`write_counters`].
+pub fn write_allocator_stats<W: Write>(w: &mut W, r: &AllocatorReading) -> fmt::Result {
+    writeln!(w, "allocator_stats {} {}", r.t_ns, r.live_bytes)?;
+    for (name, v) in r.stats.fields() {
+        writeln!(w, "allocator_stat {name} {v}")?;
+    }
+    Ok(())
 }
 
 /// Writes the stack-recording mode line and the count of lost stacks.
@@ -486,6 +543,8 @@ pub struct ProcessProfile {
     /// Live and resident bytes over time (empty in profiles written before
     /// timelines existed).
     pub timeline: Timeline,
+    /// The allocator's own statistics, if they were read.
+    pub allocator_stats: Option<AllocatorReading>,
 }
 
 impl ProcessProfile {
@@ -541,6 +600,9 @@ impl ProcessProfile {
             time_sample_mean: self.time_sample_mean,
         };
         write_counters(w, &h, &self.totals)?;
+        if let Some(r) = &self.allocator_stats {
+            write_allocator_stats(w, r)?;
+        }
         write_timeline(w, self.timeline.interval_ns, &self.timeline.points)?;
         let st = &self.stacks;
         write_stack_mode(w, st.mode, st.lost)?;
@@ -628,6 +690,10 @@ pub fn parse(text: &str) -> Result<Vec<ProcessProfile>, ParseError> {
     }
     let mut procs = Vec::new();
     let mut cur: Option<ProcessProfile> = None;
+    // The open section's `allocator_stats` line and `allocator_stat` figures,
+    // made into an `AllocatorReading` at its `end` (when its `allocator` is known).
+    let mut reading: Option<(u64, u64)> = None;
+    let mut reading_fields: Vec<(String, u64)> = Vec::new();
     for (n, line) in lines {
         let line = line.trim_end();
         if line.is_empty() {
@@ -637,6 +703,8 @@ pub fn parse(text: &str) -> Result<Vec<ProcessProfile>, ParseError> {
         let Some(p) = cur.as_mut() else {
             if key == "process" {
                 cur = Some(empty_process());
+                reading = None;
+                reading_fields.clear();
                 continue;
             }
             return Err(err(n, format!("expected `process`, found {key:?}")));
@@ -666,13 +734,39 @@ pub fn parse(text: &str) -> Result<Vec<ProcessProfile>, ParseError> {
         let t = &mut p.totals;
         match key {
             "end" => {
-                let mut done = cur.take().expect("section is open");
-                if done.timeline.points.is_empty() {
+                let mut p = cur.take().expect("section is open");
+                if p.timeline.points.is_empty() {
                     // A `timeline` line without points is no timeline (the
                     // writer writes none): read it as such.
-                    done.timeline = Timeline::default();
+                    p.timeline = Timeline::default();
                 }
-                procs.push(done)
+                p.allocator_stats = reading.zip(Backend::from_name(p.allocator.as_bytes())).map(
+                    |((t_ns, live_bytes), backend)| AllocatorReading {
+                        t_ns,
+                        live_bytes,
+                        stats: AllocatorStats::from_fields(
+                            backend,
+                            reading_fields.iter().map(|(k, v)| (k.as_str(), *v)),
+                        ),
+                    },
+                );
+                procs.push(p);
+            }
+            "allocator_stats" => {
+                let r = pair(rest)?;
+                reading = Some((r.tsc, r.mono_ns));
+            }
+            "allocator_stat" => {
+                if reading.is_none() {
+                    return Err(err(
+                        n,
+                        "`allocator_stat` comes before its `allocator_stats` line".into(),
+                    ));
+                }
+                let (name, v) = rest
+                    .split_once(' ')
+                    .ok_or_else(|| err(n, "`allocator_stat` needs a name and a number".into()))?;
+                reading_fields.push((name.to_string(), num(v)?));
             }
             "process" => return Err(err(n, "a process section is missing its `end` line".into())),
             "pid" => p.pid = pid(rest)?,
@@ -858,6 +952,7 @@ fn empty_process() -> ProcessProfile {
         totals: Totals::default(),
         stacks: Stacks::default(),
         timeline: Timeline::default(),
+        allocator_stats: None,
     }
 }
 
@@ -901,6 +996,7 @@ mod tests {
             totals: t,
             stacks: Stacks::default(),
             timeline: Timeline::default(),
+            allocator_stats: None,
         }
     }
 
@@ -1056,6 +1152,110 @@ mod tests {
                 "{lines:?}: the error names the line: {e}"
             );
         }
+    }
+
+    #[test]
+    fn allocator_stats_round_trip() {
+        use crate::{GlibcStats, JemallocStats, MimallocStats};
+        let readings = [
+            (
+                "jemalloc",
+                AllocatorStats::Jemalloc(JemallocStats {
+                    allocated: 12 << 20,
+                    active: 13 << 20,
+                    resident: 20 << 20,
+                    mapped: 32 << 20,
+                    retained: 7,
+                }),
+            ),
+            (
+                "mimalloc",
+                AllocatorStats::Mimalloc(MimallocStats {
+                    committed: 5 << 20,
+                    peak_committed: 6 << 20,
+                    peak_rss: 9 << 20,
+                    page_faults: 3,
+                }),
+            ),
+            (
+                "system",
+                AllocatorStats::System(GlibcStats {
+                    in_use: 1,
+                    free: 2,
+                    arena: 3,
+                    mmapped: 4,
+                    releasable: 5,
+                }),
+            ),
+        ];
+        let procs: Vec<_> = readings
+            .iter()
+            .map(|&(name, stats)| {
+                let mut p = with_timeline();
+                p.allocator = name.into();
+                p.allocator_stats = Some(AllocatorReading::new(900_000, 10 << 20, stats));
+                p
+            })
+            .collect();
+        let text = to_string(&procs);
+        assert!(
+            text.contains(
+                "size_hist 7 10\nallocator_stats 900000 10485760\nallocator_stat allocated 12582912\n\
+                 allocator_stat active 13631488\nallocator_stat resident 20971520\n\
+                 allocator_stat mapped 33554432\nallocator_stat retained 7\ntimeline "
+            ),
+            "{text}"
+        );
+        assert!(text.contains("allocator_stat page_faults 3\n"));
+        assert!(text.contains("allocator_stat releasable 5\n"));
+        let back = parse(&text).unwrap();
+        assert_eq!(back, procs);
+        assert_eq!(back[0].allocator_stats.unwrap().overhead(), Some(2.0));
+        // Without the lines: none, as in profiles written before them.
+        assert_eq!(
+            parse(&to_string(&[sample()])).unwrap()[0].allocator_stats,
+            None
+        );
+    }
+
+    /// A later version's figure is skipped; a figure without its
+    /// `allocator_stats` line, or without a number, is an error.
+    #[test]
+    fn allocator_stat_lines_are_checked() {
+        let base = "allocmux-profile 1\nprocess\nallocator jemalloc\n";
+        let text = format!(
+            "{base}allocator_stats 5 100\nallocator_stat active 300\nallocator_stat dirty 9\nend\n"
+        );
+        let r = parse(&text).unwrap()[0].allocator_stats.unwrap();
+        assert_eq!(
+            (r.t_ns, r.live_bytes, r.stats.held_bytes()),
+            (5, 100, Some(0))
+        );
+        assert_eq!(r.stats.fields().nth(1), Some(("active", 300)));
+        let cases = [
+            (
+                "allocator_stat active 3",
+                "comes before its `allocator_stats`",
+            ),
+            ("allocator_stats 5", "needs two numbers"),
+            (
+                "allocator_stats 5 100\nallocator_stat active",
+                "a name and a number",
+            ),
+            (
+                "allocator_stats 5 100\nallocator_stat active x",
+                "needs a number",
+            ),
+        ];
+        for (lines, want) in cases {
+            let e = parse(&format!("{base}{lines}\nend\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(want), "{lines:?}: {e}");
+        }
+        // An allocator this version does not know: the figures are skipped.
+        let text = "allocmux-profile 1\nprocess\nallocator tcmalloc\nallocator_stats 1 2\nallocator_stat x 3\nend\n";
+        assert_eq!(parse(text).unwrap()[0].allocator_stats, None);
     }
 
     #[test]

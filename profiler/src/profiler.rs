@@ -13,8 +13,9 @@ use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 
-use crate::profile::{self, Header, StackMode, State};
+use crate::profile::{self, AllocatorReading, Header, StackMode, State};
 use crate::recorder::{self, stacks};
+use crate::{AllocatorStats, Backend};
 
 /// Mean bytes between sampled allocations when neither the builder nor
 /// `ALLOCMUX_SAMPLE_BYTES` says: jemalloc's `lg_prof_sample` default, as
@@ -303,6 +304,16 @@ fn profile_text(state: State) -> String {
         max_rss_bytes: recorder::sys::max_rss_bytes(),
         time_sample_mean: recorder::time_sample_mean(),
     };
+    // The allocator's own figures, when it is one allocmux knows.
+    let allocator = Backend::from_name(header.allocator.as_bytes())
+        .and_then(AllocatorStats::read)
+        .map(|stats| {
+            let t_ns = header
+                .clock_end
+                .mono_ns
+                .saturating_sub(header.clock_start.mono_ns);
+            AllocatorReading::new(t_ns, totals.live_bytes(), stats)
+        });
     let mut snapshot = stacks::Snapshot::new();
     // Copying the table holds the stack lock while it allocates: as the
     // recorder's own work, those allocations do not ask for the lock again.
@@ -311,6 +322,10 @@ fn profile_text(state: State) -> String {
     // Writing into a String cannot fail.
     let _ = profile::write_magic(&mut text)
         .and_then(|()| profile::write_counters(&mut text, &header, &totals))
+        .and_then(|()| match &allocator {
+            Some(r) => profile::write_allocator_stats(&mut text, r),
+            None => Ok(()),
+        })
         .and_then(|()| snapshot.write(&mut text))
         .and_then(|()| profile::write_end(&mut text));
     text

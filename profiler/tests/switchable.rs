@@ -53,6 +53,12 @@ fn child_reports_its_backend() {
     let in_mimalloc = unsafe { mi_is_in_heap_region(p.cast()) };
     assert_eq!(in_jemalloc, expected == "jemalloc", "jemalloc's count");
     assert_eq!(in_mimalloc, expected == "mimalloc", "mimalloc's heap");
+    // The statistics are those of the backend in use, and see the block.
+    let stats = ALLOC.inner().allocator_stats().expect("statistics");
+    assert_eq!(stats.backend(), ALLOC.inner().backend());
+    if let Some(allocated) = stats.allocated_bytes() {
+        assert!(allocated >= 10_000, "{stats}");
+    }
     if expected == "system" {
         // SAFETY: a live block of glibc's (neither other allocator's).
         assert!(unsafe { libc::malloc_usable_size(p as *mut _) } >= 10_000);

@@ -19,8 +19,10 @@
 //!
 //! [`Counting`] (the Rust `#[global_allocator]` wrapper) runs on the same
 //! machinery from a `thread_local!` state; [`Switchable`] is the allocator
-//! chosen at start-up.
+//! chosen at start-up. The allocators' own statistics
+//! ([`AllocatorStats`](crate::AllocatorStats)) are read here too.
 
+mod allocator_stats;
 mod clock;
 mod counters;
 mod lock;
@@ -31,6 +33,7 @@ mod thread;
 pub mod unwind;
 mod wrapper;
 
+pub(crate) use allocator_stats::{read_glibc_stats, read_jemalloc_stats, read_mimalloc_stats};
 pub use clock::{ClockPair, Tsc, clock_ns, monotonic_ns};
 pub use counters::Counters;
 pub use lock::SpinLock;

@@ -99,6 +99,15 @@ impl Switchable {
             _ => Backend::System,
         }
     }
+
+    /// The statistics of the backend in use ([`AllocatorStats::read`]
+    /// for [`Switchable::backend`]): with `Counting<Switchable>`,
+    /// `ALLOC.inner().allocator_stats()`.
+    ///
+    /// [`AllocatorStats::read`]: crate::AllocatorStats::read
+    pub fn allocator_stats(&self) -> Option<crate::AllocatorStats> {
+        crate::AllocatorStats::read(self.backend())
+    }
 }
 
 #[inline(always)]

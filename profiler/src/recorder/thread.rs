@@ -992,7 +992,9 @@ mod tests {
             type Out = ();
             const FUNC: Func = Func::Malloc;
             unsafe fn run<S: Scope>(self, s: &S) {
-                s.time(16, || std::thread::sleep(std::time::Duration::from_millis(2)));
+                s.time(16, || {
+                    std::thread::sleep(std::time::Duration::from_millis(2))
+                });
             }
         }
         let t = ThreadState::new();

@@ -97,6 +97,8 @@ const KEYS: &[&str] = &[
     "stack",
     "timeline",
     "tl",
+    "allocator_stats",
+    "allocator_stat",
     "unknown_key",
 ];
 
