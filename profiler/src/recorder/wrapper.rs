@@ -99,12 +99,25 @@ pub(crate) fn with_stack_thread<R>(f: impl FnOnce(&StackThread) -> R) -> R {
 #[inline(always)]
 unsafe fn record<B: StackBody>(t: &ThreadState, body: B) -> B::Out {
     if stacks::is_on() {
-        // SAFETY: forwarded; the stack state is this thread's own.
-        with_stack_thread(|st| unsafe { enter_stacks(t, st, body) })
+        // SAFETY: forwarded from the caller.
+        unsafe { record_with_stack(t, body) }
     } else {
         // SAFETY: forwarded from the caller.
         unsafe { enter(t, body) }
     }
+}
+
+/// [`record`] while a profiler is on, out of line, so the stack
+/// recorder's code does not grow every `alloc` and `dealloc` of programs
+/// that never start a profiler.
+///
+/// # Safety
+/// As for [`record`].
+#[cold]
+#[inline(never)]
+unsafe fn record_with_stack<B: StackBody>(t: &ThreadState, body: B) -> B::Out {
+    // SAFETY: forwarded; the stack state is this thread's own.
+    with_stack_thread(|st| unsafe { enter_stacks(t, st, body) })
 }
 
 /// A [`GlobalAlloc`] that counts what passes through it to the allocator
