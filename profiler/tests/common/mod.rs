@@ -195,3 +195,44 @@ pub fn threads_each_allocate(threads: usize, per_thread: u64, size: usize) -> St
     }
     sum
 }
+
+/// The scenarios every `Counting<_>` test binary runs, as `#[test]`
+/// functions of the binary that invokes it (each binary has its own
+/// global allocator, so each needs its own copies).
+#[allow(unused_macros)] // not every test binary runs them
+macro_rules! scenarios {
+    () => {
+        #[test]
+        fn known_sequence_is_counted_exactly() {
+            common::known_sequence();
+        }
+
+        #[test]
+        fn measure_is_exact_for_a_closure() {
+            common::measure_is_exact_for_a_closure();
+        }
+
+        #[test]
+        fn measure_ignores_other_threads_and_nests() {
+            common::measure_ignores_other_threads();
+        }
+
+        #[test]
+        fn reallocs_are_counted_in_place_or_moved() {
+            common::reallocs_in_place_and_moved();
+        }
+
+        #[test]
+        fn peak_sees_a_single_large_block() {
+            common::peak_sees_a_single_large_block();
+        }
+
+        #[test]
+        fn four_threads_count_exactly() {
+            let sum = common::threads_each_allocate(4, 20_000, 40);
+            assert_eq!(sum.allocs, 80_000);
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use scenarios;
