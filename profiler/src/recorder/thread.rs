@@ -42,6 +42,7 @@ const BUSY: u8 = 1; // registering or retiring: re-entrant calls go to the share
 const ACTIVE: u8 = 2; // registered, counting on its own counters
 const RETIRED: u8 = 3; // its thread-exit hook has run
 const UNTRACKED: u8 = 4; // could not register (no pthread key): shared counters
+const IGNORED: u8 = 5; // a thread of allocmux's own: its calls are not the program's
 
 /// What one thread records. All-zero is a valid, fresh state, so the shim can
 /// place it in zero-initialised TLS (`.tbss`).
@@ -157,6 +158,16 @@ impl ThreadState {
             self.high_water.set(max);
         }
         self.headroom.set(max - live);
+    }
+
+    /// Makes this thread's calls unrecorded, for a thread of allocmux's
+    /// own (the shim's writer): the calls glibc makes on its behalf (the
+    /// frees at its exit) are not the program's. Call before the thread's
+    /// first allocator call; owner only.
+    pub fn ignore(&self) {
+        if self.status.get() == FRESH {
+            self.status.set(IGNORED);
+        }
     }
 
     /// Whether calls of this thread are counted on its own counters (it
@@ -573,6 +584,21 @@ impl Scope for Exact<'_> {
     delegate_recording_to_owned!();
 }
 
+/// Records nothing: for the calls of allocmux's own threads.
+#[derive(Clone, Copy)]
+struct Unrecorded;
+
+impl Scope for Unrecorded {
+    fn time<R>(&self, _size: usize, op: impl FnOnce() -> R) -> R {
+        op()
+    }
+    fn alloc(&self, _f: Func, _requested: usize) {}
+    fn allocated(&self, _usable: usize) {}
+    fn freed(&self, _usable: usize) {}
+    fn call(&self, _f: Func) {}
+    fn fail(&self, _f: Func) {}
+}
+
 impl Scope for Shared {
     fn time<R>(&self, _size: usize, op: impl FnOnce() -> R) -> R {
         op()
@@ -662,6 +688,11 @@ unsafe extern "C" fn slow<B: Body>(t: &ThreadState, body: B) -> B::Out {
         FRESH if B::FUNC.allocates() && register(t, body.external_counters()) => {
             // SAFETY: forwarded; status is ACTIVE now, so this recursion ends.
             unsafe { slow(t, body) }
+        }
+        IGNORED => {
+            t.countdown[f].store(0, Relaxed);
+            // SAFETY: forwarded from the caller of `enter`.
+            unsafe { body.run(&Unrecorded) }
         }
         _ => {
             // Registering (a re-entrant call), retired or untracked: the
