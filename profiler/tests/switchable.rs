@@ -6,6 +6,8 @@
 
 use std::process::Command;
 
+mod common;
+
 use allocmux::{Backend, Counting, Switchable};
 
 unsafe extern "C" {
@@ -20,35 +22,17 @@ static ALLOC: Counting<Switchable> = Counting::new(Switchable::new());
 /// Tells the child which backend it must find.
 const EXPECT: &str = "ALLOCMUX_TEST_EXPECT_BACKEND";
 
-/// jemalloc's count of the bytes this thread allocated through it.
-fn jemalloc_thread_allocated() -> u64 {
-    let mut v = 0u64;
-    let mut len = size_of::<u64>();
-    // SAFETY: a read-only control with a u64 out-parameter of that size.
-    let rc = unsafe {
-        tikv_jemalloc_sys::mallctl(
-            c"thread.allocated".as_ptr(),
-            (&mut v as *mut u64).cast(),
-            &mut len,
-            std::ptr::null_mut(),
-            0,
-        )
-    };
-    assert_eq!(rc, 0);
-    v
-}
-
 #[test]
 fn child_reports_its_backend() {
     let Ok(expected) = std::env::var(EXPECT) else {
         return; // run by the parent test only
     };
     assert_eq!(ALLOC.inner().backend().name(), expected);
-    let je_before = jemalloc_thread_allocated();
+    let je_before = common::jemalloc_thread_allocated();
     let (block, s) = allocmux::measure(|| std::hint::black_box(vec![7u8; 10_000]));
     assert_eq!((s.allocs, s.bytes_allocated), (1, 10_000), "{s}");
     let p = block.as_ptr();
-    let in_jemalloc = jemalloc_thread_allocated() - je_before >= 10_000;
+    let in_jemalloc = common::jemalloc_thread_allocated() - je_before >= 10_000;
     // SAFETY: mimalloc answers for any address.
     let in_mimalloc = unsafe { mi_is_in_heap_region(p.cast()) };
     assert_eq!(in_jemalloc, expected == "jemalloc", "jemalloc's count");

@@ -236,3 +236,21 @@ macro_rules! scenarios {
 }
 #[allow(unused_imports)]
 pub(crate) use scenarios;
+
+/// jemalloc's own count of the bytes this thread allocated through it.
+pub fn jemalloc_thread_allocated() -> u64 {
+    let mut v = 0u64;
+    let mut len = size_of::<u64>();
+    // SAFETY: a read-only control with a u64 out-parameter of that size.
+    let rc = unsafe {
+        tikv_jemalloc_sys::mallctl(
+            c"thread.allocated".as_ptr(),
+            (&mut v as *mut u64).cast(),
+            &mut len,
+            std::ptr::null_mut(),
+            0,
+        )
+    };
+    assert_eq!(rc, 0);
+    v
+}
