@@ -172,20 +172,22 @@ fn block_size(t: u64, k: u64) -> u64 {
     16 + mix((t << 40) ^ k) % 2033
 }
 
-fn threads(backend: &str, per_thread: u64) -> ProcessProfile {
-    let exe = compile_c("threads.c");
-    let args = [THREADS.to_string(), per_thread.to_string()];
-    let reference = run_reference(Command::new(&exe).args(&args), None);
+/// Runs the fixture `name` with `args` without the shim and under it with
+/// `backend`: both succeed and print the same, and the run under the shim
+/// leaves one complete profile, which is returned.
+fn run_as_without_shim(name: &str, args: &[String], backend: &str) -> ProcessProfile {
+    let exe = compile_c(name);
+    let reference = run_reference(Command::new(&exe).args(args), None);
     assert!(
         reference.status.success(),
-        "threads {args:?} fails without the shim: {}\n{}",
+        "{name} {args:?} fails without the shim: {}\n{}",
         reference.status,
         text(&reference.stdout)
     );
-    let (out, profiles) = run_under(backend, Command::new(&exe).args(&args), &[]);
+    let (out, profiles) = run_under(backend, Command::new(&exe).args(args), &[]);
     assert!(
         out.status.success(),
-        "threads {args:?} under {backend} failed ({}):\nstdout:\n{}\nstderr:\n{}",
+        "{name} {args:?} under {backend} failed ({}):\nstdout:\n{}\nstderr:\n{}",
         out.status,
         text(&out.stdout),
         text(&out.stderr)
@@ -193,21 +195,31 @@ fn threads(backend: &str, per_thread: u64) -> ProcessProfile {
     assert_eq!(
         text(&out.stdout),
         text(&reference.stdout),
-        "threads {args:?}: stdout under {backend} differs from the run without the shim"
+        "{name} {args:?}: stdout under {backend} differs from the run without the shim"
     );
     assert_eq!(
         profiles.len(),
         1,
-        "threads {args:?} under {backend}: {:#?}",
+        "{name} {args:?} under {backend}: {:#?}",
         profiles.iter().map(summary).collect::<Vec<_>>()
     );
     let p = profiles.into_iter().next().unwrap();
     assert_eq!(
         p.state,
         State::Exited,
-        "threads {args:?} under {backend}: {}",
+        "{name} {args:?} under {backend}: {}",
         summary(&p)
     );
+    p
+}
+
+fn threads(backend: &str, per_thread: u64) -> ProcessProfile {
+    let p = run_as_without_shim(
+        "threads.c",
+        &[THREADS.to_string(), per_thread.to_string()],
+        backend,
+    );
+    let args = [THREADS, per_thread];
     assert_eq!(p.allocator, backend);
     assert!(
         p.threads > THREADS,
@@ -281,28 +293,9 @@ per_backend!(
 /// it prints without the shim, and every call of its own is counted.
 #[test]
 fn threads_that_never_allocate_or_only_free() {
-    let exe = compile_c("thread_exits.c");
     let (n, k) = (200u64, 50u64);
-    let args = [n.to_string(), k.to_string()];
-    let reference = run_reference(Command::new(&exe).args(&args), None);
-    assert!(reference.status.success(), "{}", text(&reference.stdout));
     for backend in BACKENDS {
-        let (out, profiles) = run_under(backend, Command::new(&exe).args(&args), &[]);
-        assert!(
-            out.status.success(),
-            "thread_exits under {backend} failed ({}): {}{}",
-            out.status,
-            text(&out.stdout),
-            text(&out.stderr)
-        );
-        assert_eq!(
-            text(&out.stdout),
-            text(&reference.stdout),
-            "under {backend}"
-        );
-        assert_eq!(profiles.len(), 1, "under {backend}");
-        let p = &profiles[0];
-        assert_eq!(p.state, State::Exited, "under {backend}: {}", summary(p));
+        let p = &run_as_without_shim("thread_exits.c", &[n.to_string(), k.to_string()], backend);
         let (mallocs, frees) = (
             p.totals.calls_of(Func::Malloc),
             p.totals.calls_of(Func::Free),
