@@ -403,6 +403,12 @@ fn geometric_gap(rng: &mut u64, mean: u32, ln_q: f64) -> u32 {
 /// whichever scope [`enter`] picks; with the fast scope every method inlines
 /// to a few loads and stores on the thread's own state.
 pub trait Scope: Copy {
+    /// Whether block sizes must be reported even by bodies of an allocator
+    /// that counts bytes per thread itself (see [`Body::external_counters`]):
+    /// true for the shared counters, which take the calls of threads whose
+    /// allocator counters are not read (before registering, after the exit
+    /// hook), so without sizes those calls' bytes would be lost.
+    const NEEDS_SIZES: bool = false;
     /// Runs the allocator's own work on a block of `size` bytes, timing it
     /// if this call was sampled or its size is always timed.
     fn time<R>(&self, size: usize, op: impl FnOnce() -> R) -> R;
@@ -600,6 +606,7 @@ impl Scope for Unrecorded {
 }
 
 impl Scope for Shared {
+    const NEEDS_SIZES: bool = true;
     fn time<R>(&self, _size: usize, op: impl FnOnce() -> R) -> R {
         op()
     }
