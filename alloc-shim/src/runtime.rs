@@ -392,16 +392,25 @@ fn write_profile(w: &mut Writer, state: State, exiting_thread: bool) {
     let Some(fd) = create_temporary(&path[..*path_len], tmp) else {
         return;
     };
+    let file = Temporary {
+        fd,
+        id: fd_identity(fd),
+    };
     // The timeline goes between the counters and the stacks, staged
     // through `buf` once the counters are out: up to ~80 KiB of points
     // need no buffer of their own.
-    let ok = write_all(fd, &buf[..len])
-        && write_timeline(fd, buf, timeline)
-        && write_all(fd, tail.as_bytes());
-    // SAFETY: fd is ours; tmp and path are NUL-terminated.
+    let ok = file.write(&buf[..len])
+        && write_timeline(&file, buf, timeline)
+        && file.write(tail.as_bytes());
+    // A descriptor the program replaced meanwhile (closed and reopened,
+    // or `dup2`'d over) is the program's: neither written nor closed.
+    let ours = file.is_ours();
+    // SAFETY: fd is ours (checked); tmp and path are NUL-terminated.
     unsafe {
-        libc::close(fd);
-        if ok {
+        if ours {
+            libc::close(fd);
+        }
+        if ok && ours {
             libc::rename(tmp.as_ptr().cast(), path.as_ptr().cast());
         } else {
             libc::unlink(tmp.as_ptr().cast());
@@ -413,22 +422,43 @@ fn write_profile(w: &mut Writer, state: State, exiting_thread: bool) {
     }
 }
 
-/// Writes the timeline's lines to `fd`, staged through `buf`.
-fn write_timeline(fd: c_int, buf: &mut [u8], t: &TimelineBuffer) -> bool {
-    let mut out = FdWriter { fd, buf, len: 0 };
+/// The temporary file of a write under way, with the identity (device and
+/// inode) it had when created. A program may close every descriptor it
+/// does not know (daemons, `closefrom`) or `dup2` one of its own over any
+/// number, from another thread while the writer writes: each write first
+/// checks that the descriptor is still the file the shim created, so the
+/// shim never writes into (nor closes) a file of the program's. What is
+/// left is the window between that check and the write.
+struct Temporary {
+    fd: c_int,
+    id: Option<(u64, u64)>,
+}
+
+impl Temporary {
+    fn is_ours(&self) -> bool {
+        self.id.is_some() && fd_identity(self.fd) == self.id
+    }
+    fn write(&self, bytes: &[u8]) -> bool {
+        self.is_ours() && write_all(self.fd, bytes)
+    }
+}
+
+/// Writes the timeline's lines to `file`, staged through `buf`.
+fn write_timeline(file: &Temporary, buf: &mut [u8], t: &TimelineBuffer) -> bool {
+    let mut out = FdWriter { file, buf, len: 0 };
     profile::write_timeline(&mut out, t.interval_ns(), t.points()).is_ok() && out.flush()
 }
 
-/// `fmt::Write` to a file descriptor through a fixed buffer.
+/// `fmt::Write` to the temporary file through a fixed buffer.
 struct FdWriter<'a> {
-    fd: c_int,
+    file: &'a Temporary,
     buf: &'a mut [u8],
     len: usize,
 }
 
 impl FdWriter<'_> {
     fn flush(&mut self) -> bool {
-        let ok = write_all(self.fd, &self.buf[..self.len]);
+        let ok = self.file.write(&self.buf[..self.len]);
         self.len = 0;
         ok
     }
@@ -440,7 +470,9 @@ impl core::fmt::Write for FdWriter<'_> {
             return Err(core::fmt::Error);
         }
         if s.len() > self.buf.len() {
-            return write_all(self.fd, s.as_bytes())
+            return self
+                .file
+                .write(s.as_bytes())
                 .then_some(())
                 .ok_or(core::fmt::Error);
         }
