@@ -561,6 +561,44 @@ pub fn before_exit() {
     }
 }
 
+/// From the `exec` hooks, before the system call: the exit profile of the
+/// image about to be replaced (an `exec` runs no exit handler, and the new
+/// image starts its own profile, so without this the old one would keep
+/// only its last periodic flush). Returns whether it was written, for
+/// [`after_failed_exec`]. Skipped, as in [`before_exit`], in a `vfork`
+/// child and when the writer stays busy; the allocator's statistics are
+/// the last reading (`exec` is async-signal-safe and may come from a
+/// signal handler).
+pub fn before_exec() -> bool {
+    if backend() == Choice::Unrecorded || !STARTED.load(Relaxed) {
+        return false;
+    }
+    for _ in 0..1000 {
+        if let Some(mut w) = WRITER.try_lock() {
+            // SAFETY: getpid has no preconditions.
+            if w.pid != unsafe { libc::getpid() } as u32 || w.finished || !w.has_output {
+                return false;
+            }
+            write_profile(&mut w, State::Exited, true);
+            return w.finished;
+        }
+        // SAFETY: sched_yield has no preconditions.
+        unsafe { libc::sched_yield() };
+    }
+    false
+}
+
+/// The `exec` failed and this image goes on: the profile is a running
+/// one again, and the writer thread (which waits while it is finished)
+/// goes on rewriting it.
+pub fn after_failed_exec(written: bool) {
+    if written {
+        let mut w = WRITER.lock();
+        w.finished = false;
+        write_profile(&mut w, State::Running, false);
+    }
+}
+
 fn summary_line(w: &mut Writer) {
     let t = recorder::snapshot(Some(&tls::current().state));
     let now = ClockPair::now();
@@ -653,7 +691,11 @@ extern "C" fn flusher_main(_: *mut c_void) -> *mut c_void {
         };
         let mut w = WRITER.lock();
         if w.finished {
-            break;
+            // The exit profile, or an `exec`'s, which comes back to a
+            // running one if the `exec` fails: wait for that or the stop.
+            next_flush = recorder::monotonic_ns() + FLUSH_INTERVAL_MS * 1_000_000;
+            next_sample = next_flush;
+            continue;
         }
         let now = recorder::monotonic_ns();
         if now >= next_sample {
