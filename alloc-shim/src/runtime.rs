@@ -516,23 +516,70 @@ fn create_temporary(path: &[u8], tmp: &mut [u8; PATH_MAX]) -> Option<c_int> {
 
 /// At exit (`.fini_array`, after the program's `atexit` handlers): the
 /// final profile, or the one-line summary on stderr when no output is set.
+///
+/// The libraries initialised before the shim (the program's own shared
+/// libraries among them) run their destructors after this, and may still
+/// allocate and free. So the profile is written here, in case one of
+/// them crashes, and once more from an exit handler registered now: glibc
+/// runs a handler registered while the exit handlers run (`_dl_fini`, which
+/// calls every `.fini_array`, is one) after the one that registered it, so
+/// that write comes after every library's destructors. The summary line
+/// waits for it.
 pub fn finish() {
     if backend() == Choice::Unrecorded || !STARTED.load(Relaxed) {
         return;
     }
     FLUSHER_STOP.store(true, Relaxed);
+    let last_word = !LAST_WORD.swap(true, Relaxed)
+        // SAFETY: a plain function of this library that never unwinds; no
+        // DSO handle, so no `dlclose` runs it early. Registering may
+        // allocate (a new block of handlers) through the hooks: not under
+        // any lock of the shim's.
+        && unsafe { __cxa_atexit(last_word, core::ptr::null_mut(), core::ptr::null_mut()) } == 0;
     // Before taking `WRITER`: see `read_allocator_stats`.
     let reading = read_allocator_stats();
     let mut w = WRITER.lock();
     if w.has_output {
         keep_allocator_stats(&mut w, reading);
         write_profile(&mut w, State::Exited, true);
-    } else if !w.finished {
-        w.finished = true;
-        let same_stderr = w.stderr_id.is_some() && fd_identity(2) == w.stderr_id;
-        if same_stderr {
-            summary_line(&mut w);
+    } else if !w.finished && !last_word {
+        summary(&mut w);
+    }
+}
+
+/// Set once the late exit handler is registered (once per process image).
+static LAST_WORD: AtomicBool = AtomicBool::new(false);
+
+unsafe extern "C" {
+    fn __cxa_atexit(f: extern "C" fn(*mut c_void), arg: *mut c_void, dso: *mut c_void) -> c_int;
+}
+
+/// The exit handler `finish` registers: the exit profile (or summary)
+/// again, now with what other libraries' destructors did. The allocator's
+/// statistics are those read in `finish`.
+extern "C" fn last_word(_: *mut c_void) {
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() } as u32;
+    let mut w = WRITER.lock();
+    if w.pid != pid {
+        return; // a forked child that exits inherited the registration
+    }
+    if w.has_output {
+        if w.finished {
+            w.finished = false;
+            write_profile(&mut w, State::Exited, true);
         }
+    } else if !w.finished {
+        summary(&mut w);
+    }
+}
+
+/// The summary line on stderr, if it is still the stderr of start-up.
+fn summary(w: &mut Writer) {
+    w.finished = true;
+    let same_stderr = w.stderr_id.is_some() && fd_identity(2) == w.stderr_id;
+    if same_stderr {
+        summary_line(w);
     }
 }
 
