@@ -65,18 +65,28 @@ unsafe fn record_block<B: Backend, S: Scope>(
     requested: usize,
     plain: bool,
 ) {
-    if !B::OWN_COUNTERS {
+    if sizes::<B, S>() {
         // SAFETY: `p` is a live block of B.
         s.allocated(unsafe { B::allocated_size(p, requested, plain) });
     }
     s.alloc(f, requested);
 }
 
+/// Whether a call must report block sizes: always for a backend without
+/// byte counters of its own, and for one with them when the call is
+/// recorded on the shared counters (a thread before its first allocation
+/// or after its exit hook, whose allocator counters nobody reads). A
+/// constant per hook: the per-thread fast path is unchanged.
+#[inline(always)]
+const fn sizes<B: Backend, S: Scope>() -> bool {
+    !B::OWN_COUNTERS || S::NEEDS_SIZES
+}
+
 /// The usable size of a block about to be freed, when the shim must count
 /// it (0 otherwise, which also makes the free timed as a small one).
 #[inline(always)]
-unsafe fn size_to_free<B: Backend>(p: *mut c_void) -> usize {
-    if B::OWN_COUNTERS {
+unsafe fn size_to_free<B: Backend, S: Scope>(p: *mut c_void) -> usize {
+    if !sizes::<B, S>() {
         0
     } else {
         // SAFETY: `p` is a live block of B.
@@ -98,8 +108,8 @@ macro_rules! own_counters {
 /// tail jump to the allocator. Failures of such calls are not counted in
 /// `failed_calls`: a small request fails only when memory is exhausted.
 #[inline(always)]
-fn recorded_first<B: Backend>(requested: usize) -> Option<usize> {
-    if requested < EXACT_TIMING_BYTES {
+fn recorded_first<B: Backend, S: Scope>(requested: usize) -> Option<usize> {
+    if requested < EXACT_TIMING_BYTES && !(B::OWN_COUNTERS && S::NEEDS_SIZES) {
         B::size_before_malloc(requested)
     } else {
         None
@@ -114,8 +124,8 @@ impl<B: Backend> Body for Malloc<B> {
     const FUNC: Func = Func::Malloc;
     #[inline(always)]
     unsafe fn run<S: Scope>(self, s: &S) -> *mut c_void {
-        if let Some(usable) = recorded_first::<B>(self.0) {
-            if !B::OWN_COUNTERS {
+        if let Some(usable) = recorded_first::<B, S>(self.0) {
+            if sizes::<B, S>() {
                 s.allocated(usable);
             }
             s.alloc(Func::Malloc, self.0);
@@ -163,7 +173,7 @@ impl<B: Backend> Body for Free<B> {
     unsafe fn run<S: Scope>(self, s: &S) {
         s.call(Func::Free);
         let p = self.0;
-        if B::OWN_COUNTERS {
+        if !sizes::<B, S>() {
             // Nothing to look up: free(NULL) too goes straight to the
             // backend, which ignores it, as the hook's only act.
             // SAFETY: the program passes NULL or a live block of B.
@@ -173,9 +183,9 @@ impl<B: Backend> Body for Free<B> {
             return;
         }
         // SAFETY: the program passes a live block, which B made.
-        let usable = unsafe { size_to_free::<B>(p) };
+        let usable = unsafe { size_to_free::<B, S>(p) };
         // Recorded before the call, so the free is the hook's last act.
-        if !B::OWN_COUNTERS {
+        if sizes::<B, S>() {
             s.freed(usable);
         }
         // SAFETY: as above.
@@ -197,8 +207,8 @@ impl<B: Backend> Body for Calloc<B> {
             set_errno(libc::ENOMEM);
             return ptr::null_mut();
         };
-        if let Some(usable) = recorded_first::<B>(total) {
-            if !B::OWN_COUNTERS {
+        if let Some(usable) = recorded_first::<B, S>(total) {
+            if sizes::<B, S>() {
                 s.allocated(usable);
             }
             s.alloc(Func::Calloc, total);
@@ -242,13 +252,13 @@ impl<B: Backend> Body for Realloc<B> {
             return unsafe { handed_out::<B, S>(s, Func::Realloc, p, size, true) };
         }
         // SAFETY: the program passes a live block of B.
-        let old_usable = unsafe { size_to_free::<B>(old) };
+        let old_usable = unsafe { size_to_free::<B, S>(old) };
         if size == 0 {
             // glibc: realloc(p, 0) frees p and returns NULL.
             s.call(Func::Realloc);
             // SAFETY: as above.
             s.time(old_usable, move || unsafe { B::free(old) });
-            if !B::OWN_COUNTERS {
+            if sizes::<B, S>() {
                 s.freed(old_usable);
             }
             return ptr::null_mut();
@@ -261,7 +271,7 @@ impl<B: Backend> Body for Realloc<B> {
             // The old block is untouched and still the program's.
             s.fail(Func::Realloc);
         } else {
-            if !B::OWN_COUNTERS {
+            if sizes::<B, S>() {
                 s.freed(old_usable);
             }
             // SAFETY: `p` is a live block of B.

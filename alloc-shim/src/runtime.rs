@@ -392,16 +392,25 @@ fn write_profile(w: &mut Writer, state: State, exiting_thread: bool) {
     let Some(fd) = create_temporary(&path[..*path_len], tmp) else {
         return;
     };
+    let file = Temporary {
+        fd,
+        id: fd_identity(fd),
+    };
     // The timeline goes between the counters and the stacks, staged
     // through `buf` once the counters are out: up to ~80 KiB of points
     // need no buffer of their own.
-    let ok = write_all(fd, &buf[..len])
-        && write_timeline(fd, buf, timeline)
-        && write_all(fd, tail.as_bytes());
-    // SAFETY: fd is ours; tmp and path are NUL-terminated.
+    let ok = file.write(&buf[..len])
+        && write_timeline(&file, buf, timeline)
+        && file.write(tail.as_bytes());
+    // A descriptor the program replaced meanwhile (closed and reopened,
+    // or `dup2`'d over) is the program's: neither written nor closed.
+    let ours = file.is_ours();
+    // SAFETY: fd is ours (checked); tmp and path are NUL-terminated.
     unsafe {
-        libc::close(fd);
-        if ok {
+        if ours {
+            libc::close(fd);
+        }
+        if ok && ours {
             libc::rename(tmp.as_ptr().cast(), path.as_ptr().cast());
         } else {
             libc::unlink(tmp.as_ptr().cast());
@@ -413,22 +422,43 @@ fn write_profile(w: &mut Writer, state: State, exiting_thread: bool) {
     }
 }
 
-/// Writes the timeline's lines to `fd`, staged through `buf`.
-fn write_timeline(fd: c_int, buf: &mut [u8], t: &TimelineBuffer) -> bool {
-    let mut out = FdWriter { fd, buf, len: 0 };
+/// The temporary file of a write under way, with the identity (device and
+/// inode) it had when created. A program may close every descriptor it
+/// does not know (daemons, `closefrom`) or `dup2` one of its own over any
+/// number, from another thread while the writer writes: each write first
+/// checks that the descriptor is still the file the shim created, so the
+/// shim never writes into (nor closes) a file of the program's. What is
+/// left is the window between that check and the write.
+struct Temporary {
+    fd: c_int,
+    id: Option<(u64, u64)>,
+}
+
+impl Temporary {
+    fn is_ours(&self) -> bool {
+        self.id.is_some() && fd_identity(self.fd) == self.id
+    }
+    fn write(&self, bytes: &[u8]) -> bool {
+        self.is_ours() && write_all(self.fd, bytes)
+    }
+}
+
+/// Writes the timeline's lines to `file`, staged through `buf`.
+fn write_timeline(file: &Temporary, buf: &mut [u8], t: &TimelineBuffer) -> bool {
+    let mut out = FdWriter { file, buf, len: 0 };
     profile::write_timeline(&mut out, t.interval_ns(), t.points()).is_ok() && out.flush()
 }
 
-/// `fmt::Write` to a file descriptor through a fixed buffer.
+/// `fmt::Write` to the temporary file through a fixed buffer.
 struct FdWriter<'a> {
-    fd: c_int,
+    file: &'a Temporary,
     buf: &'a mut [u8],
     len: usize,
 }
 
 impl FdWriter<'_> {
     fn flush(&mut self) -> bool {
-        let ok = write_all(self.fd, &self.buf[..self.len]);
+        let ok = self.file.write(&self.buf[..self.len]);
         self.len = 0;
         ok
     }
@@ -440,7 +470,9 @@ impl core::fmt::Write for FdWriter<'_> {
             return Err(core::fmt::Error);
         }
         if s.len() > self.buf.len() {
-            return write_all(self.fd, s.as_bytes())
+            return self
+                .file
+                .write(s.as_bytes())
                 .then_some(())
                 .ok_or(core::fmt::Error);
         }
@@ -484,23 +516,70 @@ fn create_temporary(path: &[u8], tmp: &mut [u8; PATH_MAX]) -> Option<c_int> {
 
 /// At exit (`.fini_array`, after the program's `atexit` handlers): the
 /// final profile, or the one-line summary on stderr when no output is set.
+///
+/// The libraries initialised before the shim (the program's own shared
+/// libraries among them) run their destructors after this, and may still
+/// allocate and free. So the profile is written here, in case one of
+/// them crashes, and once more from an exit handler registered now: glibc
+/// runs a handler registered while the exit handlers run (`_dl_fini`, which
+/// calls every `.fini_array`, is one) after the one that registered it, so
+/// that write comes after every library's destructors. The summary line
+/// waits for it.
 pub fn finish() {
     if backend() == Choice::Unrecorded || !STARTED.load(Relaxed) {
         return;
     }
     FLUSHER_STOP.store(true, Relaxed);
+    let last_word = !LAST_WORD.swap(true, Relaxed)
+        // SAFETY: a plain function of this library that never unwinds; no
+        // DSO handle, so no `dlclose` runs it early. Registering may
+        // allocate (a new block of handlers) through the hooks: not under
+        // any lock of the shim's.
+        && unsafe { __cxa_atexit(last_word, core::ptr::null_mut(), core::ptr::null_mut()) } == 0;
     // Before taking `WRITER`: see `read_allocator_stats`.
     let reading = read_allocator_stats();
     let mut w = WRITER.lock();
     if w.has_output {
         keep_allocator_stats(&mut w, reading);
         write_profile(&mut w, State::Exited, true);
-    } else if !w.finished {
-        w.finished = true;
-        let same_stderr = w.stderr_id.is_some() && fd_identity(2) == w.stderr_id;
-        if same_stderr {
-            summary_line(&mut w);
+    } else if !w.finished && !last_word {
+        summary(&mut w);
+    }
+}
+
+/// Set once the late exit handler is registered (once per process image).
+static LAST_WORD: AtomicBool = AtomicBool::new(false);
+
+unsafe extern "C" {
+    fn __cxa_atexit(f: extern "C" fn(*mut c_void), arg: *mut c_void, dso: *mut c_void) -> c_int;
+}
+
+/// The exit handler `finish` registers: the exit profile (or summary)
+/// again, now with what other libraries' destructors did. The allocator's
+/// statistics are those read in `finish`.
+extern "C" fn last_word(_: *mut c_void) {
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() } as u32;
+    let mut w = WRITER.lock();
+    if w.pid != pid {
+        return; // a forked child that exits inherited the registration
+    }
+    if w.has_output {
+        if w.finished {
+            w.finished = false;
+            write_profile(&mut w, State::Exited, true);
         }
+    } else if !w.finished {
+        summary(&mut w);
+    }
+}
+
+/// The summary line on stderr, if it is still the stderr of start-up.
+fn summary(w: &mut Writer) {
+    w.finished = true;
+    let same_stderr = w.stderr_id.is_some() && fd_identity(2) == w.stderr_id;
+    if same_stderr {
+        summary_line(w);
     }
 }
 
@@ -526,6 +605,44 @@ pub fn before_exit() {
         }
         // SAFETY: sched_yield has no preconditions.
         unsafe { libc::sched_yield() };
+    }
+}
+
+/// From the `exec` hooks, before the system call: the exit profile of the
+/// image about to be replaced (an `exec` runs no exit handler, and the new
+/// image starts its own profile, so without this the old one would keep
+/// only its last periodic flush). Returns whether it was written, for
+/// [`after_failed_exec`]. Skipped, as in [`before_exit`], in a `vfork`
+/// child and when the writer stays busy; the allocator's statistics are
+/// the last reading (`exec` is async-signal-safe and may come from a
+/// signal handler).
+pub fn before_exec() -> bool {
+    if backend() == Choice::Unrecorded || !STARTED.load(Relaxed) {
+        return false;
+    }
+    for _ in 0..1000 {
+        if let Some(mut w) = WRITER.try_lock() {
+            // SAFETY: getpid has no preconditions.
+            if w.pid != unsafe { libc::getpid() } as u32 || w.finished || !w.has_output {
+                return false;
+            }
+            write_profile(&mut w, State::Exited, true);
+            return w.finished;
+        }
+        // SAFETY: sched_yield has no preconditions.
+        unsafe { libc::sched_yield() };
+    }
+    false
+}
+
+/// The `exec` failed and this image goes on: the profile is a running
+/// one again, and the writer thread (which waits while it is finished)
+/// goes on rewriting it.
+pub fn after_failed_exec(written: bool) {
+    if written {
+        let mut w = WRITER.lock();
+        w.finished = false;
+        write_profile(&mut w, State::Running, false);
     }
 }
 
@@ -621,7 +738,11 @@ extern "C" fn flusher_main(_: *mut c_void) -> *mut c_void {
         };
         let mut w = WRITER.lock();
         if w.finished {
-            break;
+            // The exit profile, or an `exec`'s, which comes back to a
+            // running one if the `exec` fails: wait for that or the stop.
+            next_flush = recorder::monotonic_ns() + FLUSH_INTERVAL_MS * 1_000_000;
+            next_sample = next_flush;
+            continue;
         }
         let now = recorder::monotonic_ns();
         if now >= next_sample {

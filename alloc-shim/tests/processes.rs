@@ -90,14 +90,19 @@ fn fork_exec(backend: &str, n: u64) -> ForkExec {
         parent.pid,
         listing()
     );
-    // The second child's image before its exec may have left a profile
-    // (it is a forked child too): then under its own name, never
-    // overwritten by the exec'd image, and never marked exited.
-    assert!(pre_exec.len() <= 1);
+    // The second child's image before its exec leaves a profile (it is a
+    // forked child too), written by the exec hook as exited: under its own
+    // name, never overwritten by the exec'd image.
+    assert_eq!(
+        pre_exec.len(),
+        1,
+        "forkexec {n} under {backend}: want the pre-exec image's profile:\n{}",
+        listing()
+    );
     if let Some((f, p)) = pre_exec.first() {
         assert_eq!(
             (f.as_str(), p.state),
-            (format!("{}.prof", p.pid).as_str(), State::Running),
+            (format!("{}.prof", p.pid).as_str(), State::Exited),
             "forkexec {n} under {backend}: the pre-exec image's profile:\n{}",
             listing()
         );

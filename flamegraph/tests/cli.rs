@@ -86,13 +86,29 @@ fn json_to_stdout_follows_the_programs_output() {
 
 #[test]
 fn run_reports_death_by_signal_as_128_plus_signal() {
-    let out = run(allocmux().args(["run", "--", "sh", "-c", "kill -TERM $$"]));
-    assert_eq!(out.status.code(), Some(143));
-    assert!(
-        text(&out.stderr).contains("killed by signal 15 (SIGTERM)"),
-        "{}",
-        text(&out.stderr)
-    );
+    for (sig, code, name) in [
+        (15, 143, "SIGTERM"),
+        (11, 139, "SIGSEGV"),
+        (6, 134, "SIGABRT"),
+    ] {
+        let out = run(allocmux().args(["run", "--", "sh", "-c", &format!("kill -{sig} $$")]));
+        assert_eq!(out.status.code(), Some(code), "{}", text(&out.stderr));
+        let err = text(&out.stderr);
+        assert!(
+            err.contains(&format!("killed by signal {sig} ({name})")),
+            "{err}"
+        );
+        // The profile the shell's shim wrote at start-up is still shown,
+        // its row marked `*` (no exit profile: killed).
+        let rows: Vec<&str> = err
+            .lines()
+            .filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit()))
+            .collect();
+        assert!(
+            err.contains("1 process") && rows.len() == 1 && rows[0].contains('*'),
+            "the killed shell's profile, marked *:\n{err}"
+        );
+    }
 }
 
 #[test]

@@ -93,9 +93,10 @@ pub const MAGIC: &str = "allocmux-profile";
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum State {
     /// A periodic flush: the process was still running (or died without
-    /// reaching its exit handlers, e.g. by SIGKILL or `_exit`).
+    /// reaching its exit handlers, e.g. by SIGKILL, SIGSEGV or `abort`).
     Running,
-    /// Written by the exit handler: complete.
+    /// Written at exit (the exit handlers, `_exit`, or an `exec` replacing
+    /// the image): complete.
     Exited,
 }
 

@@ -403,6 +403,12 @@ fn geometric_gap(rng: &mut u64, mean: u32, ln_q: f64) -> u32 {
 /// whichever scope [`enter`] picks; with the fast scope every method inlines
 /// to a few loads and stores on the thread's own state.
 pub trait Scope: Copy {
+    /// Whether block sizes must be reported even by bodies of an allocator
+    /// that counts bytes per thread itself (see [`Body::external_counters`]):
+    /// true for the shared counters, which take the calls of threads whose
+    /// allocator counters are not read (before registering, after the exit
+    /// hook), so without sizes those calls' bytes would be lost.
+    const NEEDS_SIZES: bool = false;
     /// Runs the allocator's own work on a block of `size` bytes, timing it
     /// if this call was sampled or its size is always timed.
     fn time<R>(&self, size: usize, op: impl FnOnce() -> R) -> R;
@@ -600,6 +606,7 @@ impl Scope for Unrecorded {
 }
 
 impl Scope for Shared {
+    const NEEDS_SIZES: bool = true;
     fn time<R>(&self, _size: usize, op: impl FnOnce() -> R) -> R {
         op()
     }
@@ -780,15 +787,9 @@ fn thread_key() -> Option<libc::pthread_key_t> {
                     .compare_exchange(KEY_UNSET, KEY_CREATING, Relaxed, Relaxed)
                     .is_ok()
                 {
-                    let mut key: libc::pthread_key_t = 0;
-                    // SAFETY: valid out-pointer and destructor; pthread_key_create
-                    // does not allocate.
-                    let ok =
-                        unsafe { libc::pthread_key_create(&mut key, Some(on_thread_exit)) } == 0;
-                    let stored = if ok && key < KEY_CREATING {
-                        key
-                    } else {
-                        KEY_FAILED
+                    let stored = match create_last_inline_key() {
+                        Some(key) if key < KEY_CREATING => key,
+                        _ => KEY_FAILED,
                     };
                     THREAD_KEY.store(stored, Relaxed);
                 }
@@ -798,8 +799,61 @@ fn thread_key() -> Option<libc::pthread_key_t> {
     }
 }
 
-/// Creates the thread-exit key now, so that it gets a low number: glibc
-/// keeps keys below 32 in the thread descriptor and allocates for others.
+/// The number of pthread keys glibc keeps in the thread descriptor; a
+/// thread's first `pthread_setspecific` of a higher key allocates.
+const INLINE_KEYS: libc::pthread_key_t = 32;
+
+/// Creates the thread-exit key as the last one glibc keeps in the thread
+/// descriptor (number 31) if it is free, else the lowest free one.
+///
+/// glibc runs key destructors in rounds (at most four), each visiting the
+/// keys in order of their numbers and calling the destructor of every key
+/// whose value is set *at the visit*. A thread whose first allocation comes
+/// in another key's destructor registers then and sets this key: with a
+/// number above the program's keys, this key is visited later in the same
+/// round and retires the thread even in the last round. With a low number,
+/// a registration in the last round left the thread linked after its exit,
+/// its state in a stack that glibc unmaps (the writer then read unmapped
+/// memory: `hostile last-round` in the shim's tests). Only keys numbered
+/// 32 and up, which a program creates after 31 others, still run after it.
+fn create_last_inline_key() -> Option<libc::pthread_key_t> {
+    let mut made = [0 as libc::pthread_key_t; INLINE_KEYS as usize];
+    let mut n = 0;
+    let mut chosen = None;
+    while n < made.len() {
+        let mut key: libc::pthread_key_t = 0;
+        // SAFETY: valid out-pointer and destructor; pthread_key_create
+        // does not allocate.
+        if unsafe { libc::pthread_key_create(&mut key, Some(on_thread_exit)) } != 0 {
+            break;
+        }
+        made[n] = key;
+        n += 1;
+        if key >= INLINE_KEYS - 1 {
+            break;
+        }
+    }
+    if n > 0 {
+        // The key numbered 31, or failing that the first one made (the
+        // lowest free number, as before).
+        let keep = if made[n - 1] == INLINE_KEYS - 1 {
+            n - 1
+        } else {
+            0
+        };
+        chosen = Some(made[keep]);
+        for (i, &k) in made[..n].iter().enumerate() {
+            if i != keep {
+                // SAFETY: a key made above and never set.
+                unsafe { libc::pthread_key_delete(k) };
+            }
+        }
+    }
+    chosen
+}
+
+/// Creates the thread-exit key now, before the program's (see
+/// [`create_last_inline_key`]).
 pub fn prepare_thread_key() -> bool {
     thread_key().is_some()
 }
