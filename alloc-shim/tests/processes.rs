@@ -306,8 +306,20 @@ fn periodic_flush_survives_sigkill(backend: &str) {
         .recv_timeout(Duration::from_secs(60))
         .unwrap_or_else(|_| panic!("{} did not print \"ready\" within 60 s", p.what()));
     assert_eq!(line, "ready\n", "sleeper under {backend}");
-    // Long enough for at least two flushes (every 500 ms).
+    // Kill once a flush holding 50+ timeline points (10 ms apart) is on
+    // disk: at least 1.5 s, more on a loaded machine, where the writer
+    // thread may run late; the test is that SIGKILL keeps what was flushed.
+    let path = dir.path().join(format!("{}.prof", p.pid()));
     std::thread::sleep(Duration::from_millis(1500));
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while flushed_points(&path).is_none_or(|n| n < 50) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{}: no flush with 50 timeline points within 60 s",
+            p.what()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     p.child.kill().expect("SIGKILL to sleeper");
     let status = p.wait();
     assert_eq!(
@@ -316,7 +328,6 @@ fn periodic_flush_survives_sigkill(backend: &str) {
         "sleeper under {backend}: {status}"
     );
 
-    let path = dir.path().join(format!("{}.prof", p.pid()));
     let prof = read_profile(&path);
     let t = &prof.totals;
     let problems = unmet([
@@ -351,6 +362,14 @@ fn periodic_flush_survives_sigkill(backend: &str) {
         problems.join("; "),
         summary(&prof)
     );
+}
+
+/// The number of timeline points in the profile at `path`, if it is there
+/// and parses (a rename makes each flush appear whole).
+fn flushed_points(path: &Path) -> Option<usize> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let procs = allocmux::profile::parse(&text).ok()?;
+    Some(procs.first()?.timeline.points.len())
 }
 
 // ---- (c) existing files are never overwritten ------------------------------
