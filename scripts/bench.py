@@ -593,7 +593,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="2 rounds, sizes / 8: checks the script in minutes")
     ap.add_argument("--smoke", action="store_true", help="for the test: 1 round, tiny sizes, 2 workloads, no counting")
-    ap.add_argument("--rounds", type=int, help="rounds of compare and overhead (default 8)")
+    ap.add_argument("--rounds", type=int, help="rounds of compare and overhead (default 7)")
     ap.add_argument("--heaptrack-rounds", type=int, help="rounds of the heaptrack part (default 3)")
     ap.add_argument("--only", help="comma-separated parts: " + ", ".join(PARTS))
     ap.add_argument("--workloads", help="comma-separated workload names (default: all)")
@@ -618,7 +618,7 @@ def main():
     elif a.quick:
         a.divisor, a.callgrind_divisor, default_rounds, default_ht = 8, 10, 2, 1
     else:
-        a.divisor, a.callgrind_divisor, default_rounds, default_ht = 1, 50, 8, 3
+        a.divisor, a.callgrind_divisor, default_rounds, default_ht = 1, 100, 7, 3
     a.rounds = a.rounds or default_rounds
     a.heaptrack_rounds = a.heaptrack_rounds or default_ht
     a.workloads = a.workloads.split(",") if a.workloads else list(WORKLOADS)
