@@ -54,7 +54,7 @@ import bench_svg  # noqa: E402
 from shim_overhead import DEBIAN_JEMALLOC  # noqa: E402
 
 DEBIAN_MIMALLOC = "/usr/lib/x86_64-linux-gnu/libmimalloc.so.2"
-PARTS = ["compare", "overhead", "heaptrack", "callgrind", "counting"]
+PARTS = ["overhead", "callgrind", "compare", "heaptrack", "counting"]
 
 # name: (full size, threads). Full sizes are each workload's default (about
 # 0.2-0.6 s of CPU on this VM; the README's allocation counts are at these
@@ -261,7 +261,13 @@ def size_of(a, name):
 
 # ---------------------------------------------------------------- parts
 
+def need_cli(a):
+    if not os.path.exists(a.allocmux):
+        sys.exit(f"{a.allocmux} is missing (bash scripts/bench.sh builds it)")
+
+
 def part_compare(a, R, out, charts):
+    need_cli(a)
     rounds = a.rounds
     plain = {"system": R.env(), "jemalloc": R.env(DEBIAN_JEMALLOC)}
     if os.path.exists(DEBIAN_MIMALLOC):
@@ -399,6 +405,7 @@ def part_overhead(a, R, out, charts):
 
 
 def part_heaptrack(a, R, out, charts):
+    need_cli(a)
     rounds = a.heaptrack_rounds
     out += [
         "## Exact stacks against heaptrack, end to end", "",
@@ -551,8 +558,7 @@ def part_counting(a, R, out, charts):
         for line in crit.splitlines():
             s = line.strip()
             if s.startswith("pair, 2 threads/"):
-                cur = s.split()[0] if "time:" in s else s
-                cur = cur.split("/", 1)[1].split()[0]
+                cur = s.split("time:")[0].split("/", 1)[1].strip()
             if "time:" in s and cur:
                 rows.append(f"| {cur} | {s.split('time:')[1].strip()} |")
                 cur = None
@@ -625,7 +631,7 @@ def main():
     for w in a.workloads:
         if w not in WORKLOADS:
             sys.exit(f"unknown workload {w!r}")
-    needed = [a.shim] + ([a.allocmux] if {"compare", "heaptrack"} & set(parts) else [])
+    needed = [a.shim]
     needed += [os.path.join(a.bin_dir, w) for w in a.workloads]
     if {"overhead", "compare", "callgrind"} & set(parts):
         needed.append(DEBIAN_JEMALLOC)
@@ -645,13 +651,19 @@ def main():
         R = Runner(a, tmp)
         for p in parts:
             results[p] = globals()[f"part_{p}"](a, R, body, charts)
+            # Written after every part, so a long run cut short keeps what it measured.
+            write_report(a, started, load_before, body, charts, results, done=p == parts[-1])
+
+
+def write_report(a, started, load_before, body, charts, results, done):
     elapsed = time.time() - started
     load_after = os.getloadavg()
-
+    via = "bash scripts/bench.sh" if os.environ.get("ALLOCMUX_BENCH_SH") else "python3 scripts/bench.py"
     args = " ".join(sys.argv[1:])
     head = ["# Benchmarks", "",
-            f"Produced by `bash scripts/bench.sh{' ' + args if args else ''}` in {elapsed / 60:.1f} min "
-            f"(load average {load_before[0]:.1f} at the start, {load_after[0]:.1f} at the end). Every figure below is from this one run.", "",
+            f"Produced by `{via}{' ' + args if args else ''}` in {elapsed / 60:.1f} min "
+            f"(load average {load_before[0]:.1f} at the start, {load_after[0]:.1f} at the end)."
+            + (" Every figure below is from this one run." if done else " **Incomplete: the run stopped here.**"), "",
             "## Machine", "", *machine(), "",
             "## Workloads and sizes", "",
             "Each workload is its binary in `target/release/` (`cargo build --release -p allocmux-workloads`), run as "

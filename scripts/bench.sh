@@ -22,4 +22,4 @@ done
 if [ "$build" = 1 ]; then
     cargo build --release -q -p allocmux-shim -p allocmux-cli -p allocmux-workloads
 fi
-exec python3 scripts/bench.py "$@"
+ALLOCMUX_BENCH_SH=1 exec python3 scripts/bench.py "$@"
