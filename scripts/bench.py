@@ -57,11 +57,12 @@ from shim_overhead import DEBIAN_JEMALLOC  # noqa: E402
 DEBIAN_MIMALLOC = "/usr/lib/x86_64-linux-gnu/libmimalloc.so.2"
 PARTS = ["overhead", "callgrind", "compare", "heaptrack", "counting"]
 
-# name: (full size, threads): each workload's default size, the one the
+# name: (default size, threads): each workload's own default, the size the
 # README's Workloads table counts allocations at (0.1-0.6 s of CPU each on
-# this VM, 0.3-2 s of wall time with the machine shared as it is). Variants
-# of one case (edit-distance and -fixed, ...) keep the same size, so their
-# times compare.
+# this VM). The full run uses half of it (divisor 2), so every part fits in
+# about 35 minutes with the machine shared (0.3-2 s of wall time per run at
+# a load average of 9); --quick an eighth. Variants of one case
+# (edit-distance and -fixed, ...) keep the same size, so their times compare.
 WORKLOADS = {
     "edit-distance": (300_000, 1),
     "edit-distance-fixed": (300_000, 1),
