@@ -483,16 +483,20 @@ def part_heaptrack(a, R, out, charts):
 
 
 def callgrind_ir(cmd, env, tmp):
+    """Instructions of the main thread only (`--separate-threads=yes`, file
+    `-01`): the shim's writer thread wakes every 10 ms of wall time, which
+    valgrind stretches some 50 times, so its share would be inflated."""
+    R_clean = [f for f in os.listdir(tmp) if f.startswith("cg.out")]
+    for f in R_clean:
+        os.remove(os.path.join(tmp, f))
     f = os.path.join(tmp, "cg.out")
-    if os.path.exists(f):
-        os.remove(f)
-    r = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={f}", *cmd], env=env,
+    r = subprocess.run(["valgrind", "--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={f}", *cmd], env=env,
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if r.returncode != 0:
         sys.exit(f"callgrind of {' '.join(cmd)} failed: {r.stderr[-2000:]}")
-    with open(f) as fh:
+    with open(f + "-01") as fh:
         for line in fh:
-            if line.startswith("summary:"):
+            if line.startswith(("summary:", "totals:")):
                 return int(line.split()[1])
     sys.exit("no summary in callgrind's output")
 
@@ -508,9 +512,11 @@ def part_callgrind(a, R, out, charts):
     }
     out += [
         "## Instructions (callgrind), single-threaded workloads", "",
-        f"`valgrind --tool=callgrind --callgrind-out-file=FILE PROG SIZE` at N = 1/{a.callgrind_divisor} of the timed size "
+        f"`valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file=FILE PROG SIZE` at N = 1/{a.callgrind_divisor} of the timed size "
         "(the size column) and at 2N, once per configuration; the figures are the difference, 2N's instructions minus N's, "
-        "so the start-up (the shim's and the workload's input generation) cancels, as in `scripts/counting_instructions.sh`. "
+        "so the start-up (the shim's and the workload's input generation) cancels, as in `scripts/counting_instructions.sh`; "
+        "the main thread's instructions only (`--separate-threads=yes`): the shim's writer thread wakes every 10 ms of wall "
+        "time, which valgrind stretches about 50 times, so counting it would inflate its share. "
         "Instruction counts do not move with the machine's load; the shim's time and stack sampling are random, so they "
         "vary slightly between runs.", "",
         "| workload | N | glibc, M instr per N | shim system off / glibc | sample / glibc | Debian jemalloc, M instr per N | shim jemalloc off / Debian |",
@@ -531,7 +537,7 @@ def part_callgrind(a, R, out, charts):
                    f"{j / 1e6:.1f} | {r['shim jemalloc, stacks off']:.3f} |")
         chart_rows.append((name, {k: (v, v, v) for k, v in r.items()}))
     out.append("")
-    R.commands.append(("callgrind", "valgrind --tool=callgrind --callgrind-out-file=FILE PROG N, and 2N (env as in the overhead part)"))
+    R.commands.append(("callgrind", "valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file=FILE PROG N, and 2N (env as in the overhead part)"))
     charts["callgrind"] = bench_svg.hbar_chart(
         "Instructions under the shim over the bare allocator (callgrind, single-threaded workloads)",
         chart_rows, list(next(iter(results.values())).keys()) if results else [],
@@ -546,11 +552,12 @@ def part_counting(a, R, out, charts):
     bins = [m["executable"] for m in map(json.loads, r.stdout.splitlines())
             if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "counting" and m.get("executable")]
     binary = bins[-1]
-    n = 200_000 if a.divisor == 1 else 20_000
+    full = not (a.quick or a.smoke)
+    n = 200_000 if full else 20_000
     log("counting: instructions")
     instr = subprocess.run(["bash", os.path.join(ROOT, "scripts", "counting_instructions.sh"), str(n)],
                            stdout=subprocess.PIPE, text=True, check=True).stdout.strip()
-    wall_rounds = 41 if a.divisor == 1 else 3
+    wall_rounds = 41 if full else 3
     log("counting: wall time")
     wall = subprocess.run([binary, "--rounds", str(wall_rounds)], stdout=subprocess.PIPE, text=True, check=True).stdout.strip()
     out += ["## The `Counting<A>` wrapper", "",
@@ -560,7 +567,7 @@ def part_counting(a, R, out, charts):
             f"Wall time, all allocators interleaved round by round (`{os.path.relpath(binary, ROOT)} --rounds {wall_rounds}`, "
             "the bench binary of `profiler/benches/counting.rs`):", "", "```", wall, "```", ""]
     res = {"instr": instr, "wall": wall}
-    if a.divisor == 1:
+    if full:
         log("counting: criterion, 2 threads")
         crit = subprocess.run([binary, "--bench", "pair, 2 threads", "--warm-up-time", "1", "--measurement-time", "2", "--noplot"],
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT).stdout
@@ -610,7 +617,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="2 rounds, sizes / 8: checks the script in minutes")
     ap.add_argument("--smoke", action="store_true", help="for the test: 1 round, tiny sizes, 2 workloads, no counting")
-    ap.add_argument("--rounds", type=int, help="rounds of compare and overhead (default 6)")
+    ap.add_argument("--rounds", type=int, help="rounds of compare and overhead (default 8)")
     ap.add_argument("--heaptrack-rounds", type=int, help="rounds of the heaptrack part (default 2)")
     ap.add_argument("--only", help="comma-separated parts: " + ", ".join(PARTS))
     ap.add_argument("--workloads", help="comma-separated workload names (default: all)")
@@ -635,7 +642,7 @@ def main():
     elif a.quick:
         a.divisor, a.callgrind_divisor, default_rounds, default_ht = 8, 10, 2, 1
     else:
-        a.divisor, a.callgrind_divisor, default_rounds, default_ht = 2, 100, 6, 2
+        a.divisor, a.callgrind_divisor, default_rounds, default_ht = 2, 100, 8, 2
     a.rounds = a.rounds or default_rounds
     a.heaptrack_rounds = a.heaptrack_rounds or default_ht
     a.workloads = a.workloads.split(",") if a.workloads else list(WORKLOADS)
