@@ -58,12 +58,16 @@ def hbar_chart(title, rows, series, refs=(), xlabel="", log_scale=False):
             if b > a:
                 cy = y + (bar_h - 1) / 2
                 out.append(f'<line x1="{x(a):.1f}" y1="{cy:.1f}" x2="{x(b):.1f}" y2="{cy:.1f}" stroke="black"/>')
+    labelled = 0
     for v, label in refs:
         rx = x(v)
         dash = "" if v == 1.0 else ' stroke-dasharray="5,3"'
         out.append(f'<line x1="{rx:.1f}" y1="{top - 8}" x2="{rx:.1f}" y2="{bottom}" stroke="{"black" if v == 1.0 else "#c00"}"{dash}/>')
         if label:
-            out.append(f'<text x="{rx:.1f}" y="{top - 12}" text-anchor="middle" fill="#c00">{escape(label)}</text>')
+            # Close reference lines (1.03, 1.10): the first label left of its line, the next right.
+            anchor, dx = ("end", -3) if labelled % 2 == 0 else ("start", 3)
+            labelled += 1
+            out.append(f'<text x="{rx + dx:.1f}" y="{top - 12}" text-anchor="{anchor}" fill="#c00">{escape(label)}</text>')
     ly = bottom + 50
     for j, s in enumerate(series):
         lx = left + (j % 2) * 340
