@@ -1,0 +1,112 @@
+//! `scripts/bench.sh --smoke`: the benchmark script runs end to end on two
+//! workloads at a tiny size, one round of every part but `counting`, and
+//! writes well-formed Markdown and SVG. No timings are checked; this only
+//! keeps the script from rotting as the CLI and the workloads change.
+
+use std::path::Path;
+use std::process::Command;
+
+/// Skips (or, on CI, fails) when something the script needs is missing.
+fn missing(what: &str) -> bool {
+    if Path::new(what).exists()
+        || Command::new("sh")
+            .args(["-c", &format!("command -v {what}")])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    {
+        return false;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "the bench script's smoke test needs {what} on CI"
+    );
+    eprintln!("skipping: the bench script's smoke test needs {what}");
+    true
+}
+
+/// Every Markdown table row has as many cells as its header.
+fn check_tables(md: &str) {
+    let mut header: Option<usize> = None;
+    for line in md.lines() {
+        if line.starts_with('|') {
+            let cells = line.matches('|').count();
+            match header {
+                None => header = Some(cells),
+                Some(n) => assert_eq!(cells, n, "a table row of the wrong width: {line}"),
+            }
+        } else {
+            header = None;
+        }
+    }
+}
+
+#[test]
+fn bench_script_smoke() {
+    let bin_dir = Path::new(env!("CARGO_BIN_EXE_allocmux-workload"))
+        .parent()
+        .unwrap();
+    // `cargo test --workspace` builds the CLI's binary next to the workloads'.
+    let allocmux = bin_dir.join("allocmux");
+    let jemalloc = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
+    let needed = [
+        allocmux.to_str().unwrap(),
+        jemalloc,
+        "python3",
+        "heaptrack",
+        "heaptrack_print",
+        "valgrind",
+    ];
+    if needed.iter().any(|w| missing(w)) {
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let md = dir.path().join("BENCHMARKS.md");
+    let svgs = dir.path().join("svg");
+    let out = Command::new("bash")
+        .arg(root.join("scripts/bench.sh"))
+        .arg("--smoke")
+        .arg("--bin-dir")
+        .arg(bin_dir)
+        .arg("--allocmux")
+        .arg(&allocmux)
+        .arg("--shim")
+        .arg(allocmux_cli::shim::BUILT_PATH)
+        .arg("--out")
+        .arg(&md)
+        .arg("--svg-dir")
+        .arg(&svgs)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "bench.sh --smoke failed: {err}");
+    let text = std::fs::read_to_string(&md).unwrap();
+    for heading in [
+        "## Machine",
+        "## The goals",
+        "## Which allocator: `compare` against plain runs",
+        "## Overhead of allocmux's modes against the bare allocator",
+        "## Exact stacks against heaptrack, end to end",
+        "## Instructions (callgrind), single-threaded workloads",
+    ] {
+        assert!(text.contains(heading), "no {heading:?} in:\n{text}");
+    }
+    // Python writes a non-finite ratio as `nan` or `inf` (`| inf (IQR ...`).
+    for bad in ["nan", " inf ", "(inf", "–inf"] {
+        assert!(!text.contains(bad), "{bad:?} in:\n{text}");
+    }
+    check_tables(&text);
+    for chart in ["compare", "overhead", "heaptrack", "callgrind"] {
+        let svg = std::fs::read_to_string(svgs.join(format!("{chart}.svg"))).unwrap();
+        assert!(
+            svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""),
+            "{chart}"
+        );
+        assert!(svg.trim_end().ends_with("</svg>"), "{chart}");
+        assert!(svg.contains("<rect") && !svg.contains("NaN"), "{chart}");
+        assert!(
+            text.contains(&format!("svg/{chart}.svg")),
+            "{chart} not linked"
+        );
+    }
+}
