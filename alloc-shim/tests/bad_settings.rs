@@ -44,9 +44,12 @@ enum Want {
     DefaultTimeSample,
 }
 
+/// Environment settings: (variable, value) pairs.
+type Settings = Vec<(&'static str, OsString)>;
+
 /// Settings with bad values: (the settings, whether a warning is due,
 /// what the profile must show).
-fn bad_settings() -> Vec<(Vec<(&'static str, OsString)>, bool, Want)> {
+fn bad_settings() -> Vec<(Settings, bool, Want)> {
     let s = |v: &str| OsString::from(v);
     let bytes = |v: &[u8]| OsStr::from_bytes(v).to_owned();
     let mut v = Vec::new();
