@@ -404,6 +404,15 @@ fn cases() -> Vec<Case> {
         exists,
     ));
 
+    // The demo's output directory.
+    v.push(case(
+        &["demo", "-o", "notadir"],
+        1,
+        "notadir is not a directory",
+    ));
+    v.push(case(&["demo", "-o", "notadir/sub"], 1, "Not a directory"));
+    v.push(case(&["demo", "--rounds", "0"], 2, "invalid value"));
+
     // Targets LD_PRELOAD cannot reach.
     for sub in run_like {
         let sub = sub[0];
