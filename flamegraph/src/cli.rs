@@ -61,18 +61,13 @@ struct RunArgs {
     #[arg(long, value_enum, value_name = "MODE")]
     stacks: Option<StacksArg>,
     /// Mean bytes between two sampled stacks (implies --stacks sample).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(1..))]
     sample_bytes: Option<u64>,
     /// Overwrite the output files if they exist.
     #[arg(long)]
     force: bool,
     /// The command to run, after `--`.
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "CMD"
-    )]
+    #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     command: Vec<String>,
 }
 
@@ -127,11 +122,11 @@ struct CompareArgs {
     /// Measured rounds (each runs every allocator once); the most with --stop-early
     /// [default: as many as fit in about a minute, from 6 to 10]
     #[arg(short = 'n', long, value_name = "RUNS",
-          value_parser = clap::value_parser!(u64).range(1..=1000))]
+          allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(1..=1000))]
     runs: Option<u64>,
     /// Unmeasured rounds first (page cache, CPU frequency, the shim's cache).
     #[arg(long, value_name = "N", default_value_t = 1,
-          value_parser = clap::value_parser!(u64).range(0..=100))]
+          allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(0..=100))]
     warmup: u64,
     /// Stop before RUNS rounds once one allocator is clearly fastest (the intervals are then
     /// adjusted for the repeated looks).
@@ -150,12 +145,7 @@ struct CompareArgs {
     #[arg(long)]
     force: bool,
     /// The command to run, after `--`.
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "CMD"
-    )]
+    #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     command: Vec<String>,
 }
 
@@ -174,7 +164,7 @@ struct FlameArgs {
     #[arg(long, value_enum, value_name = "MODE")]
     stacks: Option<FlameStacks>,
     /// Mean bytes between two sampled stacks (the shim's default is 512 KiB).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(1..))]
     sample_bytes: Option<u64>,
     /// The SVG to write.
     #[arg(short, long, value_name = "FILE.svg", default_value = "allocmux.svg")]
@@ -183,12 +173,7 @@ struct FlameArgs {
     #[arg(long)]
     force: bool,
     /// The command to run, after `--`.
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "CMD"
-    )]
+    #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     command: Vec<String>,
 }
 
@@ -210,7 +195,12 @@ struct ReportArgs {
     #[arg(long)]
     json: bool,
     /// Stacks listed per weight, when the profiles recorded stacks (0: none).
-    #[arg(long, value_name = "N", default_value_t = 5)]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 5,
+        allow_negative_numbers = true
+    )]
     top: usize,
     /// Also draw live heap bytes and resident memory over time, per process, as an SVG chart.
     #[arg(long, value_name = "FILE.svg")]
@@ -268,7 +258,7 @@ struct DemoArgs {
     #[arg(long, hide = true)]
     size: Option<u64>,
     /// Rounds of the comparison.
-    #[arg(long, hide = true, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    #[arg(long, hide = true, allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(1..=1000))]
     rounds: Option<u64>,
 }
 
@@ -301,16 +291,47 @@ pub fn run(cli: Cli) -> Result<i32> {
 
 /// An output file that is checked (and created) before the program runs, so
 /// a bad path fails fast and nothing existing is overwritten unasked.
+///
+/// A regular file is written whole or not at all: through a new temporary
+/// file in the same directory (created exclusively, never following a
+/// symlink) and a rename. A character device, FIFO or socket that already
+/// exists (`/dev/stdout`, `/dev/null`, a pipe) holds nothing to lose, so it
+/// is written in place without `--force`. Dropped without a
+/// [`write`](Self::write), the claim removes the file it created, so an
+/// error (a refused target, a failed run) leaves no empty file behind to
+/// block the next attempt.
 #[derive(Debug)]
 pub struct OutputFile {
     path: PathBuf,
-    /// Whether `claim` created the file (so `discard` may remove it).
+    /// Whether `claim` created the file (so dropping the claim unwritten
+    /// removes it).
     created: bool,
+    /// An existing device, FIFO or socket, written in place.
+    stream: bool,
+    /// Whether anything was written (then the file stays).
+    written: std::cell::Cell<bool>,
 }
 
 impl OutputFile {
-    /// Claims `path`: refuses an existing file unless `force`.
+    /// Claims `path`: refuses an existing file unless `force`, a
+    /// directory always, and a path whose directory cannot take the
+    /// temporary file the write goes through.
     pub fn claim(path: &Path, force: bool, what: &str) -> Result<OutputFile> {
+        match fs::metadata(path) {
+            Ok(m) if m.is_dir() => bail!(
+                "the {what} {} is a directory; name a file in it instead",
+                path.display()
+            ),
+            Ok(m) if !m.is_file() => {
+                return Ok(OutputFile {
+                    path: path.to_path_buf(),
+                    created: false,
+                    stream: true,
+                    written: false.into(),
+                });
+            }
+            _ => {}
+        }
         let existed = fs::symlink_metadata(path).is_ok();
         let mut opts = fs::OpenOptions::new();
         opts.write(true);
@@ -320,18 +341,50 @@ impl OutputFile {
             opts.create_new(true);
         }
         match opts.open(path) {
-            Ok(_) => Ok(OutputFile {
-                path: path.to_path_buf(),
-                created: !existed,
-            }),
+            Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                 bail!(
                     "{what} {} already exists; choose another name or pass --force to overwrite it",
                     path.display()
                 )
             }
-            Err(e) => Err(e).with_context(|| format!("cannot write the {what} {}", path.display())),
+            Err(e) => {
+                return Err(e)
+                    .with_context(|| format!("cannot write the {what} {}", path.display()));
+            }
         }
+        let out = OutputFile {
+            path: path.to_path_buf(),
+            created: !existed,
+            stream: false,
+            written: false.into(),
+        };
+        // An existing file (with --force) in a directory that is not
+        // writable would fail only at the end, after the program ran.
+        if existed {
+            out.temporary().with_context(|| {
+                format!(
+                    "cannot write the {what} {}: its directory does not take new files",
+                    path.display()
+                )
+            })?;
+        }
+        Ok(out)
+    }
+
+    /// A new, empty temporary file beside the output.
+    fn temporary(&self) -> std::io::Result<tempfile::NamedTempFile> {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = match self.path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        tempfile::Builder::new()
+            .prefix(".allocmux-")
+            .suffix(".tmp")
+            // As `fs::write` creates files: 0666 less the umask.
+            .permissions(fs::Permissions::from_mode(0o666))
+            .tempfile_in(dir)
     }
 
     /// Where the output goes.
@@ -341,18 +394,47 @@ impl OutputFile {
 
     /// Gives the claim up when nothing will be written: removes the file
     /// if `claim` created it (an existing file, claimed with `--force`,
-    /// keeps its contents).
-    pub fn discard(self) {
-        if self.created {
-            let _ = fs::remove_file(&self.path);
+    /// keeps its contents). Dropping the claim does the same.
+    pub fn discard(self) {}
+
+    /// Replaces the file's contents (writes to a device or FIFO).
+    pub fn write(&self, bytes: &[u8]) -> Result<()> {
+        if self.stream {
+            self.written.set(true);
+            return fs::OpenOptions::new()
+                .write(true)
+                .open(&self.path)
+                .and_then(|mut f| f.write_all(bytes))
+                .with_context(|| format!("writing {}", self.path.display()));
         }
+        let mut tmp = self
+            .temporary()
+            .with_context(|| format!("writing {}", self.path.display()))?;
+        tmp.write_all(bytes)
+            .with_context(|| format!("writing {}", tmp.path().display()))?;
+        tmp.persist(&self.path)
+            .with_context(|| format!("writing {}", self.path.display()))?;
+        self.written.set(true);
+        Ok(())
     }
 
-    /// Replaces the file's contents.
-    pub fn write(&self, bytes: &[u8]) -> Result<()> {
-        let tmp = self.path.with_extension("allocmux-tmp");
-        fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
-        fs::rename(&tmp, &self.path).with_context(|| format!("writing {}", self.path.display()))
+    /// The file opened for writing from its start (for output that is
+    /// streamed, such as `compare --log`); the claim is then kept.
+    pub fn into_file(self) -> Result<fs::File> {
+        self.written.set(true);
+        fs::OpenOptions::new()
+            .write(true)
+            .truncate(!self.stream)
+            .open(&self.path)
+            .with_context(|| format!("opening {}", self.path.display()))
+    }
+}
+
+impl Drop for OutputFile {
+    fn drop(&mut self) {
+        if self.created && !self.written.get() {
+            let _ = fs::remove_file(&self.path);
+        }
     }
 }
 
@@ -437,6 +519,9 @@ fn write_json_value(json: Option<JsonOut>, value: &serde_json::Value) -> Result<
 
 fn cmd_compare(a: CompareArgs) -> Result<i32> {
     use crate::compare;
+    // The target first: a refused one leaves no output file (nor an empty log).
+    let program = crate::target::resolve(&a.command[0])?;
+    crate::target::check_preloadable(&program)?;
     let json = match &a.json {
         Some(p) if p.as_os_str() == "-" => Some(JsonOut::Stdout),
         Some(p) => Some(JsonOut::File(OutputFile::claim(p, a.force, "JSON report")?)),
@@ -448,19 +533,9 @@ fn cmd_compare(a: CompareArgs) -> Result<i32> {
         .map(|p| OutputFile::claim(p, a.force, "chart"))
         .transpose()?;
     let log = match &a.log {
-        Some(p) => {
-            OutputFile::claim(p, a.force, "log")?;
-            let f = fs::OpenOptions::new()
-                .write(true)
-                .truncate(true)
-                .open(p)
-                .with_context(|| format!("opening the log {}", p.display()))?;
-            Some(f)
-        }
+        Some(p) => Some(OutputFile::claim(p, a.force, "log")?.into_file()?),
         None => None,
     };
-    let program = crate::target::resolve(&a.command[0])?;
-    crate::target::check_preloadable(&program)?;
     let cmp = compare::run(compare::Options {
         command: a.command.clone(),
         allocators: a.allocators,

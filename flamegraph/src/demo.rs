@@ -38,7 +38,14 @@ pub struct DemoOptions {
 
 /// Runs the demo, writing its charts, flamegraphs and profile into `dir`.
 pub fn run(dir: &Path, opts: &DemoOptions) -> Result<i32> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    if dir.exists() && !dir.is_dir() {
+        anyhow::bail!(
+            "{} is not a directory; name one for the demo's files with -o DIR",
+            dir.display()
+        );
+    }
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("creating the directory {}", dir.display()))?;
     let exe = std::env::current_exe().context("finding the allocmux executable")?;
     let w = allocmux_workloads::find(WORKLOAD).expect("the demo workload exists");
     let size = opts.size.unwrap_or(DEFAULT_SIZE);

@@ -662,6 +662,26 @@ pub fn to_string(procs: &[ProcessProfile]) -> String {
 
 /// Reads a profile file: one or more process sections.
 pub fn parse(text: &str) -> Result<Vec<ProcessProfile>, ParseError> {
+    parse_sections(text).map_err(|e| {
+        // A file cut in the middle of its last line (a copy or a download
+        // cut short; the shim itself only ever renames complete files)
+        // fails on that line: say what happened rather than what the half
+        // line lacks.
+        if e.line > 1 && !text.ends_with('\n') && e.line == text.lines().count() {
+            ParseError {
+                line: e.line,
+                message: format!(
+                    "the profile is truncated: its last line is cut short ({})",
+                    e.message
+                ),
+            }
+        } else {
+            e
+        }
+    })
+}
+
+fn parse_sections(text: &str) -> Result<Vec<ProcessProfile>, ParseError> {
     let err = |line: usize, message: String| ParseError { line, message };
     let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l));
     let Some((_, first)) = lines.next() else {
