@@ -52,6 +52,32 @@ fn only(files: &[(String, ProcessProfile)], what: &str) -> ProcessProfile {
     files[0].1.clone()
 }
 
+/// Runs `hostile MODE N [extra]` and `hostile MODE 0 [extra]`, each of
+/// which must exit with `code` (and print `stdout`, when given), and
+/// returns the first run's output and the one profile of each run.
+fn with_and_without(
+    backend: &str,
+    mode: &str,
+    n: u64,
+    extra: &[&str],
+    code: i32,
+    stdout: Option<&str>,
+) -> (Output, ProcessProfile, ProcessProfile) {
+    let (out_n, files_n) = run_mode(backend, mode, n, extra);
+    let (out_0, files_0) = run_mode(backend, mode, 0, extra);
+    for out in [&out_n, &out_0] {
+        assert!(
+            out.status.code() == Some(code) && stdout.is_none_or(|s| text(&out.stdout) == s),
+            "hostile {mode} under {backend} ({}, want exit {code}): {}{}",
+            out.status,
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+    }
+    let (with, without) = (only(&files_n, mode), only(&files_0, mode));
+    (out_n, with, without)
+}
+
 /// Checks that `with` holds exactly `n` more `malloc`s and at least
 /// `n * MARK` more requested and allocated bytes than `without`.
 fn exactly_n_more(what: &str, n: u64, with: &ProcessProfile, without: &ProcessProfile) {
@@ -140,17 +166,7 @@ fn segv_and_abort_leave_a_readable_profile(backend: &str) {
 fn exits_without_the_main_return_keep_everything(backend: &str) {
     const N: u64 = 300;
     for (mode, code) in [("_exit", 3), ("thread-exit", 4)] {
-        let (out_n, files_n) = run_mode(backend, mode, N, &[]);
-        let (out_0, files_0) = run_mode(backend, mode, 0, &[]);
-        for out in [&out_n, &out_0] {
-            assert_eq!(
-                out.status.code(),
-                Some(code),
-                "hostile {mode} under {backend}: {}",
-                text(&out.stderr)
-            );
-        }
-        let (with, without) = (only(&files_n, mode), only(&files_0, mode));
+        let (_, with, without) = with_and_without(backend, mode, N, &[], code, None);
         assert_eq!(
             with.state,
             State::Exited,
@@ -213,18 +229,8 @@ fn closing_and_replacing_descriptors_is_harmless(backend: &str) {
     let scratch = tempfile::tempdir().unwrap();
     let file = scratch.path().join("own.txt");
     let file = file.to_str().unwrap();
-    let (out_n, files_n) = run_mode(backend, "closefds", N, &[file]);
-    let (out_0, files_0) = run_mode(backend, "closefds", 0, &[file]);
-    for out in [&out_n, &out_0] {
-        assert!(
-            out.status.success() && text(&out.stdout) == "file ok\n",
-            "hostile closefds under {backend} ({}): {}{}",
-            out.status,
-            text(&out.stdout),
-            text(&out.stderr)
-        );
-    }
-    let (with, without) = (only(&files_n, "closefds"), only(&files_0, "closefds"));
+    let (_, with, without) =
+        with_and_without(backend, "closefds", N, &[file], 0, Some("file ok\n"));
     assert_eq!(with.state, State::Exited);
     exactly_n_more(
         &format!("hostile closefds under {backend}"),
@@ -238,22 +244,12 @@ fn closing_and_replacing_descriptors_is_harmless(backend: &str) {
 /// program sleeps in `nanosleep`: every call of the handler is counted.
 fn allocating_in_a_signal_handler_is_counted(backend: &str) {
     const N: u64 = 400;
-    let (out_n, files_n) = run_mode(backend, "signals", N, &[]);
-    let (out_0, files_0) = run_mode(backend, "signals", 0, &[]);
-    for out in [&out_n, &out_0] {
-        assert!(
-            out.status.success(),
-            "hostile signals under {backend} ({}): {}",
-            out.status,
-            text(&out.stderr)
-        );
-    }
+    let (out_n, with, without) = with_and_without(backend, "signals", N, &[], 0, None);
     let handled: u64 = text(&out_n.stdout)
         .trim()
         .strip_prefix("handled ")
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("hostile signals: {}", text(&out_n.stdout)));
-    let (with, without) = (only(&files_n, "signals"), only(&files_0, "signals"));
     exactly_n_more(
         &format!("hostile signals under {backend}"),
         handled,
@@ -275,17 +271,7 @@ fn allocating_in_a_signal_handler_is_counted(backend: &str) {
 /// calls go to the shared counters): all in the exit profile.
 fn allocating_in_atexit_and_key_destructors_is_counted(backend: &str) {
     const N: u64 = 100;
-    let (out_n, files_n) = run_mode(backend, "late", N, &[]);
-    let (out_0, files_0) = run_mode(backend, "late", 0, &[]);
-    for out in [&out_n, &out_0] {
-        assert!(
-            out.status.success(),
-            "hostile late under {backend} ({}): {}",
-            out.status,
-            text(&out.stderr)
-        );
-    }
-    let (with, without) = (only(&files_n, "late"), only(&files_0, "late"));
+    let (_, with, without) = with_and_without(backend, "late", N, &[], 0, None);
     exactly_n_more(
         &format!("hostile late under {backend}"),
         2 * N,
@@ -359,18 +345,8 @@ fn allocating_in_the_last_destructor_round_is_safe(backend: &str) {
         eprintln!("not under jemalloc: its tcache stays linked (see the comment)");
         return;
     }
-    let (out_n, files_n) = run_mode(backend, "last-round", N, &[]);
-    let (out_0, files_0) = run_mode(backend, "last-round", 0, &[]);
-    for out in [&out_n, &out_0] {
-        assert!(
-            out.status.success() && text(&out.stdout) == "last-round ok\n",
-            "hostile last-round under {backend} ({}): {}{}",
-            out.status,
-            text(&out.stdout),
-            text(&out.stderr)
-        );
-    }
-    let (with, without) = (only(&files_n, "last-round"), only(&files_0, "last-round"));
+    let (_, with, without) =
+        with_and_without(backend, "last-round", N, &[], 0, Some("last-round ok\n"));
     exactly_n_more(
         &format!("hostile last-round under {backend}"),
         4 * N,
@@ -383,17 +359,7 @@ fn allocating_in_the_last_destructor_round_is_safe(backend: &str) {
 /// exact totals, no hang.
 fn thread_churn_counts_exactly(backend: &str) {
     const ROUNDS: u64 = 8;
-    let (out_n, files_n) = run_mode(backend, "threads", ROUNDS, &[]);
-    let (out_0, files_0) = run_mode(backend, "threads", 0, &[]);
-    for out in [&out_n, &out_0] {
-        assert!(
-            out.status.success(),
-            "hostile threads under {backend} ({}): {}",
-            out.status,
-            text(&out.stderr)
-        );
-    }
-    let (with, without) = (only(&files_n, "threads"), only(&files_0, "threads"));
+    let (_, with, without) = with_and_without(backend, "threads", ROUNDS, &[], 0, None);
     exactly_n_more(
         &format!("hostile threads under {backend}"),
         256 * ROUNDS,
