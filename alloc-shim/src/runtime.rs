@@ -133,6 +133,9 @@ struct Writer {
     /// The temporary file of the write under way, NUL-terminated.
     tmp: [u8; PATH_MAX],
     has_output: bool,
+    /// `ALLOCMUX_OUTPUT` is the null device: nothing is written, not even
+    /// the summary line that stands in for a profile that cannot be.
+    discard: bool,
     /// The exit profile was written; the flusher must not overwrite it.
     finished: bool,
     /// Identity of fd 2 at start-up, to avoid writing the summary into a
@@ -172,6 +175,7 @@ static WRITER: SpinLock<Writer> = SpinLock::new(Writer {
     path_len: 0,
     tmp: [0; PATH_MAX],
     has_output: false,
+    discard: false,
     finished: false,
     stderr_id: None,
     buf: [0; OUT_BUF],
@@ -293,6 +297,10 @@ fn claim_output(w: &mut Writer) -> bool {
         ));
         return false;
     };
+    w.discard = is_null_device(&base[..len]);
+    if w.discard {
+        return false;
+    }
     for attempt in 0..100u32 {
         let mut path = PathBuf::new(&mut w.path);
         let _ = path.push(&base[..len]);
@@ -577,6 +585,9 @@ extern "C" fn last_word(_: *mut c_void) {
 /// The summary line on stderr, if it is still the stderr of start-up.
 fn summary(w: &mut Writer) {
     w.finished = true;
+    if w.discard {
+        return;
+    }
     let same_stderr = w.stderr_id.is_some() && fd_identity(2) == w.stderr_id;
     if same_stderr {
         summary_line(w);
@@ -869,6 +880,25 @@ fn fd_identity(fd: c_int) -> Option<(u64, u64)> {
     unsafe {
         let mut st: libc::stat = core::mem::zeroed();
         (libc::fstat(fd, &mut st) == 0).then_some((st.st_dev, st.st_ino))
+    }
+}
+
+/// Whether `path` names the null device itself (character device 1:3, not
+/// a link to it): `ALLOCMUX_OUTPUT=/dev/null` asks for nothing to be kept,
+/// where any other existing path gets the next free name beside it (which
+/// for `/dev/null` would create `/dev/null.1` as root).
+fn is_null_device(path: &[u8]) -> bool {
+    let mut z = [0u8; PATH_MAX];
+    if path.len() >= z.len() {
+        return false;
+    }
+    z[..path.len()].copy_from_slice(path);
+    // SAFETY: `z` is NUL-terminated; valid out-pointer.
+    unsafe {
+        let mut st: libc::stat = core::mem::zeroed();
+        libc::lstat(z.as_ptr().cast(), &mut st) == 0
+            && st.st_mode & libc::S_IFMT == libc::S_IFCHR
+            && st.st_rdev == libc::makedev(1, 3)
     }
 }
 

@@ -449,7 +449,40 @@ fn hostile_output_paths_are_safe(backend: &str) {
     }
 }
 
+/// `ALLOCMUX_OUTPUT=/dev/null` keeps nothing, silently: no warning, no
+/// summary line, and no `/dev/null.1` beside the device (as root the shim
+/// could create one there, as it takes the next free name of any other
+/// existing path). A fork child and an exec'd image (the `sh -c`) too.
+fn null_device_output_keeps_nothing(backend: &str) {
+    let exe = compile_c("counts.c");
+    let leftovers = || {
+        (1..4)
+            .filter(|i| Path::new(&format!("/dev/null.{i}")).exists())
+            .count()
+    };
+    let before = leftovers();
+    let what = format!("{backend}, ALLOCMUX_OUTPUT=/dev/null");
+    let script = format!("{} 10; {} 10 >/dev/null", exe.display(), exe.display());
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", &script]);
+    preload(&mut cmd, backend, None).env("ALLOCMUX_OUTPUT", "/dev/null");
+    let (_, out) = run_with_pid(&mut cmd, None);
+    assert!(out.status.success(), "{what}: {}", out.status);
+    assert_eq!(text(&out.stdout), COUNTS_OUT, "{what}: stdout");
+    let lines = shim_lines(&out.stderr, &what);
+    assert!(
+        lines.is_empty(),
+        "{what}: want no line from the shim: {lines:#?}"
+    );
+    assert_eq!(
+        leftovers(),
+        before,
+        "{what}: files appeared beside /dev/null"
+    );
+}
+
 per_backend!(
     bad_values_warn_once_and_fall_back,
-    hostile_output_paths_are_safe
+    hostile_output_paths_are_safe,
+    null_device_output_keeps_nothing
 );
