@@ -14,11 +14,8 @@
 #[macro_use]
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, ExitStatus, Output, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
 
 use common::*;
 
@@ -110,15 +107,7 @@ fn crashing(backend: &str, mode: &str, n: u64) -> (ExitStatus, ProcessProfile) {
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
     let mut p = Spawned::spawn(&mut cmd);
-    let stdout = p.child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        let _ = tx.send(line);
-    });
-    let line = rx.recv_timeout(Duration::from_secs(60)).unwrap_or_default();
-    assert_eq!(line, "ready\n", "hostile {mode} under {backend}");
+    p.expect_first_line("ready\n");
     let status = p.wait();
     let prof = read_profile(&dir.path().join(format!("{}.prof", p.pid())));
     (status, prof)

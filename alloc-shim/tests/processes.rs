@@ -6,11 +6,9 @@
 #[macro_use]
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
 use common::*;
@@ -295,17 +293,7 @@ fn periodic_flush_survives_sigkill(backend: &str) {
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
     let mut p = Spawned::spawn(&mut cmd);
-    let stdout = p.child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        let _ = tx.send(line);
-    });
-    let line = rx
-        .recv_timeout(Duration::from_secs(60))
-        .unwrap_or_else(|_| panic!("{} did not print \"ready\" within 60 s", p.what()));
-    assert_eq!(line, "ready\n", "sleeper under {backend}");
+    p.expect_first_line("ready\n");
     // Kill once a flush holding 50+ timeline points (10 ms apart) is on
     // disk: at least 1.5 s, more on a loaded machine, where the writer
     // thread may run late; the test is that SIGKILL keeps what was flushed.

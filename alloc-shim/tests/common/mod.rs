@@ -191,6 +191,23 @@ impl Spawned {
         self.child.id()
     }
 
+    /// Waits up to 60 s for the first line of the child's piped stdout
+    /// (a fixture's "ready") and asserts it is `want`.
+    pub fn expect_first_line(&mut self, want: &str) {
+        use std::io::BufRead;
+        let stdout = self.child.stdout.take().expect("stdout piped");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = std::io::BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let line = rx
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("{} did not print {want:?} within 60 s", self.what));
+        assert_eq!(line, want, "the first line of {}", self.what);
+    }
+
     /// What was started, for messages.
     pub fn what(&self) -> &str {
         &self.what
