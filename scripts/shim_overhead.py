@@ -19,7 +19,13 @@ large dict, and allocmux's bundled edit-distance workload.
 With --floors it also builds the shim twice more for the jemalloc
 comparison (`--cfg allocmux_bench="forward"`: malloc and free forward with no
 recording; `"count"`: one per-thread increment per call and nothing else), to
-show what interposition and the cheapest exact counting cost by themselves.
+show what interposition and the cheapest exact counting cost by themselves;
+the shipped shim with ALLOCMUX_TIME_SAMPLE=1000000, to show what the timed
+calls cost;
+and it runs scripts/ideal_shim.c, the least C that records what the shim's
+fast path records (countdown, requested bytes, large-block check; and the
+chunk-header sizes for glibc), over Debian's jemalloc and over glibc: the
+floor for any shim that counts every call exactly.
 
 With --baseline-shim PATH it also runs another build of the shim (say, one
 built from an earlier commit) in the same interleaved rounds, and reports the
@@ -61,6 +67,17 @@ def build(tmp):
     subprocess.run(["gcc", "-O2", "-g", "-pthread", os.path.join(ROOT, "scripts", "churn.c"), "-o", churn], check=True)
     subprocess.run(["cargo", "build", "--release", "-q", "-p", "allocmux-shim"], cwd=ROOT, check=True)
     return churn, os.path.join(ROOT, "target", "release", "liballocmux_shim.so")
+
+
+def build_ideal(tmp):
+    """scripts/ideal_shim.c built for jemalloc (no sizes) and for glibc (-DSIZES)."""
+    src = os.path.join(ROOT, "scripts", "ideal_shim.c")
+    out = {}
+    for name, flags in [("jemalloc", []), ("glibc", ["-DSIZES"])]:
+        so = os.path.join(tmp, f"ideal_{name}.so")
+        subprocess.run(["gcc", "-O2", "-fPIC", "-shared", *flags, src, "-o", so, "-ldl"], check=True)
+        out[name] = so
+    return out
 
 
 def timed(cmd, env):
@@ -107,6 +124,10 @@ def main():
             "Debian libjemalloc.so.2": dict(base, LD_PRELOAD=DEBIAN_JEMALLOC),
             "shim jemalloc": dict(base, LD_PRELOAD=shim, ALLOCMUX_ALLOCATOR="jemalloc", ALLOCMUX_OUTPUT=out),
         }
+        if a.floors:
+            ideal = build_ideal(tmp)
+            configs["ideal C shim, glibc"] = dict(base, LD_PRELOAD=ideal["glibc"])
+            configs["ideal C shim, jemalloc"] = dict(base, LD_PRELOAD=f"{ideal['jemalloc']}:{DEBIAN_JEMALLOC}")
         instructions = {}
         if a.callgrind:
             pairs = 200_000
@@ -117,7 +138,7 @@ def main():
                     env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=True)
                 total = [l for l in r.stderr.splitlines() if "Collected" in l][0].split()[-1]
                 instructions[name] = int(total.replace(",", ""))
-        main_configs = dict(configs)  # the real programs run under these only
+        main_configs = {k: v for k, v in configs.items() if not k.startswith("ideal")}  # the real programs run under these only
         if a.baseline_shim:
             baseline = os.path.abspath(a.baseline_shim)
             for alloc in ["system", "jemalloc"]:
@@ -125,6 +146,9 @@ def main():
         if a.floors:
             for cfg, label in [("forward", "shim jemalloc, no recording"), ("count", "shim jemalloc, counting calls only")]:
                 configs[label] = dict(base, LD_PRELOAD=build_variant(cfg), ALLOCMUX_ALLOCATOR="jemalloc", ALLOCMUX_OUTPUT=out)
+            # The shipped shim with (almost) no timed calls: what the TSC reads cost.
+            configs["shim jemalloc, untimed (ALLOCMUX_TIME_SAMPLE=1000000)"] = dict(
+                configs["shim jemalloc"], ALLOCMUX_TIME_SAMPLE="1000000")
         times = {name: [] for name in configs}
         outputs = set()
         timed(cmd, configs["glibc (no preload)"])  # warm the page cache
@@ -174,6 +198,8 @@ def main():
     lines += ["", "| ratio (per-round, median [min, max]) | value |", "|---|---|"]
     pairs = [("shim jemalloc", "Debian libjemalloc.so.2"), ("shim system", "glibc (no preload)")]
     pairs += [(n, "Debian libjemalloc.so.2") for n in times if n.startswith("shim jemalloc,")]
+    if "ideal C shim, jemalloc" in times:
+        pairs += [("ideal C shim, jemalloc", "Debian libjemalloc.so.2"), ("ideal C shim, glibc", "glibc (no preload)")]
     pairs += [(n.removeprefix("baseline "), n) for n in times if n.startswith("baseline shim ")]
     for num, den in pairs:
         m, lo, hi = ratio(num, den)
@@ -190,7 +216,12 @@ def main():
             lines.append(f"| {name} | {statistics.median(ms):.1f} | {min(ms):.1f} | {max(ms):.1f} |")
     if instructions:
         lines += ["", f"| instructions, 1 thread x 200,000 pairs (callgrind) | total | per pair over the bare allocator |", "|---|---|---|"]
-        bare = {"shim system": "glibc (no preload)", "shim jemalloc": "Debian libjemalloc.so.2"}
+        bare = {
+            "shim system": "glibc (no preload)",
+            "shim jemalloc": "Debian libjemalloc.so.2",
+            "ideal C shim, glibc": "glibc (no preload)",
+            "ideal C shim, jemalloc": "Debian libjemalloc.so.2",
+        }
         for name, n in instructions.items():
             extra = f"{(n - instructions[bare[name]]) / 200_000:+.1f}" if name in bare else ""
             lines.append(f"| {name} | {n:,} | {extra} |")

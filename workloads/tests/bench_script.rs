@@ -110,3 +110,85 @@ fn bench_script_smoke() {
         );
     }
 }
+
+/// `scripts/ideal_shim.c`, the floor `scripts/shim_overhead.py --floors`
+/// measures the shim against, is only a fair floor if programs run under it
+/// as they do bare: built both ways (for glibc, with the chunk-header
+/// sizes; over Debian's jemalloc, without), it must leave the 2-thread
+/// churn's output and a python3 run's output unchanged.
+#[test]
+fn ideal_shim_keeps_programs_working() {
+    let jemalloc = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
+    if ["gcc", "python3", jemalloc].iter().any(|w| missing(w)) {
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let gcc = |args: &[&str], out: &Path| {
+        let o = Command::new("gcc")
+            .args(args)
+            .arg("-o")
+            .arg(out)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "gcc {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    };
+    let churn = dir.path().join("churn");
+    gcc(
+        &[
+            "-O2",
+            "-pthread",
+            root.join("scripts/churn.c").to_str().unwrap(),
+        ],
+        &churn,
+    );
+    let src = root.join("scripts/ideal_shim.c");
+    let src = src.to_str().unwrap();
+    let glibc = dir.path().join("ideal_glibc.so");
+    gcc(&["-O2", "-fPIC", "-shared", "-DSIZES", src, "-ldl"], &glibc);
+    let over_jemalloc = dir.path().join("ideal_jemalloc.so");
+    gcc(&["-O2", "-fPIC", "-shared", src, "-ldl"], &over_jemalloc);
+
+    let py = "import json; d = {i: [str(i) * 8, {'k': i}] for i in range(20000)}; print(len(json.dumps(d)))";
+    let programs: [&[&str]; 2] = [
+        &[churn.to_str().unwrap(), "2", "200000"],
+        &["python3", "-c", py],
+    ];
+    for program in programs {
+        let run = |preload: Option<String>| {
+            let mut c = Command::new(program[0]);
+            c.args(&program[1..]).env_remove("LD_PRELOAD");
+            if let Some(p) = preload {
+                c.env("LD_PRELOAD", p);
+            }
+            let o = c.output().unwrap();
+            assert!(
+                o.status.success(),
+                "{program:?}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            assert!(
+                o.stderr.is_empty(),
+                "{program:?}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            o.stdout
+        };
+        let bare = run(None);
+        assert!(!bare.is_empty());
+        assert_eq!(
+            run(Some(glibc.display().to_string())),
+            bare,
+            "{program:?} under the glibc floor"
+        );
+        assert_eq!(
+            run(Some(format!("{}:{jemalloc}", over_jemalloc.display()))),
+            bare,
+            "{program:?} under the jemalloc floor"
+        );
+    }
+}
