@@ -30,7 +30,7 @@ use std::collections::HashMap;
 use super::clock::Tsc;
 use super::lock::SpinLock;
 use super::thread::{Body, ThreadState, enter};
-use super::unwind::{self, MAX_FRAMES, StackUnwinder};
+use super::unwind::{self, StackUnwinder};
 use crate::profile::{self, ModuleRef, StackMode};
 use crate::stats::SiteCounts;
 
@@ -297,8 +297,8 @@ unsafe extern "C" fn stacked<B: StackBody>(
     st.busy.set(true);
     // While busy, every allocation comes here (and is counted above).
     let resume = st.countdown.replace(-1);
-    let mut frames = [0u64; MAX_FRAMES];
-    let depth = if sample { capture(st, &mut frames) } else { 0 };
+    let mut buf = unwind::frame_buf();
+    let frames = if sample { capture(st, &mut buf) } else { &[] };
     let start = Tsc::now();
     // SAFETY: forwarded from the caller.
     let out = unsafe { enter(t, body) };
@@ -323,10 +323,10 @@ unsafe extern "C" fn stacked<B: StackBody>(
         }
         if new != 0 {
             let size = body.request().unwrap_or(0) as u64;
-            if depth == 0 {
+            if frames.is_empty() {
                 s.sites.lost += 1;
             } else {
-                s.sites.alloc(new, size, &frames[..depth], ticks);
+                s.sites.alloc(new, size, frames, ticks);
             }
         }
     }
@@ -340,8 +340,8 @@ unsafe extern "C" fn stacked<B: StackBody>(
 }
 
 /// Unwinds the calling thread into `frames`; 0 if that is not possible.
-fn capture(st: &StackThread, frames: &mut [u64; MAX_FRAMES]) -> usize {
-    let Some(stack) = st.stack() else { return 0 };
+fn capture<'b>(st: &StackThread, buf: &'b mut unwind::FrameBuf) -> &'b [u64] {
+    let Some(stack) = st.stack() else { return &[] };
     // Outside the lock: it takes the loader's lock (see `unwind`).
     let generation = unwind::generation();
     let mut s = STATE.lock();
@@ -352,7 +352,7 @@ fn capture(st: &StackThread, frames: &mut [u64; MAX_FRAMES]) -> usize {
         s.remember_modules(&modules.0);
         s.unwinder.install(generation, modules);
     }
-    s.unwinder.capture(stack, frames)
+    s.unwinder.capture(stack, buf)
 }
 
 #[derive(Default)]
