@@ -339,7 +339,8 @@ unsafe extern "C" fn stacked<B: StackBody>(
     out
 }
 
-/// Unwinds the calling thread into `frames`; 0 if that is not possible.
+/// Unwinds the calling thread into `buf`, returning the frames found (none
+/// if that is not possible).
 fn capture<'b>(st: &StackThread, buf: &'b mut unwind::FrameBuf) -> &'b [u64] {
     let Some(stack) = st.stack() else { return &[] };
     // Outside the lock: it takes the loader's lock (see `unwind`).
