@@ -14,7 +14,6 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::OnceLock;
 
 mod common;
@@ -42,21 +41,11 @@ fn static_marker() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap().keep();
-        let src = dir.join("static-marker.c");
-        fs::write(
-            &src,
+        static_program(
+            &dir,
+            "static-marker",
             "#include <stdio.h>\nint main(void) { return fopen(\"ran\", \"w\") == 0; }\n",
         )
-        .unwrap();
-        let bin = dir.join("static-marker");
-        let built = Command::new("cc")
-            .args(["-static", "-o"])
-            .arg(&bin)
-            .arg(&src)
-            .status()
-            .expect("cc runs");
-        assert!(built.success(), "cc -static needs libc.a (libc6-dev)");
-        bin
     })
 }
 

@@ -36,9 +36,14 @@ pub fn ok(out: Output) -> Output {
 
 /// A statically linked program built in `dir` (LD_PRELOAD cannot reach it).
 pub fn static_binary(dir: &Path) -> PathBuf {
-    let src = dir.join("static.c");
-    std::fs::write(&src, "int main(void) { return 0; }\n").unwrap();
-    let bin = dir.join("static");
+    static_program(dir, "static", "int main(void) { return 0; }\n")
+}
+
+/// The C program `source`, statically linked, built in `dir` as `name`.
+pub fn static_program(dir: &Path, name: &str, source: &str) -> PathBuf {
+    let src = dir.join(format!("{name}.c"));
+    std::fs::write(&src, source).unwrap();
+    let bin = dir.join(name);
     let built = Command::new("cc")
         .args(["-static", "-o"])
         .arg(&bin)
