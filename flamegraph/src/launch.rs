@@ -8,10 +8,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use allocmux::profile::{self, ProcessProfile, State};
-use allocmux::recorder::sys::{self, ChildExit, IgnoreInterrupts};
 use anyhow::{Context, Result, bail};
 
 use crate::shim::{Origin, Probe, Shim};
+use crate::sys::{self, ChildExit, IgnoreInterrupts};
 use crate::target;
 
 /// A backend the shim can use.
@@ -34,6 +34,44 @@ impl Allocator {
             Allocator::Mimalloc => "mimalloc",
         }
     }
+}
+
+/// How the shim records call stacks (`ALLOCMUX_STACKS`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum StacksArg {
+    /// No stacks.
+    Off,
+    /// A sample of allocations, one per --sample-bytes allocated on average, counts scaled up.
+    Sample,
+    /// Every allocation's stack.
+    Exact,
+}
+
+impl StacksArg {
+    /// The name the shim understands.
+    pub fn name(self) -> &'static str {
+        match self {
+            StacksArg::Off => "off",
+            StacksArg::Sample => "sample",
+            StacksArg::Exact => "exact",
+        }
+    }
+}
+
+/// The shim's stack settings as environment variables; `sample_bytes`
+/// only goes with sampling.
+pub fn stack_env(stacks: StacksArg, sample_bytes: Option<u64>) -> Result<Vec<(String, String)>> {
+    let mut env = vec![("ALLOCMUX_STACKS".to_string(), stacks.name().to_string())];
+    if let Some(n) = sample_bytes {
+        if stacks != StacksArg::Sample {
+            bail!(
+                "--sample-bytes applies to --stacks sample, not --stacks {}",
+                stacks.name()
+            );
+        }
+        env.push(("ALLOCMUX_SAMPLE_BYTES".to_string(), n.to_string()));
+    }
+    Ok(env)
 }
 
 /// What to run and how.
@@ -81,6 +119,17 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    /// Says on stderr which profile files could not be read (the run's
+    /// figures then leave those processes out).
+    pub fn warn_unreadable(&self) {
+        for (path, why) in &self.unreadable {
+            eprintln!(
+                "allocmux: skipped unreadable profile {}: {why}",
+                path.display()
+            );
+        }
+    }
+
     /// The report of this run of `command` under `allocator`.
     pub fn report(&self, command: &[String], allocator: &str) -> crate::report::Report {
         let info = crate::report::RunInfo {

@@ -1,13 +1,19 @@
 //! The allocmux command-line tool as a library: the `allocmux` binary is a
-//! thin wrapper over [`cli::run`].
-#![forbid(unsafe_code)]
+//! thin wrapper over [`run`], and every command is callable from here with
+//! its options struct ([`cmd::Command`]), without clap.
+//!
+//! Only [`sys`] holds `unsafe` code (the process-control calls std lacks).
+#![deny(unsafe_code)]
 
-pub mod cli;
+pub mod args;
+pub mod cmd;
 pub mod compare;
-pub mod demo;
 pub mod elf;
+pub mod error;
 pub mod export;
+pub mod json;
 pub mod launch;
+pub mod output;
 pub mod plot;
 pub mod pprof;
 pub mod render;
@@ -16,5 +22,26 @@ pub mod shim;
 pub mod stacks;
 pub mod stats;
 pub mod symbolize;
+pub mod sys;
 pub mod target;
 pub mod top;
+
+pub use error::{Error, ErrorKind};
+
+use cmd::Command;
+
+/// Runs one command; returns the exit status `allocmux` ends with (a run
+/// command's is its program's).
+pub fn run(command: Command) -> Result<i32, Error> {
+    let status = match command {
+        Command::Run(o) => cmd::run::run(&o),
+        Command::Compare(o) => cmd::compare::run(&o),
+        Command::Flame(o) => cmd::flame::run(&o),
+        Command::Report(o) => cmd::report::run(&o),
+        Command::Export(o) => cmd::export::run(&o),
+        Command::Diff(o) => cmd::diff::run(&o),
+        Command::Demo(o) => cmd::demo::run(&o),
+        Command::Workload { name, size } => cmd::workload::run(&name, size),
+    };
+    Ok(status?)
+}

@@ -4,10 +4,11 @@
 use std::io::{self, Write};
 
 use allocmux::profile::{ProcessProfile, State};
-use allocmux::recorder::sys::ChildExit;
-use allocmux::stats::{Func, SIZE_BUCKETS, Totals, bucket_floor};
+use allocmux::stats::{Func, Totals};
 use allocmux::{AllocatorStats, Backend};
-use serde_json::{Value, json};
+
+use crate::json::ReportJson;
+use crate::sys::ChildExit;
 
 /// One process's figures, with time converted to nanoseconds.
 #[derive(Clone, Debug)]
@@ -162,41 +163,13 @@ impl Report {
         }
     }
 
-    /// The JSON report (keys as in the design: per process and a total).
-    pub fn to_json(&self) -> Value {
-        let processes: Vec<Value> = self.processes.iter().map(process_json).collect();
-        let t = self.total();
-        let mut total = figures_json(&t.totals);
-        let obj = total.as_object_mut().expect("an object");
-        obj.insert("allocator".into(), json!(self.allocator_name()));
-        obj.insert("processes".into(), json!(self.processes.len()));
-        obj.insert("allocator_ns".into(), json!(t.allocator_ns));
-        obj.insert(
-            "allocator_time_share".into(),
-            json!(share(t.allocator_ns, t.cpu_ns)),
-        );
-        obj.insert("cpu_ns".into(), json!(t.cpu_ns));
-        obj.insert("wall_ns".into(), json!(t.wall_ns));
-        obj.insert("max_rss_bytes".into(), json!(t.max_rss_bytes));
-        obj.insert("threads".into(), json!(t.threads));
-        let mut report = json!({
-            "allocmux_report": 1,
-            "processes": processes,
-            "total": total,
-        });
-        if let Some(r) = &self.run {
-            let o = report.as_object_mut().expect("an object");
-            o.insert("command".into(), json!(r.command));
-            o.insert("exit_code".into(), json!(r.exit.code));
-            o.insert("signal".into(), json!(r.exit.signal));
-            o.insert("exit_status".into(), json!(r.exit.shell_status()));
-            o.insert("user_ns".into(), json!(r.exit.user_ns));
-            o.insert("sys_ns".into(), json!(r.exit.sys_ns));
-        }
-        report
+    /// The JSON report (see [`ReportJson`] for the keys).
+    pub fn to_json(&self) -> ReportJson {
+        ReportJson::from(self)
     }
 
-    fn allocator_name(&self) -> String {
+    /// The allocator: the one asked for, else every one the profiles name.
+    pub(crate) fn allocator_name(&self) -> String {
         if let Some(r) = &self.run {
             return r.allocator.clone();
         }
@@ -397,78 +370,6 @@ fn write_allocator_stats(
     }
 }
 
-/// The allocator's own figures for JSON, or null.
-fn allocator_stats_json(p: &ProcessProfile) -> Value {
-    let Some(r) = &p.allocator_stats else {
-        return Value::Null;
-    };
-    let figures: serde_json::Map<String, Value> = r
-        .stats
-        .fields()
-        .map(|(k, v)| (k.to_string(), json!(v)))
-        .collect();
-    json!({
-        "backend": r.stats.backend().name(),
-        "read_at_ns": r.t_ns,
-        "live_bytes": r.live_bytes,
-        "held_bytes": r.stats.held_bytes(),
-        "overhead": r.overhead(),
-        "figures": figures,
-    })
-}
-
-fn figures_json(t: &Totals) -> Value {
-    let calls: serde_json::Map<String, Value> = Func::ALL
-        .iter()
-        .map(|&f| (f.name().to_string(), json!(t.calls_of(f))))
-        .collect();
-    let hist: Vec<Value> = (0..SIZE_BUCKETS)
-        .filter(|&b| t.size_hist[b] > 0)
-        .map(|b| json!({"min_bytes": bucket_floor(b), "max_bytes": bucket_floor(b + 1).saturating_sub(1).max(bucket_floor(b)), "count": t.size_hist[b]}))
-        .collect();
-    json!({
-        "calls": calls,
-        "allocation_calls": t.allocation_calls(),
-        "failed_calls": t.failed_calls,
-        "bytes_requested": t.bytes_requested,
-        "bytes_allocated": t.bytes_allocated,
-        "bytes_freed": t.bytes_freed,
-        "peak_live_bytes": t.peak_live_bytes,
-        "live_bytes_at_exit": t.live_bytes(),
-        "timed_calls": t.timed_calls,
-        "exact_timed_calls": t.exact_calls,
-        "size_histogram": hist,
-    })
-}
-
-fn process_json(p: &ProcessFigures) -> Value {
-    let pr = &p.profile;
-    let mut v = figures_json(&pr.totals);
-    let o = v.as_object_mut().expect("an object");
-    o.insert("pid".into(), json!(pr.pid));
-    o.insert("ppid".into(), json!(pr.ppid));
-    o.insert("exe".into(), json!(pr.exe));
-    o.insert("argv".into(), json!(pr.argv));
-    o.insert("allocator".into(), json!(pr.allocator));
-    o.insert(
-        "state".into(),
-        json!(if pr.state == State::Exited {
-            "exited"
-        } else {
-            "running"
-        }),
-    );
-    o.insert("allocator_ns".into(), json!(p.allocator_ns));
-    o.insert("allocator_time_share".into(), json!(p.allocator_share()));
-    o.insert("cpu_ns".into(), json!(pr.cpu_ns));
-    o.insert("wall_ns".into(), json!(pr.wall_ns()));
-    o.insert("max_rss_bytes".into(), json!(pr.max_rss_bytes));
-    o.insert("threads".into(), json!(pr.threads));
-    o.insert("time_sample_mean".into(), json!(pr.time_sample_mean));
-    o.insert("allocator_stats".into(), allocator_stats_json(pr));
-    v
-}
-
 /// A command line shown the way a shell would take it back.
 pub fn shell_words(args: &[String]) -> String {
     args.iter()
@@ -621,7 +522,8 @@ mod tests {
             ),
             "{out}"
         );
-        let j = &r.to_json()["processes"][0]["allocator_stats"];
+        let v = serde_json::to_value(r.to_json()).unwrap();
+        let j = &v["processes"][0]["allocator_stats"];
         assert_eq!(j["backend"], "jemalloc");
         assert_eq!(j["figures"]["active"], 13736345);
         assert_eq!(j["held_bytes"], 20971520);

@@ -17,7 +17,7 @@
 //! `1 − 2^(1−n)`, so 95% needs at least 6 rounds.
 
 /// Median, quartiles and range of a sample.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
 pub struct Spread {
     /// Middle value (mean of the two middle ones for an even count).
     pub median: f64,
@@ -71,7 +71,7 @@ pub fn median(xs: &[f64]) -> f64 {
 }
 
 /// An estimate with its confidence interval.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
 pub struct Interval {
     /// Point estimate.
     pub estimate: f64,

@@ -30,7 +30,7 @@ use blazesym::symbolize::{CodeInfo, Input, Symbolized};
 
 /// One frame of a symbolized stack: a function, or a function inlined
 /// into another at the same address.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 pub struct Frame {
     /// Demangled function name, or `module+0xoffset`, or `[unknown]`.
     pub function: String,

@@ -4,23 +4,14 @@
 
 use std::io::{self, Write};
 
-use serde_json::{Value, json};
-
-use crate::export::{frame_json, values_json};
+use crate::json::{StackJson, TopStackJson, TopStacksJson};
+use crate::report::share;
 use crate::stacks::{MergedStack, StackSet, Weight};
 
 /// Frames shown per stack before `← …`.
 const FRAMES_SHOWN: usize = 5;
 /// Characters shown of one function name.
 const NAME_WIDTH: usize = 48;
-
-fn share(part: u64, whole: u64) -> f64 {
-    if whole == 0 {
-        0.0
-    } else {
-        part as f64 / whole as f64
-    }
-}
 
 fn top(merged: &[MergedStack], w: Weight, n: usize) -> Vec<&MergedStack> {
     let mut v: Vec<&MergedStack> = merged.iter().filter(|s| w.of(&s.values) > 0).collect();
@@ -171,30 +162,27 @@ pub fn write_human(set: &StackSet<'_>, n: usize, w: &mut dyn Write) -> io::Resul
 
 /// `top_stacks`: per weight name, the `n` largest stacks with value,
 /// share, frames (leaf first) and every weight's value.
-pub fn to_json(set: &StackSet<'_>, n: usize) -> Value {
+pub fn to_json(set: &StackSet<'_>, n: usize) -> TopStacksJson {
     let merged = set.merged(Weight::Bytes);
     let total = set.total();
-    Value::Object(
-        Weight::ALL
-            .iter()
-            .map(|&weight| {
-                let t = weight.of(&total);
-                let rows: Vec<Value> = top(&merged, weight, n)
-                    .into_iter()
-                    .map(|s| {
-                        let v = weight.of(&s.values);
-                        json!({
-                            "value": v,
-                            "share": share(v, t),
-                            "frames": s.frames.iter().map(frame_json).collect::<Vec<_>>(),
-                            "values": values_json(s),
-                        })
-                    })
-                    .collect();
-                (weight.name().to_string(), Value::Array(rows))
-            })
-            .collect(),
-    )
+    Weight::ALL
+        .iter()
+        .map(|&weight| {
+            let t = weight.of(&total);
+            let rows = top(&merged, weight, n)
+                .into_iter()
+                .map(|s| {
+                    let v = weight.of(&s.values);
+                    TopStackJson {
+                        value: v,
+                        share: share(v, t),
+                        stack: StackJson::from(s),
+                    }
+                })
+                .collect();
+            (weight.name(), rows)
+        })
+        .collect()
 }
 
 #[cfg(test)]

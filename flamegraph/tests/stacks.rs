@@ -235,8 +235,7 @@ fn rust_allocator_glue_is_trimmed_and_names_are_demangled() {
     };
     let rust_alloc = addr_of(&|n| n == "__rustc::__rust_alloc" || n == "__rust_alloc");
     let rdl_alloc = addr_of(&|n| n == "__rustc::__rdl_alloc" || n == "__rdl_alloc");
-    let run =
-        addr_of(&|n| n == "allocmux_cli::cli::run" || n.starts_with("allocmux_cli::cli::run::h"));
+    let run = addr_of(&|n| n == "allocmux_cli::run" || n.starts_with("allocmux_cli::run::h"));
     // A PIE's ELF addresses used as they are: bias 0, one big mapping.
     let m = module(bin, 0, 0x1_0000_0000, 0);
     let p = process(
@@ -250,10 +249,7 @@ fn rust_allocator_glue_is_trimmed_and_names_are_demangled() {
     );
     let dir = tempfile::tempdir().unwrap();
     let prof = write_profile(dir.path(), "rust.prof", &[p]);
-    assert_eq!(
-        export(&prof, "folded", "count"),
-        "allocmux_cli::cli::run 9\n"
-    );
+    assert_eq!(export(&prof, "folded", "count"), "allocmux_cli::run 9\n");
 }
 
 #[test]

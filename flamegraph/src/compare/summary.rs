@@ -4,8 +4,6 @@
 
 use std::io::{self, Write};
 
-use serde_json::{Value, json};
-
 use super::{Comparison, FIRST_LOOK, RunRecord};
 use crate::launch::Allocator;
 use crate::report::{Bytes, Count, Dur, shell_words};
@@ -404,98 +402,6 @@ fn time_with_range(t: f64, lo: f64, hi: f64) -> String {
     format!("{:.d$} {unit} ({:.d$}–{:.d$})", t / div, lo / div, hi / div)
 }
 
-fn interval_json(iv: Option<Interval>) -> Value {
-    iv.map_or(Value::Null, |iv| {
-        json!({
-            "estimate": iv.estimate,
-            "low": iv.low,
-            "high": iv.high,
-            "confidence": iv.confidence,
-        })
-    })
-}
-
-/// Every run and every summary figure, for `--json`.
-pub fn to_json(cmp: &Comparison, s: &Summary) -> Value {
-    let runs: Vec<Value> = cmp
-        .runs
-        .iter()
-        .map(|r| {
-            let mut v = json!({
-                "round": r.round,
-                "warmup": r.warmup,
-                "allocator": r.allocator.name(),
-            });
-            let o = v.as_object_mut().expect("an object");
-            for f in Figure::ALL {
-                let x = r.figure(f);
-                o.insert(
-                    f.key().into(),
-                    if f == Figure::AllocatorShare {
-                        json!(x)
-                    } else {
-                        json!(x as u64)
-                    },
-                );
-            }
-            v
-        })
-        .collect();
-    let allocators: Vec<Value> = s
-        .per_allocator
-        .iter()
-        .map(|a| {
-            let mut figures = serde_json::Map::new();
-            for &(f, sp) in &a.figures {
-                figures.insert(
-                    f.key().into(),
-                    json!({
-                        "median": sp.median,
-                        "q1": sp.q1,
-                        "q3": sp.q3,
-                        "min": sp.min,
-                        "max": sp.max,
-                    }),
-                );
-            }
-            json!({
-                "allocator": a.allocator.name(),
-                "runs": a.runs,
-                "figures": figures,
-                "speedup_vs_baseline": interval_json(a.speedup),
-                "max_rss_vs_baseline": interval_json(a.memory),
-            })
-        })
-        .collect();
-    let (winner, leaders) = match &s.verdict {
-        Verdict::Winner { winner, .. } => (json!(winner.name()), json!([winner.name()])),
-        Verdict::NoClearWinner { leaders, .. } => (
-            Value::Null,
-            json!(leaders.iter().map(|a| a.name()).collect::<Vec<_>>()),
-        ),
-        Verdict::Alone | Verdict::TooFewRounds => (Value::Null, json!([])),
-    };
-    json!({
-        "command": cmp.command,
-        "baseline": cmp.allocators[0].name(),
-        "rounds": s.rounds,
-        "rounds_planned": cmp.rounds_planned,
-        "warmup_rounds": cmp.warmup,
-        "stopped_early": cmp.stopped_early,
-        "confidence_level": cmp.level,
-        "method": "Hodges-Lehmann estimate of the paired log ratio per round, \
-                   exact Wilcoxon signed-rank confidence interval",
-        "runs": runs,
-        "allocators": allocators,
-        "verdict": {
-            "winner": winner,
-            "leaders": leaders,
-            "text": s.verdict_line(cmp.level),
-        },
-        "warnings": s.warnings,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -624,13 +530,16 @@ mod tests {
     fn json_has_every_run_and_summary() {
         let cmp = comparison(&[(System, 1.0), (Jemalloc, 0.8)], 6);
         let s = Summary::new(&cmp);
-        let v = to_json(&cmp, &s);
+        let v = serde_json::to_value(crate::json::CompareJson::new(&cmp, &s)).unwrap();
         assert_eq!(v["runs"].as_array().unwrap().len(), 12);
         assert_eq!(v["verdict"]["winner"], "jemalloc");
         let j = &v["allocators"][1];
         assert!(j["figures"]["wall_ns"]["median"].as_f64().unwrap() > 0.0);
         assert!(j["speedup_vs_baseline"]["low"].as_f64().unwrap() > 1.0);
-        assert_eq!(v["allocators"][0]["speedup_vs_baseline"], Value::Null);
+        assert_eq!(
+            v["allocators"][0]["speedup_vs_baseline"],
+            serde_json::Value::Null
+        );
         let mut out = Vec::new();
         write_human(&cmp, &s, &mut out).unwrap();
         let text = String::from_utf8(out).unwrap();

@@ -1,5 +1,4 @@
-//! The recording core: the only module of this crate with `unsafe` code
-//! (with [`sys`], the process-control calls the tools need beyond std).
+//! The recording core: the only module of this crate with `unsafe` code.
 //!
 //! It runs inside `malloc` of other people's programs (through the shim) and
 //! inside a Rust program's global allocator, so nothing here allocates, takes
@@ -28,7 +27,7 @@ mod counters;
 mod lock;
 pub mod stacks;
 mod switchable;
-pub mod sys;
+pub(crate) mod sys;
 mod thread;
 pub mod unwind;
 mod wrapper;

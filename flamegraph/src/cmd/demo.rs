@@ -2,13 +2,14 @@
 //! no network. It compares the three allocators on this binary's own
 //! allocation-heavy workload, records where it allocates, and draws both.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 
-use crate::cli::OutputFile;
 use crate::compare::{self, Summary};
+use crate::json::CompareJson;
 use crate::launch::{self, Allocator, Launch, Output};
+use crate::output::OutputFile;
 use crate::report::shell_words;
 use crate::stacks::{StackSet, Weight};
 use crate::symbolize::Symbolizer;
@@ -27,17 +28,22 @@ const DEFAULT_ROUNDS: usize = 15;
 /// cost the run hardly notices.
 const SAMPLE_BYTES: u64 = 64 * 1024;
 
-/// What the demo can be told (hidden options, for the tests).
-#[derive(Debug, Default)]
+/// What the demo can be told: where its files go, and (hidden options,
+/// for the tests) how big and how long.
+#[derive(Debug)]
 pub struct DemoOptions {
+    /// Directory for the demo's profiles and reports.
+    pub dir: PathBuf,
     /// Word pairs per run.
     pub size: Option<u64>,
     /// Rounds of the comparison.
     pub rounds: Option<usize>,
 }
 
-/// Runs the demo, writing its charts, flamegraphs and profile into `dir`.
-pub fn run(dir: &Path, opts: &DemoOptions) -> Result<i32> {
+/// Runs the demo, writing its charts, flamegraphs and profile into
+/// `opts.dir`.
+pub fn run(opts: &DemoOptions) -> Result<i32> {
+    let dir = opts.dir.as_path();
     if dir.exists() && !dir.is_dir() {
         anyhow::bail!(
             "{} is not a directory; name one for the demo's files with -o DIR",
@@ -99,10 +105,7 @@ pub fn run(dir: &Path, opts: &DemoOptions) -> Result<i32> {
     compare::write_human(&cmp, &summary, &mut std::io::stdout().lock())?;
     let title = format!("allocmux demo: {WORKLOAD} {size}, three allocators");
     compare_svg.write(compare::plot::svg(&cmp, &summary, &title)?.as_bytes())?;
-    let mut json = serde_json::to_string_pretty(&compare::to_json(&cmp, &summary))
-        .expect("JSON values serialise");
-    json.push('\n');
-    compare_json.write(json.as_bytes())?;
+    compare_json.write(crate::json::to_pretty(&CompareJson::new(&cmp, &summary)).as_bytes())?;
 
     println!("\n2. Where from? One more run under system, with a sample of call stacks.");
     let out = launch::launch(&Launch {

@@ -1,0 +1,321 @@
+//! The command line as clap parses it, and its translation into the
+//! options structs the commands take ([`Command`]), so that the commands
+//! themselves know nothing of clap.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use crate::cmd::Command;
+use crate::cmd::compare::CompareOptions;
+use crate::cmd::demo::DemoOptions;
+use crate::cmd::diff::DiffOptions;
+use crate::cmd::export::ExportOptions;
+use crate::cmd::flame::FlameOptions;
+use crate::cmd::report::ReportOptions;
+use crate::cmd::run::RunOptions;
+use crate::export::Format;
+use crate::launch::{Allocator, StacksArg};
+use crate::stacks::Weight;
+
+/// allocmux: how much a program allocates, how long it spends in the
+/// allocator, and which allocator suits it.
+#[derive(Debug, Parser)]
+#[command(name = "allocmux", version, about, max_term_width = 100)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Run a command under the profiler and print what it allocated (on stderr, after it ends).
+    Run(RunArgs),
+    /// Run a command under each allocator, interleaved, and say which is faster, with intervals.
+    Compare(CompareArgs),
+    /// Run a command with call stacks recorded and draw where it allocated as a flamegraph SVG.
+    Flame(FlameArgs),
+    /// Print the summary of saved profiles, with their top call stacks.
+    Report(ReportArgs),
+    /// Write the call stacks of saved profiles as folded stacks, pprof or JSON.
+    Export(ExportArgs),
+    /// Draw a differential flamegraph of two saved profiles (red: grew, blue: shrank).
+    Diff(DiffArgs),
+    /// Run a bundled allocation-heavy workload under each allocator and compare.
+    Demo(DemoArgs),
+    /// Run a bundled workload (used by `demo` and the tests).
+    #[command(hide = true, name = "__workload")]
+    Workload { name: String, size: Option<u64> },
+}
+
+#[derive(Debug, clap::Args)]
+struct RunArgs {
+    /// Allocator the program runs on.
+    #[arg(short, long, value_enum, default_value_t = Allocator::System)]
+    allocator: Allocator,
+    /// Also save the profile of every process of the run in this file (for `allocmux report`).
+    #[arg(short, long, value_name = "PROFILE")]
+    output: Option<PathBuf>,
+    /// Write the report as JSON to FILE (`-` for stdout).
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Record the call stack of allocations: none, a sample weighted by bytes, or every one.
+    #[arg(long, value_enum, value_name = "MODE")]
+    stacks: Option<StacksArg>,
+    /// Mean bytes between two sampled stacks (implies --stacks sample).
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(1..))]
+    sample_bytes: Option<u64>,
+    /// Overwrite the output files if they exist.
+    #[arg(long)]
+    force: bool,
+    /// The command to run, after `--`.
+    #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
+    command: Vec<String>,
+}
+
+#[derive(Debug, clap::Args)]
+struct CompareArgs {
+    /// Allocators to compare, comma-separated; `system` (when listed) is the baseline of the
+    /// ratios, else the first.
+    #[arg(
+        short,
+        long = "allocators",
+        value_enum,
+        value_delimiter = ',',
+        default_value = "system,jemalloc,mimalloc"
+    )]
+    allocators: Vec<Allocator>,
+    /// Measured rounds (each runs every allocator once); the most with --stop-early
+    /// [default: as many as fit in about a minute, from 6 to 10]
+    #[arg(short = 'n', long, value_name = "RUNS",
+          allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    runs: Option<u64>,
+    /// Unmeasured rounds first (page cache, CPU frequency, the shim's cache).
+    #[arg(long, value_name = "N", default_value_t = 1,
+          allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(0..=100))]
+    warmup: u64,
+    /// Stop before RUNS rounds once one allocator is clearly fastest (the intervals are then
+    /// adjusted for the repeated looks).
+    #[arg(long)]
+    stop_early: bool,
+    /// Write every run and the summary as JSON to FILE (`-` for stdout).
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Draw the comparison (time and peak memory per allocator) as an SVG chart.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
+    /// Keep the programs' output (hidden otherwise) in FILE.
+    #[arg(long, value_name = "FILE")]
+    log: Option<PathBuf>,
+    /// Overwrite the output files if they exist.
+    #[arg(long)]
+    force: bool,
+    /// The command to run, after `--`.
+    #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
+    command: Vec<String>,
+}
+
+#[derive(Debug, clap::Args)]
+struct FlameArgs {
+    /// Allocator the program runs on.
+    #[arg(short, long, value_enum, default_value_t = Allocator::System)]
+    allocator: Allocator,
+    /// What the width of a frame shows.
+    #[arg(long, value_enum, default_value_t = Weight::Bytes)]
+    weight: Weight,
+    /// Record every allocation's stack (same as --stacks exact).
+    #[arg(long, conflicts_with = "stacks")]
+    exact: bool,
+    /// How to record stacks: a sample weighted by bytes (cheap, scaled estimates) or every allocation.
+    #[arg(long, value_enum, value_name = "MODE")]
+    stacks: Option<FlameStacks>,
+    /// Mean bytes between two sampled stacks (the shim's default is 512 KiB).
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(1..))]
+    sample_bytes: Option<u64>,
+    /// The SVG to write.
+    #[arg(short, long, value_name = "FILE.svg", default_value = "allocmux.svg")]
+    output: PathBuf,
+    /// Overwrite the output file if it exists.
+    #[arg(long)]
+    force: bool,
+    /// The command to run, after `--`.
+    #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
+    command: Vec<String>,
+}
+
+/// Stack recording for `flame` (off would leave nothing to draw).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum FlameStacks {
+    /// A sample of allocations, one per --sample-bytes allocated on average, counts scaled up.
+    Sample,
+    /// Every allocation's stack.
+    Exact,
+}
+
+#[derive(Debug, clap::Args)]
+struct ReportArgs {
+    /// Profile files written by `allocmux run -o` or by the shim (ALLOCMUX_OUTPUT).
+    #[arg(required = true, value_name = "PROFILE")]
+    profiles: Vec<PathBuf>,
+    /// Print JSON instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Stacks listed per weight, when the profiles recorded stacks (0: none).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 5,
+        allow_negative_numbers = true
+    )]
+    top: usize,
+    /// Also draw live heap bytes and resident memory over time, per process, as an SVG chart.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
+    /// Overwrite the --plot file if it exists.
+    #[arg(long, requires = "plot")]
+    force: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct ExportArgs {
+    /// Profile files with call stacks.
+    #[arg(required = true, value_name = "PROFILE")]
+    profiles: Vec<PathBuf>,
+    /// Output format.
+    #[arg(long, value_enum)]
+    format: Format,
+    /// The weight of folded lines, the order of JSON stacks, pprof's default sample type
+    /// [default: bytes].
+    #[arg(long, value_enum)]
+    weight: Option<Weight>,
+    /// Output file (`-` for stdout, except for pprof and svg).
+    #[arg(short, long, value_name = "FILE")]
+    output: PathBuf,
+    /// Overwrite the output file if it exists.
+    #[arg(long)]
+    force: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct DiffArgs {
+    /// The profile to compare against.
+    #[arg(value_name = "BASE_PROFILE")]
+    base: PathBuf,
+    /// The profile compared: frames are as wide as here.
+    #[arg(value_name = "NEW_PROFILE")]
+    new: PathBuf,
+    /// What is compared.
+    #[arg(long, value_enum, default_value_t = Weight::Bytes)]
+    weight: Weight,
+    /// The SVG to write.
+    #[arg(short, long, value_name = "FILE.svg")]
+    output: PathBuf,
+    /// Overwrite the output file if it exists.
+    #[arg(long)]
+    force: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct DemoArgs {
+    /// Directory for the demo's profiles and reports.
+    #[arg(short, long, value_name = "DIR", default_value = ".")]
+    output: PathBuf,
+    /// Workload size (word pairs of the edit-distance workload).
+    #[arg(long, hide = true)]
+    size: Option<u64>,
+    /// Rounds of the comparison.
+    #[arg(long, hide = true, allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    rounds: Option<u64>,
+}
+
+impl Cli {
+    /// The command asked for, with its options.
+    pub fn into_command(self) -> Command {
+        match self.command {
+            Cmd::Run(a) => Command::Run(RunOptions {
+                allocator: a.allocator,
+                profile: a.output,
+                json: a.json,
+                stacks: a.stacks,
+                sample_bytes: a.sample_bytes,
+                force: a.force,
+                command: a.command,
+            }),
+            Cmd::Compare(a) => Command::Compare(CompareOptions {
+                allocators: a.allocators,
+                runs: a.runs.map(|n| n as usize),
+                warmup: a.warmup as usize,
+                stop_early: a.stop_early,
+                json: a.json,
+                plot: a.plot,
+                log: a.log,
+                force: a.force,
+                command: a.command,
+            }),
+            Cmd::Flame(a) => Command::Flame(FlameOptions {
+                allocator: a.allocator,
+                weight: a.weight,
+                stacks: match (a.exact, a.stacks) {
+                    (true, _) | (false, Some(FlameStacks::Exact)) => StacksArg::Exact,
+                    _ => StacksArg::Sample,
+                },
+                sample_bytes: a.sample_bytes,
+                output: a.output,
+                force: a.force,
+                command: a.command,
+            }),
+            Cmd::Report(a) => Command::Report(ReportOptions {
+                profiles: a.profiles,
+                json: a.json,
+                top: a.top,
+                plot: a.plot,
+                force: a.force,
+            }),
+            Cmd::Export(a) => Command::Export(ExportOptions {
+                profiles: a.profiles,
+                format: a.format,
+                weight: a.weight,
+                output: a.output,
+                force: a.force,
+            }),
+            Cmd::Diff(a) => Command::Diff(DiffOptions {
+                base: a.base,
+                new: a.new,
+                weight: a.weight,
+                output: a.output,
+                force: a.force,
+            }),
+            Cmd::Demo(a) => Command::Demo(DemoOptions {
+                dir: a.output,
+                size: a.size,
+                rounds: a.rounds.map(|r| r as usize),
+            }),
+            Cmd::Workload { name, size } => Command::Workload { name, size },
+        }
+    }
+}
+
+/// The one line a refused command line is reported as: clap's message
+/// ("error: WHAT", details indented on the next lines) without its usage
+/// block, naming the `--help` of the subcommand `first_arg` names, if it
+/// names one.
+pub fn usage_line(e: &clap::Error, first_arg: Option<&str>) -> String {
+    use clap::CommandFactory;
+    let rendered = e.render().to_string();
+    let mut parts = Vec::new();
+    for line in rendered.lines() {
+        let line = line.trim();
+        if line.starts_with("Usage:") || line.starts_with("For more information") {
+            break;
+        }
+        if !line.is_empty() {
+            parts.push(line.strip_prefix("error:").unwrap_or(line).trim());
+        }
+    }
+    let sub = first_arg.filter(|a| Cli::command().find_subcommand(a).is_some());
+    let help = match sub {
+        Some(s) => format!("allocmux {s} --help"),
+        None => "allocmux --help".to_string(),
+    };
+    format!("allocmux: {} (see `{help}`)", parts.join(" "))
+}

@@ -1,0 +1,55 @@
+//! `allocmux diff`: a differential flamegraph of two saved profiles.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+
+use super::profiles;
+use crate::output::OutputFile;
+use crate::render::Labels;
+use crate::stacks::Weight;
+use crate::symbolize::Symbolizer;
+
+/// What `allocmux diff` is told.
+#[derive(Debug)]
+pub struct DiffOptions {
+    /// The profile compared against.
+    pub base: PathBuf,
+    /// The profile compared: frames are as wide as here.
+    pub new: PathBuf,
+    /// What is compared.
+    pub weight: Weight,
+    /// The SVG to write.
+    pub output: PathBuf,
+    /// Overwrite the output file if it exists.
+    pub force: bool,
+}
+
+/// Draws the differential flamegraph.
+pub fn run(o: &DiffOptions) -> Result<i32> {
+    let out = OutputFile::claim(&o.output, o.force, "flamegraph")?;
+    let base = profiles::load(std::slice::from_ref(&o.base))?;
+    let new = profiles::load(std::slice::from_ref(&o.new))?;
+    let mut sym = Symbolizer::new();
+    let base_set = profiles::stack_set(&base, &mut sym, &o.base.display().to_string())?;
+    let new_set = profiles::stack_set(&new, &mut sym, &o.new.display().to_string())?;
+    let w = o.weight;
+    let title = format!(
+        "{} → {} — {} — total {} → {}",
+        o.base.display(),
+        o.new.display(),
+        new_set.describe(w),
+        base_set.show(w, w.of(&base_set.total())),
+        new_set.show(w, w.of(&new_set.total())),
+    );
+    let labels = Labels {
+        title,
+        subtitle: Some(
+            "widths as in the new profile; red: grew, blue: shrank against the base".into(),
+        ),
+        count_name: w.unit(new_set.time_unit()).to_string(),
+    };
+    let svg = crate::render::differential(&base_set.folded(w), &new_set.folded(w), &labels)?;
+    out.write(&svg)?;
+    Ok(0)
+}

@@ -1,0 +1,79 @@
+//! `allocmux flame`: runs a command with call stacks recorded and draws
+//! where it allocated as a flamegraph SVG.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+
+use crate::launch::{self, Allocator, Launch, StacksArg, stack_env};
+use crate::output::OutputFile;
+use crate::report::shell_words;
+use crate::stacks::{StackSet, Weight};
+use crate::symbolize::Symbolizer;
+
+/// What `allocmux flame` is told.
+#[derive(Debug)]
+pub struct FlameOptions {
+    /// Allocator the program runs on.
+    pub allocator: Allocator,
+    /// What the width of a frame shows.
+    pub weight: Weight,
+    /// How stacks are recorded: sampled or exact (off leaves nothing to
+    /// draw).
+    pub stacks: StacksArg,
+    /// Mean bytes between two sampled stacks (the shim's default is 512 KiB).
+    pub sample_bytes: Option<u64>,
+    /// The SVG to write.
+    pub output: PathBuf,
+    /// Overwrite the output file if it exists.
+    pub force: bool,
+    /// The command and its arguments.
+    pub command: Vec<String>,
+}
+
+/// Runs the command and draws the flamegraph; returns the command's exit
+/// status, as a shell would report it.
+pub fn run(o: &FlameOptions) -> Result<i32> {
+    let env = stack_env(o.stacks, o.sample_bytes)?;
+    let out = OutputFile::claim(&o.output, o.force, "flamegraph")?;
+    let outcome = launch::launch(&Launch {
+        command: &o.command,
+        allocator: o.allocator,
+        output: launch::Output::Inherit,
+        env,
+    })?;
+    outcome.warn_unreadable();
+    if let Err(e) = outcome.check_recorded() {
+        if outcome.profiles.is_empty() {
+            return Err(e.context("cannot draw a flamegraph"));
+        }
+        eprintln!("allocmux: {e:#}");
+    }
+    let report = outcome.report(&o.command, o.allocator.name());
+    let mut err = std::io::stderr().lock();
+    report
+        .write_human(&mut err)
+        .context("writing the summary")?;
+    let mut sym = Symbolizer::new();
+    let set = StackSet::build(&outcome.profiles, &mut sym)
+        .map_err(|e| anyhow::anyhow!("cannot draw a flamegraph: {e}"))?;
+    let folded = set.folded(o.weight);
+    if folded.trim().is_empty() && o.stacks == StacksArg::Sample {
+        anyhow::bail!(
+            "nothing to draw: no allocation was sampled (about one is taken per \
+             --sample-bytes bytes allocated, 512 KiB unless set); record every \
+             allocation with --exact, or sample more often with --sample-bytes N"
+        );
+    }
+    let title = format!("{} — {}", shell_words(&o.command), o.allocator.name());
+    let svg = crate::render::flamegraph(&folded, &crate::render::labels(&set, o.weight, title))?;
+    out.write(&svg)?;
+    writeln!(
+        err,
+        "  flamegraph of {} written to {}",
+        o.weight.describe(),
+        out.path().display()
+    )?;
+    Ok(outcome.exit.shell_status())
+}

@@ -1,0 +1,141 @@
+//! `allocmux report`: the summary of saved profiles, with their top call
+//! stacks, as a table or JSON, and optionally their memory timelines as a
+//! chart.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+
+use allocmux::profile::ProcessProfile;
+
+use super::profiles;
+use crate::output::OutputFile;
+use crate::report::Report;
+use crate::stacks::StackSet;
+use crate::symbolize::Symbolizer;
+
+/// What `allocmux report` is told.
+#[derive(Debug)]
+pub struct ReportOptions {
+    /// Profile files written by `allocmux run -o` or by the shim.
+    pub profiles: Vec<PathBuf>,
+    /// Print JSON instead of the table.
+    pub json: bool,
+    /// Stacks listed per weight, when the profiles recorded stacks (0: none).
+    pub top: usize,
+    /// Where to draw live heap bytes and resident memory over time, per
+    /// process, as an SVG chart.
+    pub plot: Option<PathBuf>,
+    /// Overwrite the `plot` file if it exists.
+    pub force: bool,
+}
+
+/// Prints the report (and draws the chart).
+pub fn run(o: &ReportOptions) -> Result<i32> {
+    // Claimed first, so a taken name fails before any work.
+    let plot_out = o
+        .plot
+        .as_deref()
+        .map(|p| OutputFile::claim(p, o.force, "plot"))
+        .transpose()?;
+    let loaded = profiles::load(&o.profiles)?;
+    let plot = match &plot_out {
+        Some(_) => Some(timeline_chart(
+            &loaded,
+            &profiles::paths_words(&o.profiles),
+        )?),
+        None => None,
+    };
+    if let (Some(out), Some((svg, _))) = (&plot_out, &plot) {
+        out.write(svg.as_bytes())?;
+    }
+    let report = Report::new(loaded.clone(), None);
+    let mut sym = Symbolizer::new();
+    let set = if o.top == 0 {
+        None
+    } else {
+        StackSet::build(&loaded, &mut sym).ok()
+    };
+    if o.json {
+        let mut doc = report.to_json();
+        doc.top_stacks = set.as_ref().map(|set| crate::top::to_json(set, o.top));
+        std::io::stdout()
+            .lock()
+            .write_all(crate::json::to_pretty(&doc).as_bytes())
+            .context("writing JSON to stdout")?;
+    } else {
+        let mut out = std::io::stdout().lock();
+        report.write_human(&mut out)?;
+        if let Some(set) = &set {
+            crate::top::write_human(set, o.top, &mut out)?;
+        }
+    }
+    if let (Some(out), Some((_, note))) = (&plot_out, &plot) {
+        eprintln!("  {note} written to {}", out.path().display());
+    }
+    Ok(0)
+}
+
+/// At most this many processes are drawn by `report --plot` (the largest
+/// by peak resident size): more lines and legend entries than this make a
+/// chart that nobody can read.
+const MAX_PLOTTED: usize = 10;
+
+/// The memory timeline chart of `profiles` for `report --plot`, and a line
+/// saying what it shows; an error naming the fix if no process has a
+/// timeline.
+fn timeline_chart(profiles: &[ProcessProfile], what: &str) -> Result<(String, String)> {
+    let with: Vec<&ProcessProfile> = profiles.iter().filter(|p| !p.timeline.is_empty()).collect();
+    if with.is_empty() {
+        bail!(
+            "{what} has no memory timeline (it was written by an allocmux older than \
+             timelines); record it again with this allocmux: `allocmux run -o PROFILE -- CMD`, \
+             or the shim with ALLOCMUX_OUTPUT set"
+        );
+    }
+    let offsets = crate::plot::run_offsets(&with);
+    let mut drawn: Vec<(usize, &ProcessProfile)> = with.iter().copied().enumerate().collect();
+    let skipped = drawn.len().saturating_sub(MAX_PLOTTED);
+    if skipped > 0 {
+        drawn.sort_by_key(|(_, p)| {
+            std::cmp::Reverse((p.timeline.peak_rss_bytes(), p.timeline.peak_live_bytes()))
+        });
+        drawn.truncate(MAX_PLOTTED);
+    }
+    // Legend in start order.
+    drawn.sort_by_key(|&(i, p)| (offsets[i], p.clock_start.mono_ns, p.pid));
+    let labels: Vec<String> = drawn
+        .iter()
+        .map(|(_, p)| crate::plot::process_label(p))
+        .collect();
+    let named: Vec<crate::plot::NamedTimeline<'_>> = drawn
+        .iter()
+        .zip(&labels)
+        .map(|(&(i, p), name)| crate::plot::NamedTimeline {
+            name,
+            timeline: &p.timeline,
+            offset_ns: offsets[i],
+            colour: None,
+        })
+        .collect();
+    let title = format!(
+        "{} — {} — memory over time",
+        profiles::command(profiles),
+        profiles::allocators(profiles).join(",")
+    );
+    let svg = crate::plot::timelines_svg(&named, &crate::plot::PlotOptions::new(title))?;
+    let n = named.len();
+    let mut note = format!(
+        "memory timeline of {n} process{}",
+        if n == 1 { "" } else { "es" }
+    );
+    if skipped > 0 {
+        note += &format!(" (the {n} largest by resident size; {skipped} more not drawn)");
+    }
+    let untimed = profiles.len() - n - skipped;
+    if untimed > 0 {
+        note += &format!(" ({untimed} without a timeline)");
+    }
+    Ok((svg, note))
+}

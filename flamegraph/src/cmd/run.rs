@@ -1,0 +1,80 @@
+//! `allocmux run`: runs a command under the profiler and prints what it
+//! allocated, optionally saving the profile and a JSON report.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+
+use crate::launch::{self, Allocator, Launch, StacksArg, stack_env};
+use crate::output::{JsonOut, OutputFile};
+
+/// What `allocmux run` is told.
+#[derive(Debug)]
+pub struct RunOptions {
+    /// Allocator the program runs on.
+    pub allocator: Allocator,
+    /// Where to save the profile of every process of the run, if anywhere.
+    pub profile: Option<PathBuf>,
+    /// Where to write the JSON report (`-` for stdout), if anywhere.
+    pub json: Option<PathBuf>,
+    /// How to record call stacks; `None` leaves the shim's default, unless
+    /// `sample_bytes` is set (then sampling).
+    pub stacks: Option<StacksArg>,
+    /// Mean bytes between two sampled stacks.
+    pub sample_bytes: Option<u64>,
+    /// Overwrite the output files if they exist.
+    pub force: bool,
+    /// The command and its arguments.
+    pub command: Vec<String>,
+}
+
+/// Runs the command; returns its exit status, as a shell would report it.
+pub fn run(o: &RunOptions) -> Result<i32> {
+    let json = o
+        .json
+        .as_deref()
+        .map(|p| JsonOut::claim(p, o.force))
+        .transpose()?;
+    let profile_out = o
+        .profile
+        .as_deref()
+        .map(|p| OutputFile::claim(p, o.force, "profile"))
+        .transpose()?;
+    let env = match (o.stacks, o.sample_bytes) {
+        (None, None) => vec![],
+        (stacks, n) => stack_env(stacks.unwrap_or(StacksArg::Sample), n)?,
+    };
+    let outcome = launch::launch(&Launch {
+        command: &o.command,
+        allocator: o.allocator,
+        output: launch::Output::Inherit,
+        env,
+    })?;
+    outcome.warn_unreadable();
+    // The program ran, so `run` still exits as it did (as `time` would);
+    // but an empty report or profile would pass for a program that does
+    // not allocate, so none is written (the claimed files go with the
+    // claims).
+    if let Err(e) = outcome.check_recorded() {
+        eprintln!("allocmux: {e:#}");
+        if outcome.profiles.is_empty() {
+            return Ok(outcome.exit.shell_status());
+        }
+    }
+    if let Some(out) = &profile_out {
+        out.write(allocmux::profile::to_string(&outcome.profiles).as_bytes())?;
+    }
+    let report = outcome.report(&o.command, o.allocator.name());
+    let mut err = std::io::stderr().lock();
+    report
+        .write_human(&mut err)
+        .context("writing the summary")?;
+    if let Some(out) = &profile_out {
+        writeln!(err, "  profile saved to {}", out.path().display())?;
+    }
+    if let Some(json) = json {
+        json.write(&report.to_json())?;
+    }
+    Ok(outcome.exit.shell_status())
+}

@@ -1,0 +1,83 @@
+//! The error a command ends with, and the exit status it maps to.
+
+use std::fmt;
+
+use crate::target::TargetError;
+
+/// What kind of failure ended a command, as far as the exit status is
+/// concerned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The program to run does not exist (exit status 127, as a shell's).
+    TargetNotFound,
+    /// The program to run exists but cannot be run (126, as a shell's).
+    TargetNotExecutable,
+    /// Standard output was closed (`allocmux report x | head`): not an
+    /// error, so status 0 and nothing on stderr.
+    BrokenPipe,
+    /// Anything else (1).
+    Failed,
+}
+
+/// A command's failure: its kind and what was being done, with the cause.
+#[derive(Debug)]
+pub struct Error {
+    kind: ErrorKind,
+    source: anyhow::Error,
+}
+
+impl Error {
+    /// The kind of failure.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The exit status the `allocmux` process ends with.
+    pub fn exit_code(&self) -> i32 {
+        match self.kind {
+            ErrorKind::TargetNotFound => 127,
+            ErrorKind::TargetNotExecutable => 126,
+            ErrorKind::BrokenPipe => 0,
+            ErrorKind::Failed => 1,
+        }
+    }
+}
+
+impl From<anyhow::Error> for Error {
+    fn from(source: anyhow::Error) -> Error {
+        let broken_pipe = source.chain().any(|c| {
+            c.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+        });
+        let kind = if broken_pipe {
+            ErrorKind::BrokenPipe
+        } else {
+            match source.downcast_ref::<TargetError>() {
+                Some(TargetError::NotFound(_)) => ErrorKind::TargetNotFound,
+                Some(TargetError::NotExecutable(_)) => ErrorKind::TargetNotExecutable,
+                None => ErrorKind::Failed,
+            }
+        };
+        Error { kind, source }
+    }
+}
+
+/// The whole chain of causes on one line (a library's multi-line message
+/// too), as `allocmux: ` then this is what stderr shows.
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let text = format!("{:#}", self.source);
+        let lines: Vec<&str> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect();
+        f.write_str(&lines.join(" "))
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(self.source.as_ref())
+    }
+}

@@ -1,0 +1,475 @@
+//! The JSON documents allocmux writes, as typed structs: this module is
+//! their schema.
+//!
+//! - [`ReportJson`]: `allocmux run --json` and `allocmux report --json`;
+//! - [`CompareJson`]: `allocmux compare --json` and the demo's
+//!   `allocmux-demo-compare.json`;
+//! - [`StackJson`] (an array of them): `allocmux export --format json`.
+//!
+//! Every object's keys are written in alphabetical order (see
+//! [`to_pretty`]), whatever the order of the fields below. Times are in
+//! nanoseconds, sizes in bytes, shares are fractions (0.25 is 25%); a value
+//! that is not known is `null`.
+
+use std::collections::BTreeMap;
+
+use allocmux::profile::{ProcessProfile, State};
+use allocmux::stats::{Func, SIZE_BUCKETS, Totals, bucket_floor};
+use serde::Serialize;
+
+use crate::compare::{Comparison, Figure, Summary, Verdict};
+use crate::report::{ProcessFigures, Report, share};
+use crate::stacks::{MergedStack, StackSet, Weight};
+use crate::stats::{Interval, Spread};
+use crate::symbolize::Frame;
+
+/// `doc` as pretty-printed JSON with a final newline.
+///
+/// It goes through a [`serde_json::Value`], whose objects are ordered by
+/// key, so that every object's keys are sorted: the order allocmux has
+/// always written them in, which the structs' flattened parts (a process's
+/// figures among its own keys) could not keep by field order alone.
+pub fn to_pretty(doc: &impl Serialize) -> String {
+    let value = serde_json::to_value(doc).expect("the JSON documents serialise");
+    let mut text = serde_json::to_string_pretty(&value).expect("JSON values serialise");
+    text.push('\n');
+    text
+}
+
+/// A report of a run or of saved profiles.
+#[derive(Debug, Serialize)]
+pub struct ReportJson {
+    /// The schema version: 1.
+    pub allocmux_report: u32,
+    /// Every process, in start order.
+    pub processes: Vec<ProcessJson>,
+    /// Sums over all processes.
+    pub total: TotalJson,
+    /// How the command ran (`allocmux run` only).
+    #[serde(flatten)]
+    pub run: Option<RunJson>,
+    /// The largest call stacks per weight (`allocmux report` of profiles
+    /// with stacks, unless `--top 0`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub top_stacks: Option<TopStacksJson>,
+}
+
+/// How `allocmux run` ran the command.
+#[derive(Debug, Serialize)]
+pub struct RunJson {
+    /// The command and its arguments.
+    pub command: Vec<String>,
+    /// Exit code of the main process, if it exited.
+    pub exit_code: Option<i32>,
+    /// Signal number that killed it, if one did.
+    pub signal: Option<i32>,
+    /// The status a shell would report (the code, or 128 + signal), which
+    /// `allocmux run` exits with.
+    pub exit_status: i32,
+    /// User CPU time of the process tree (the kernel's accounting).
+    pub user_ns: u64,
+    /// System CPU time of the process tree.
+    pub sys_ns: u64,
+}
+
+/// The counters of a process, or summed over processes.
+#[derive(Debug, Serialize)]
+pub struct FiguresJson {
+    /// Calls per function (`malloc`, `free`, ...).
+    pub calls: BTreeMap<&'static str, u64>,
+    /// Calls that allocate (malloc, calloc, realloc, ...).
+    pub allocation_calls: u64,
+    /// Calls that returned no memory.
+    pub failed_calls: u64,
+    /// Bytes the program asked for.
+    pub bytes_requested: u64,
+    /// Bytes the allocator handed out (usable sizes).
+    pub bytes_allocated: u64,
+    /// Bytes freed.
+    pub bytes_freed: u64,
+    /// Peak live bytes (for a total: the sum of the processes' peaks).
+    pub peak_live_bytes: u64,
+    /// Live bytes when the process ended (or the profile was written).
+    pub live_bytes_at_exit: u64,
+    /// Calls whose time was measured (a sample).
+    pub timed_calls: u64,
+    /// Timed calls measured exactly rather than sampled.
+    pub exact_timed_calls: u64,
+    /// Request sizes, the non-empty buckets only, smallest first.
+    pub size_histogram: Vec<SizeBucketJson>,
+}
+
+/// One bucket of the request-size histogram.
+#[derive(Debug, Serialize)]
+pub struct SizeBucketJson {
+    /// Smallest size in the bucket.
+    pub min_bytes: u64,
+    /// Largest size in the bucket.
+    pub max_bytes: u64,
+    /// Requests in the bucket.
+    pub count: u64,
+}
+
+/// One process of a report.
+#[derive(Debug, Serialize)]
+pub struct ProcessJson {
+    /// Its counters.
+    #[serde(flatten)]
+    pub figures: FiguresJson,
+    /// Process id.
+    pub pid: u32,
+    /// Parent's process id.
+    pub ppid: u32,
+    /// Executable path.
+    pub exe: String,
+    /// Arguments.
+    pub argv: Vec<String>,
+    /// The allocator it ran on.
+    pub allocator: String,
+    /// `exited`, or `running` when the profile was written before the end.
+    pub state: &'static str,
+    /// Estimated time inside the allocator.
+    pub allocator_ns: u64,
+    /// `allocator_ns` over `cpu_ns`.
+    pub allocator_time_share: f64,
+    /// CPU time.
+    pub cpu_ns: u64,
+    /// Wall time.
+    pub wall_ns: u64,
+    /// Peak resident set size.
+    pub max_rss_bytes: u64,
+    /// Threads it ran.
+    pub threads: u64,
+    /// Mean calls between two timed calls.
+    pub time_sample_mean: u32,
+    /// The allocator's own statistics at the end, or `null`.
+    pub allocator_stats: Option<AllocatorStatsJson>,
+}
+
+/// The allocator's own statistics, read at the end of a process.
+#[derive(Debug, Serialize)]
+pub struct AllocatorStatsJson {
+    /// `system`, `jemalloc` or `mimalloc`.
+    pub backend: &'static str,
+    /// When they were read, in ns since the process started.
+    pub read_at_ns: u64,
+    /// The program's live bytes then.
+    pub live_bytes: u64,
+    /// Bytes the allocator held from the system, where it says.
+    pub held_bytes: Option<u64>,
+    /// `held_bytes` over `live_bytes`.
+    pub overhead: Option<f64>,
+    /// The allocator's figures, by its own names.
+    pub figures: BTreeMap<&'static str, u64>,
+}
+
+/// A report's total row.
+#[derive(Debug, Serialize)]
+pub struct TotalJson {
+    /// Counters summed over the processes.
+    #[serde(flatten)]
+    pub figures: FiguresJson,
+    /// The allocator (the one asked for, or every one the profiles name,
+    /// comma-separated).
+    pub allocator: String,
+    /// Processes in the report.
+    pub processes: usize,
+    /// Allocator time summed.
+    pub allocator_ns: u64,
+    /// `allocator_ns` over `cpu_ns`.
+    pub allocator_time_share: f64,
+    /// CPU time: the kernel's for a run, else summed.
+    pub cpu_ns: u64,
+    /// Wall time: measured around a run, else the longest process.
+    pub wall_ns: u64,
+    /// Peak resident set size of the largest process.
+    pub max_rss_bytes: u64,
+    /// Threads summed.
+    pub threads: u64,
+}
+
+impl From<&Report> for ReportJson {
+    fn from(r: &Report) -> ReportJson {
+        let t = r.total();
+        ReportJson {
+            allocmux_report: 1,
+            processes: r.processes.iter().map(ProcessJson::from).collect(),
+            total: TotalJson {
+                figures: FiguresJson::from(&t.totals),
+                allocator: r.allocator_name(),
+                processes: r.processes.len(),
+                allocator_ns: t.allocator_ns,
+                allocator_time_share: share(t.allocator_ns, t.cpu_ns),
+                cpu_ns: t.cpu_ns,
+                wall_ns: t.wall_ns,
+                max_rss_bytes: t.max_rss_bytes,
+                threads: t.threads,
+            },
+            run: r.run.as_ref().map(|run| RunJson {
+                command: run.command.clone(),
+                exit_code: run.exit.code,
+                signal: run.exit.signal,
+                exit_status: run.exit.shell_status(),
+                user_ns: run.exit.user_ns,
+                sys_ns: run.exit.sys_ns,
+            }),
+            top_stacks: None,
+        }
+    }
+}
+
+impl From<&Totals> for FiguresJson {
+    fn from(t: &Totals) -> FiguresJson {
+        FiguresJson {
+            calls: Func::ALL
+                .iter()
+                .map(|&f| (f.name(), t.calls_of(f)))
+                .collect(),
+            allocation_calls: t.allocation_calls(),
+            failed_calls: t.failed_calls,
+            bytes_requested: t.bytes_requested,
+            bytes_allocated: t.bytes_allocated,
+            bytes_freed: t.bytes_freed,
+            peak_live_bytes: t.peak_live_bytes,
+            live_bytes_at_exit: t.live_bytes(),
+            timed_calls: t.timed_calls,
+            exact_timed_calls: t.exact_calls,
+            size_histogram: (0..SIZE_BUCKETS)
+                .filter(|&b| t.size_hist[b] > 0)
+                .map(|b| SizeBucketJson {
+                    min_bytes: bucket_floor(b),
+                    max_bytes: bucket_floor(b + 1).saturating_sub(1).max(bucket_floor(b)),
+                    count: t.size_hist[b],
+                })
+                .collect(),
+        }
+    }
+}
+
+impl From<&ProcessFigures> for ProcessJson {
+    fn from(p: &ProcessFigures) -> ProcessJson {
+        let pr = &p.profile;
+        ProcessJson {
+            figures: FiguresJson::from(&pr.totals),
+            pid: pr.pid,
+            ppid: pr.ppid,
+            exe: pr.exe.clone(),
+            argv: pr.argv.clone(),
+            allocator: pr.allocator.clone(),
+            state: if pr.state == State::Exited {
+                "exited"
+            } else {
+                "running"
+            },
+            allocator_ns: p.allocator_ns,
+            allocator_time_share: p.allocator_share(),
+            cpu_ns: pr.cpu_ns,
+            wall_ns: pr.wall_ns(),
+            max_rss_bytes: pr.max_rss_bytes,
+            threads: pr.threads,
+            time_sample_mean: pr.time_sample_mean,
+            allocator_stats: allocator_stats(pr),
+        }
+    }
+}
+
+fn allocator_stats(p: &ProcessProfile) -> Option<AllocatorStatsJson> {
+    let r = p.allocator_stats.as_ref()?;
+    Some(AllocatorStatsJson {
+        backend: r.stats.backend().name(),
+        read_at_ns: r.t_ns,
+        live_bytes: r.live_bytes,
+        held_bytes: r.stats.held_bytes(),
+        overhead: r.overhead(),
+        figures: r.stats.fields().collect(),
+    })
+}
+
+/// A call stack: its frames, leaf (the allocating call site) first, and
+/// its value for every weight.
+#[derive(Debug, Serialize)]
+pub struct StackJson {
+    /// Frames, leaf first (see [`Frame`] for the keys).
+    pub frames: Vec<Frame>,
+    /// Per weight name (`count`, `bytes`, `time`, `peak`, `leaked`), the
+    /// stack's value, in allocations, bytes, ns, bytes, bytes.
+    pub values: BTreeMap<&'static str, u64>,
+}
+
+impl From<&MergedStack> for StackJson {
+    fn from(s: &MergedStack) -> StackJson {
+        StackJson {
+            frames: s.frames.clone(),
+            values: Weight::ALL
+                .iter()
+                .map(|w| (w.name(), w.of(&s.values)))
+                .collect(),
+        }
+    }
+}
+
+/// The export: merged stacks, largest `order` first, those whose values
+/// are all zero left out.
+pub fn stacks(set: &StackSet<'_>, order: Weight) -> Vec<StackJson> {
+    set.merged(order).iter().map(StackJson::from).collect()
+}
+
+/// A report's `top_stacks`: per weight name, the largest stacks by it.
+pub type TopStacksJson = BTreeMap<&'static str, Vec<TopStackJson>>;
+
+/// One of the largest stacks by a weight.
+#[derive(Debug, Serialize)]
+pub struct TopStackJson {
+    /// Its value of the weight.
+    pub value: u64,
+    /// That value over the weight's total.
+    pub share: f64,
+    /// The stack and every weight's value.
+    #[serde(flatten)]
+    pub stack: StackJson,
+}
+
+/// A comparison: every run, the summary per allocator, and the verdict.
+#[derive(Debug, Serialize)]
+pub struct CompareJson {
+    /// The command and its arguments.
+    pub command: Vec<String>,
+    /// The allocator the ratios are against.
+    pub baseline: &'static str,
+    /// Measured rounds.
+    pub rounds: usize,
+    /// Measured rounds planned (more than `rounds` when stopped early).
+    pub rounds_planned: usize,
+    /// Unmeasured rounds run first.
+    pub warmup_rounds: usize,
+    /// Whether `--stop-early` ended the comparison before `rounds_planned`.
+    pub stopped_early: bool,
+    /// The confidence level of the intervals.
+    pub confidence_level: f64,
+    /// How the intervals are computed.
+    pub method: &'static str,
+    /// Every run, warm-up runs included, in the order they ran.
+    pub runs: Vec<CompareRunJson>,
+    /// Per allocator, baseline first.
+    pub allocators: Vec<AllocatorSummaryJson>,
+    /// Which allocator is fastest, as far as the runs can tell.
+    pub verdict: VerdictJson,
+    /// What makes the figures less trustworthy (noise, too few rounds).
+    pub warnings: Vec<String>,
+}
+
+/// One run of the command under one allocator.
+#[derive(Debug, Serialize)]
+pub struct CompareRunJson {
+    /// Round number, from 1 (warm-up rounds have their own numbers).
+    pub round: usize,
+    /// Whether it was a warm-up run (not in the statistics).
+    pub warmup: bool,
+    /// The allocator.
+    pub allocator: &'static str,
+    /// Every figure, by its key (`wall_ns`, `max_rss_bytes`, ...).
+    #[serde(flatten)]
+    pub figures: BTreeMap<&'static str, FigureValue>,
+}
+
+/// The value of a figure: a count of ns, bytes or calls, or a share.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum FigureValue {
+    /// Nanoseconds, bytes or calls.
+    Count(u64),
+    /// A fraction.
+    Share(f64),
+}
+
+/// One allocator's summary.
+#[derive(Debug, Serialize)]
+pub struct AllocatorSummaryJson {
+    /// The allocator.
+    pub allocator: &'static str,
+    /// Measured runs.
+    pub runs: usize,
+    /// Median and spread of every figure, by its key.
+    pub figures: BTreeMap<&'static str, Spread>,
+    /// How many times faster than the baseline (wall time); `null` for the
+    /// baseline or with too few rounds.
+    pub speedup_vs_baseline: Option<Interval>,
+    /// Peak RSS over the baseline's.
+    pub max_rss_vs_baseline: Option<Interval>,
+}
+
+/// The verdict of a comparison.
+#[derive(Debug, Serialize)]
+pub struct VerdictJson {
+    /// The clear winner, or `null`.
+    pub winner: Option<&'static str>,
+    /// The allocators no other one clearly beats (the winner alone when
+    /// there is one).
+    pub leaders: Vec<&'static str>,
+    /// The verdict as the table says it.
+    pub text: String,
+}
+
+impl CompareJson {
+    /// The document of a comparison and its summary.
+    pub fn new(cmp: &Comparison, s: &Summary) -> CompareJson {
+        let runs = cmp
+            .runs
+            .iter()
+            .map(|r| CompareRunJson {
+                round: r.round,
+                warmup: r.warmup,
+                allocator: r.allocator.name(),
+                figures: Figure::ALL
+                    .into_iter()
+                    .map(|f| {
+                        let x = r.figure(f);
+                        let v = if f == Figure::AllocatorShare {
+                            FigureValue::Share(x)
+                        } else {
+                            FigureValue::Count(x as u64)
+                        };
+                        (f.key(), v)
+                    })
+                    .collect(),
+            })
+            .collect();
+        let allocators = s
+            .per_allocator
+            .iter()
+            .map(|a| AllocatorSummaryJson {
+                allocator: a.allocator.name(),
+                runs: a.runs,
+                figures: a.figures.iter().map(|&(f, sp)| (f.key(), sp)).collect(),
+                speedup_vs_baseline: a.speedup,
+                max_rss_vs_baseline: a.memory,
+            })
+            .collect();
+        let (winner, leaders) = match &s.verdict {
+            Verdict::Winner { winner, .. } => (Some(winner.name()), vec![winner.name()]),
+            Verdict::NoClearWinner { leaders, .. } => {
+                (None, leaders.iter().map(|a| a.name()).collect())
+            }
+            Verdict::Alone | Verdict::TooFewRounds => (None, vec![]),
+        };
+        CompareJson {
+            command: cmp.command.clone(),
+            baseline: cmp.allocators[0].name(),
+            rounds: s.rounds,
+            rounds_planned: cmp.rounds_planned,
+            warmup_rounds: cmp.warmup,
+            stopped_early: cmp.stopped_early,
+            confidence_level: cmp.level,
+            method: "Hodges-Lehmann estimate of the paired log ratio per round, \
+                     exact Wilcoxon signed-rank confidence interval",
+            runs,
+            allocators,
+            verdict: VerdictJson {
+                winner,
+                leaders,
+                text: s.verdict_line(cmp.level),
+            },
+            warnings: s.warnings.clone(),
+        }
+    }
+}
