@@ -1,5 +1,5 @@
 //! The figures of a run or of saved profiles, per process and in total, and
-//! their two renderings: a human table and JSON for scripts.
+//! their human table (their JSON for scripts is [`crate::json::ReportJson`]).
 
 use std::io::{self, Write};
 

@@ -1,6 +1,6 @@
 //! The figures of a comparison: per allocator, the median and spread of
 //! each measure; against the baseline, intervals for speed and memory; and
-//! the verdict, as a table and as JSON.
+//! the verdict, as a table (as JSON: [`crate::json::CompareJson`]).
 
 use std::io::{self, Write};
 
