@@ -1,5 +1,6 @@
 //! The allocmux command-line tool as a library: the `allocmux` binary is a
-//! thin wrapper over [`cli::run`].
+//! thin wrapper over [`cli::run`]. What each command does is in
+//! `docs/cli.md`; how a profile becomes a flamegraph in `docs/architecture.md`.
 #![forbid(unsafe_code)]
 
 pub mod cli;
