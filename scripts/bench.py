@@ -58,7 +58,7 @@ DEBIAN_MIMALLOC = "/usr/lib/x86_64-linux-gnu/libmimalloc.so.2"
 PARTS = ["overhead", "callgrind", "compare", "heaptrack", "counting"]
 
 # name: (default size, threads): each workload's own default, the size the
-# README's Workloads table counts allocations at (0.1-0.6 s of CPU each on
+# Workloads table of docs/workloads.md counts allocations at (0.1-0.6 s of CPU each on
 # this VM). The full run uses half of it (divisor 2), so every part fits in
 # about 35 minutes with the machine shared (0.3-2 s of wall time per run at
 # a load average of 9); --quick an eighth. Variants of one case
@@ -685,7 +685,7 @@ def write_report(a, started, load_before, body, charts, results, done):
             "## Machine", "", *machine(), "",
             "## Workloads and sizes", "",
             "Each workload is its binary in `target/release/` (`cargo build --release -p allocmux-workloads`), run as "
-            "`PROG SIZE`; see the README's *Workloads* table.", "",
+            "`PROG SIZE`; see the *Workloads* table of docs/workloads.md.", "",
             "| workload | size | threads |", "|---|---|---|"]
     head += [f"| {w} | {size_of(a, w):,} | {WORKLOADS[w][1]} |" for w in a.workloads]
     head += [""]

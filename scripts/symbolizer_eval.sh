@@ -2,7 +2,7 @@
 # Compares blazesym 0.2 (the CLI's symbolizer) with addr2line 0.25 on the
 # same addresses: time for a cold symbolizer to resolve them (3 rounds),
 # and how many each names, with how many inlined frames. Writes the figures
-# the README's dependency section quotes.
+# docs/dependencies.md quotes.
 #
 #   bash scripts/symbolizer_eval.sh [ELF] [N]
 #

@@ -5,7 +5,11 @@
 //! Layers, as in mimalloc: `exports` (the C names only, jumping through the
 //! `hooks` table of the chosen backend), `posix` (the C semantics, once for
 //! all backends), `backend` (forwarding), with the recording core from the
-//! `allocmux` crate and the process life cycle in `runtime`. See the README for the environment variables.
+//! `allocmux` crate and the process life cycle in `runtime`.
+//!
+//! The README lists the environment variables; `docs/guarantees.md` says
+//! what the shim promises inside other people's programs, and
+//! `docs/c-semantics.md` how each function behaves under every backend.
 
 // The unit-test binary does not export the C symbols, so they look unused.
 #![cfg_attr(test, allow(dead_code))]

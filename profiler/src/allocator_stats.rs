@@ -128,7 +128,7 @@ impl AllocatorStats {
     ///
     /// Costs a few microseconds (jemalloc refreshes its totals over its
     /// arenas; glibc walks its free lists under its arena locks); not for a
-    /// hot path. See the README for the measured figures.
+    /// hot path. See docs/recording.md for the measured figures.
     pub fn read(backend: Backend) -> Option<AllocatorStats> {
         match backend {
             Backend::System => crate::recorder::read_glibc_stats().map(AllocatorStats::System),

@@ -113,6 +113,12 @@
 //! $ allocmux export --format svg -o app.svg app.prof
 //! ```
 //!
+//! The CLI trims allocmux's own frames and Rust's allocator glue, so a
+//! stack's leaf is the program's request (`alloc::alloc::alloc`, `RawVec`,
+//! ... under the program's function). Allocations the recorder makes for
+//! itself (its stack table, the copy it writes) are counted as allocations
+//! without a stack.
+//!
 //! # The allocator's own statistics: `AllocatorStats`
 //!
 //! [`Stats`] says what the program asked for; [`AllocatorStats`] says what
@@ -156,21 +162,38 @@
 //! Each thread counts on its own thread-local state with plain loads and
 //! stores (no shared atomic operation per call); a snapshot sums the
 //! threads under a short lock, and a thread that exits folds its counts
-//! into shared totals from a pthread key destructor. Allocator time is an
-//! unbiased estimate from timing a random sample of calls with the TSC.
+//! into shared totals from a pthread key destructor, before `join`
+//! returns. The state is a `thread_local!` with a `const` initialiser and
+//! no `Drop`, so it needs no lazy initialisation or destructor (either
+//! would allocate inside `alloc`) and is usable from any destructor.
+//!
+//! Bytes are the `Layout` sizes the program asked for, exactly, and the
+//! same whichever allocator is inside (a `realloc` frees its old size and
+//! allocates its new one). Allocator time is an unbiased estimate: a
+//! random 1 in 256 calls, each thread's first calls and every block of
+//! 64 KiB or more are timed with the TSC, calibrated against
+//! `CLOCK_MONOTONIC`. See [`Stats`] for how exact each figure is.
+//!
 //! The per-thread state belongs to the crate, not to the `Counting` value,
 //! so [`measure`] and [`snapshot`] need no reference to the static, and
 //! one `Counting` per process (the global allocator) is the supported
-//! case. See the [`recorder`] module for the machinery, shared with the
-//! `LD_PRELOAD` shim.
+//! case. The recording core is the one the `LD_PRELOAD` shim uses; the
+//! crate's other public modules (the profile format, plain statistics, the
+//! memory timeline) are what the allocmux tools share with it.
 //!
-//! # The rest of the crate
+//! # Examples and cost
 //!
-//! The [`recorder`] module counts and times allocator calls per thread
-//! without allocating or taking locks on the hot path; [`profile`] reads and
-//! writes the profile format every allocmux tool shares (including the
-//! allocator statistics, [`profile::AllocatorReading`]); [`stats`] holds the
-//! plain numbers; [`timeline`] keeps live and resident bytes over time.
+//! From a checkout of the repository:
+//!
+//! ```text
+//! $ cargo run -p allocmux --example counting
+//! $ ALLOCMUX_ALLOCATOR=mimalloc cargo run -p allocmux --example switchable
+//! $ cargo run -p allocmux --example profiler -- exact    # writes allocmux-example.prof
+//! ```
+//!
+//! What `Counting` costs per allocation and free, in instructions and in
+//! nanoseconds, with one and two threads, is measured by
+//! `scripts/bench.sh` and kept in the repository's `BENCHMARKS.md`.
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 

@@ -7,7 +7,7 @@
 //! that parses to the same profiles.
 //!
 //! `ALLOCMUX_FUZZ_CASES` sets the number of random cases (default 2,000,
-//! a few seconds); the README gives the long run's figures.
+//! a few seconds); docs/profile-format.md gives the long run's figures.
 
 mod fuzz;
 

@@ -32,7 +32,7 @@ pub const EXACT_TIMING_BYTES: usize = 64 * 1024;
 /// scheduler slice, milliseconds, and, standing for `time_sample_mean`
 /// calls, would add seconds of allocator time that never happened: `larson`
 /// (4 threads, 2 cores) showed 0.1 s to 3.5 s from run to run for about
-/// 0.25 s of CPU (see the README). A small block's allocator work, even a fresh
+/// 0.25 s of CPU (see docs/recording.md). A small block's allocator work, even a fresh
 /// chunk from the kernel, is far below this; a call that waited on a lock
 /// longer than it keeps only this much.
 pub const MAX_SAMPLED_TICKS: u64 = 200_000;

@@ -1,0 +1,423 @@
+//! The commands quoted in `README.md` and `docs/*.md` still work, the way
+//! rustdoc runs the examples in doc comments.
+//!
+//! In each document, fenced blocks marked `sh` hold one command per line,
+//! and blocks marked `console` hold commands after `$ ` followed by their
+//! output; a line ending in `\` continues on the next. `allocmux` commands
+//! run in order, in one temporary directory per document (so a profile one
+//! command writes is there for the next), with the `allocmux` of this
+//! build first on `PATH` and its embedded shim, as an installed one runs.
+//! A block marked `no_run` (`sh,no_run`: an install, a long benchmark) is
+//! only checked: its subcommand exists and `allocmux SUB --help` lists each
+//! of its flags. Commands of other tools are not run: `cargo` commands name
+//! packages, examples, benches and tests that exist, and every
+//! `scripts/...` path mentioned anywhere must exist.
+//!
+//! A failure names the document, the line and the command.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The repository root: the CLI crate's parent.
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the CLI crate is inside the workspace")
+        .to_path_buf()
+}
+
+/// The documents whose commands are checked.
+fn documents() -> Vec<PathBuf> {
+    let root = root();
+    let mut docs = vec![root.join("README.md")];
+    let mut in_docs: Vec<PathBuf> = fs::read_dir(root.join("docs"))
+        .expect("docs/ exists")
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    in_docs.sort();
+    docs.extend(in_docs);
+    docs
+}
+
+/// One command quoted in a document.
+#[derive(Debug)]
+struct Quoted {
+    /// 1-based line of the command's first line.
+    line: usize,
+    /// The command as a shell would read it (continuations joined).
+    text: String,
+    /// From a block marked `no_run`.
+    no_run: bool,
+}
+
+/// The commands of the `sh` and `console` blocks of a Markdown text.
+fn quoted_commands(markdown: &str) -> Vec<Quoted> {
+    let mut out = Vec::new();
+    // The open block's kind (`sh` or `console`) and no_run flag; `Some`
+    // with kind "" for a block of another language, which is skipped.
+    let mut block: Option<(&str, bool)> = None;
+    // A command continued with a trailing backslash.
+    let mut pending: Option<Quoted> = None;
+    for (i, line) in markdown.lines().enumerate() {
+        let trimmed = line.trim_start();
+        if let Some(info) = trimmed.strip_prefix("```") {
+            if block.is_some() {
+                block = None;
+                continue;
+            }
+            let mut tags = info.split(',').map(str::trim);
+            let kind = match tags.next().unwrap_or("") {
+                "sh" | "bash" | "shell" => "sh",
+                "console" => "console",
+                _ => "",
+            };
+            block = Some((kind, tags.any(|t| t == "no_run")));
+            continue;
+        }
+        let Some((kind, no_run)) = block else {
+            continue;
+        };
+        let command = if let Some(mut q) = pending.take() {
+            q.text.push(' ');
+            q.text.push_str(line.trim());
+            q
+        } else {
+            let text = match kind {
+                "sh" if !trimmed.is_empty() && !trimmed.starts_with('#') => trimmed,
+                "console" => match trimmed.strip_prefix("$ ") {
+                    Some(c) => c,
+                    None => continue,
+                },
+                _ => continue,
+            };
+            Quoted {
+                line: i + 1,
+                text: text.to_string(),
+                no_run,
+            }
+        };
+        if let Some(head) = command.text.strip_suffix('\\') {
+            pending = Some(Quoted {
+                text: head.trim_end().to_string(),
+                ..command
+            });
+        } else {
+            out.push(command);
+        }
+    }
+    out
+}
+
+/// Splits a command line into words as `sh` would for simple commands:
+/// whitespace separates, single and double quotes group, a backslash
+/// escapes. Enough to find the program and its flags.
+fn words(line: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut in_word = false;
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => {
+                in_word = true;
+                word.extend(chars.by_ref().take_while(|&c| c != '\''));
+            }
+            '"' => {
+                in_word = true;
+                while let Some(c) = chars.next() {
+                    match c {
+                        '"' => break,
+                        '\\' => word.extend(chars.next()),
+                        c => word.push(c),
+                    }
+                }
+            }
+            '\\' => {
+                in_word = true;
+                word.extend(chars.next());
+            }
+            '#' if !in_word => break,
+            c if c.is_whitespace() => {
+                if in_word {
+                    words.push(std::mem::take(&mut word));
+                    in_word = false;
+                }
+            }
+            c => {
+                in_word = true;
+                word.push(c);
+            }
+        }
+    }
+    if in_word {
+        words.push(word);
+    }
+    words
+}
+
+/// The words of a command after its leading `NAME=value` assignments.
+fn without_assignments(words: &[String]) -> &[String] {
+    let n = words
+        .iter()
+        .take_while(|w| {
+            w.split_once('=').is_some_and(|(name, _)| {
+                !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            })
+        })
+        .count();
+    &words[n..]
+}
+
+/// The workspace's packages, by the `name` of each member's `[package]`.
+fn packages() -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for entry in fs::read_dir(root()).unwrap() {
+        let Ok(toml) = fs::read_to_string(entry.unwrap().path().join("Cargo.toml")) else {
+            continue;
+        };
+        if let Some(package) = toml.split("[package]").nth(1) {
+            let name = package
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("name"))
+                .and_then(|l| l.split('"').nth(1));
+            names.extend(name.map(str::to_string));
+        }
+    }
+    names
+}
+
+/// Whether some crate of the workspace has `DIR/NAME.rs` (or
+/// `DIR/NAME/main.rs`): an example, bench or test target of that name.
+fn target_exists(dir: &str, name: &str) -> bool {
+    fs::read_dir(root()).unwrap().any(|entry| {
+        let d = entry.unwrap().path().join(dir);
+        d.join(format!("{name}.rs")).is_file() || d.join(name).join("main.rs").is_file()
+    })
+}
+
+/// What is wrong with a `cargo` command: a package, example, bench or test
+/// it names that the workspace does not have.
+fn check_cargo(args: &[String]) -> Result<(), String> {
+    let packages = packages();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let (flag, value) = match a.split_once('=') {
+            Some((f, v)) => (f, Some(v.to_string())),
+            None => (a.as_str(), None),
+        };
+        let kind = match flag {
+            "-p" | "--package" => "package",
+            "--example" => "examples",
+            "--bench" => "benches",
+            "--test" => "tests",
+            "--path" => "path",
+            "--" => break,
+            _ => continue,
+        };
+        let Some(value) = value.or_else(|| it.next().cloned()) else {
+            return Err(format!("`{flag}` without a value"));
+        };
+        let found = match kind {
+            "package" => packages.contains(&value),
+            "path" => root().join(&value).join("Cargo.toml").is_file(),
+            dir => target_exists(dir, &value),
+        };
+        if !found {
+            return Err(format!("the workspace has no {kind} `{value}`"));
+        }
+    }
+    Ok(())
+}
+
+/// The help text of `allocmux SUB`, or why there is none.
+fn help(sub: &str) -> Result<String, String> {
+    let out = Command::new(env!("CARGO_BIN_EXE_allocmux"))
+        .args([sub, "--help"])
+        .output()
+        .unwrap();
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!("`allocmux {sub}` is not a command"))
+    }
+}
+
+/// Whether `help` lists `flag` (`-o` or `--force`) as an option, not as
+/// the prefix of a longer one.
+fn lists_flag(help: &str, flag: &str) -> bool {
+    help.match_indices(flag).any(|(at, _)| {
+        let before = help[..at].chars().next_back();
+        let after = help[at + flag.len()..].chars().next();
+        !before.is_some_and(|c| c.is_alphanumeric() || c == '-')
+            && !after.is_some_and(|c| c.is_alphanumeric() || c == '-' || c == '_')
+    })
+}
+
+/// What is wrong with an `allocmux` command that is not run: its
+/// subcommand, or a flag its help does not list.
+fn check_allocmux(args: &[String]) -> Result<(), String> {
+    let Some(sub) = args.first() else {
+        return Err("no subcommand".into());
+    };
+    let help = help(sub)?;
+    for a in args[1..].iter().take_while(|a| *a != "--") {
+        if !a.starts_with('-') || a == "-" {
+            continue;
+        }
+        let flag = a.split_once('=').map_or(a.as_str(), |(f, _)| f);
+        if !lists_flag(&help, flag) {
+            return Err(format!("`allocmux {sub}` has no option `{flag}`"));
+        }
+    }
+    Ok(())
+}
+
+/// Runs an `allocmux` command line with `sh` in `dir`.
+fn run_allocmux(text: &str, dir: &Path, cache: &Path) -> Result<(), String> {
+    let bin_dir = Path::new(env!("CARGO_BIN_EXE_allocmux")).parent().unwrap();
+    let path = std::env::join_paths(std::iter::once(bin_dir.to_path_buf()).chain(
+        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
+    ))
+    .unwrap();
+    let mut text = text.to_string();
+    // The demo at its full size takes minutes with the unoptimised
+    // workload of a test build; a smaller size runs the same steps.
+    if words(&text).get(1).is_some_and(|w| w == "demo") {
+        text.push_str(" --size 20000 --rounds 6");
+    }
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c").arg(&text).current_dir(dir);
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("ALLOCMUX_") {
+            cmd.env_remove(name);
+        }
+    }
+    let out = cmd
+        .env("PATH", path)
+        .env("XDG_CACHE_HOME", cache)
+        .output()
+        .unwrap();
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "exited with {}\nstdout:\n{}\nstderr:\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// Checks one quoted command; `dir` is the document's working directory.
+fn check(q: &Quoted, dir: &Path, cache: &Path) -> Result<(), String> {
+    let words = words(&q.text);
+    let command = without_assignments(&words);
+    let Some(program) = command.first() else {
+        return Ok(());
+    };
+    match program.as_str() {
+        "allocmux" if q.no_run => check_allocmux(&command[1..]),
+        "allocmux" => {
+            check_allocmux(&command[1..])?;
+            run_allocmux(&q.text, dir, cache)
+        }
+        "cargo" => check_cargo(&command[1..]),
+        _ => Ok(()),
+    }
+}
+
+/// Every `scripts/...` path a document mentions, with its line.
+fn script_paths(markdown: &str) -> Vec<(usize, String)> {
+    let mut paths = Vec::new();
+    for (i, line) in markdown.lines().enumerate() {
+        for (at, _) in line.match_indices("scripts/") {
+            if line[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_' || c == '-') {
+                continue; // part of a longer path, such as `workloads/scripts/`
+            }
+            let path: String = line[at..]
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || "_-./".contains(*c))
+                .collect();
+            let path = path.trim_end_matches(['.', '/']).to_string();
+            paths.push((i + 1, path));
+        }
+    }
+    paths
+}
+
+#[test]
+fn quoted_commands_run() {
+    let cache = tempfile::tempdir().unwrap();
+    let mut failures = Vec::new();
+    let mut ran = 0;
+    for doc in documents() {
+        let name = doc.strip_prefix(root()).unwrap().display().to_string();
+        let text = fs::read_to_string(&doc).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        for q in quoted_commands(&text) {
+            if let Err(why) = check(&q, dir.path(), cache.path()) {
+                failures.push(format!("{name}:{}: `{}`: {why}", q.line, q.text));
+            } else if !q.no_run {
+                ran += 1;
+            }
+        }
+        for (line, path) in script_paths(&text) {
+            if !root().join(&path).exists() {
+                failures.push(format!("{name}:{line}: `{path}` does not exist"));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} quoted command(s) fail:\n\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
+    assert!(
+        ran > 0,
+        "no command was run: are the documents' blocks marked?"
+    );
+}
+
+#[test]
+fn blocks_are_read_as_documented() {
+    let md = "text\n```sh\n# a comment\nallocmux run -- true   # note\n```\n\
+              ```console\n$ allocmux report a.prof \\\n    --top 3\noutput line\n```\n\
+              ```sh,no_run\ncargo install allocmux-cli\n```\n```rust\nlet x = 1;\n```\n";
+    let q = quoted_commands(md);
+    let got: Vec<(usize, &str, bool)> = q
+        .iter()
+        .map(|q| (q.line, q.text.as_str(), q.no_run))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (4, "allocmux run -- true   # note", false),
+            (7, "allocmux report a.prof --top 3", false),
+            (12, "cargo install allocmux-cli", true),
+        ]
+    );
+    assert_eq!(
+        words("A=1 allocmux run -a 'x y' \"q\\\"\" -- true # c"),
+        ["A=1", "allocmux", "run", "-a", "x y", "q\"", "--", "true"]
+    );
+    assert_eq!(
+        without_assignments(&words("A=1 B=x allocmux run")),
+        ["allocmux", "run"]
+    );
+    assert!(lists_flag("  -o, --output <FILE>\n  --force", "--force"));
+    assert!(!lists_flag("  --force-all", "--force"));
+    assert!(check_cargo(&words("-p allocmux-nonexistent")).is_err());
+    assert!(check_cargo(&words("-p allocmux-cli")).is_ok());
+    assert_eq!(
+        script_paths("run `bash scripts/bench.sh`, see scripts/results/."),
+        [
+            (1, "scripts/bench.sh".to_string()),
+            (1, "scripts/results".to_string())
+        ]
+    );
+}
