@@ -1,7 +1,8 @@
 //! The allocmux command-line tool as a library: the `allocmux` binary is a
 //! thin wrapper over [`run`], and every command is callable from here with
-//! its options struct ([`cmd::Command`]), without clap. What each command does is in `docs/cli.md`; how a
-//! profile becomes a flamegraph in `docs/architecture.md`.
+//! its options struct ([`cmd::Command`]), without clap. What each command
+//! does is in `docs/cli.md`; how a profile becomes a flamegraph in
+//! `docs/architecture.md`.
 //!
 //! Only [`sys`] holds `unsafe` code (the process-control calls std lacks).
 #![deny(unsafe_code)]
