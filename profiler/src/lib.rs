@@ -175,16 +175,23 @@
 #![deny(unsafe_code)]
 
 mod allocator_stats;
+mod backend;
 mod counting;
 pub mod profile;
 mod profiler;
+/// Internal to allocmux's own preload shim and command line: the recording
+/// machinery (the per-thread state, the hot-path entry, the spin lock, the
+/// unwinder and the stack table) and the parsers of the environment. No
+/// stability promise; Rust programs use the items at the crate root.
+#[doc(hidden)]
 #[allow(unsafe_code)]
 pub mod recorder;
 pub mod stats;
 pub mod timeline;
 
 pub use allocator_stats::{AllocatorStats, GlibcStats, JemallocStats, MimallocStats};
+pub use backend::{Backend, UnknownBackend};
 pub use counting::{Stats, measure, snapshot};
 pub use profiler::{DEFAULT_FILE, DEFAULT_SAMPLE_BYTES, Profiler, ProfilerBuilder};
-pub use recorder::{Backend, Counting, Switchable};
+pub use recorder::{Counting, Switchable};
 pub use stats::{Func, SiteCounts, Totals};

@@ -159,6 +159,15 @@ impl Default for Totals {
 }
 
 impl Totals {
+    /// Estimated TSC ticks spent inside the allocator: the always-timed
+    /// calls' ticks plus the sampled calls' ticks scaled by the sampling
+    /// mean (a stratified, unbiased estimate). Divide by
+    /// [`ClockPair::ticks_per_ns_since`](crate::profile::ClockPair::ticks_per_ns_since)
+    /// for nanoseconds.
+    pub fn estimated_allocator_ticks(&self, time_sample_mean: u32) -> f64 {
+        self.exact_ticks as f64 + self.timed_ticks as f64 * time_sample_mean as f64
+    }
+
     /// Calls of one function.
     pub fn calls_of(&self, f: Func) -> u64 {
         self.calls[f as usize]

@@ -25,7 +25,10 @@
 mod allocator_stats;
 mod clock;
 mod counters;
+pub mod env;
 mod lock;
+pub mod process;
+mod random;
 pub mod stacks;
 mod switchable;
 pub mod sys;
@@ -37,7 +40,8 @@ pub(crate) use allocator_stats::{read_glibc_stats, read_jemalloc_stats, read_mim
 pub use clock::{ClockPair, Tsc, clock_ns, monotonic_ns};
 pub use counters::Counters;
 pub use lock::SpinLock;
-pub use switchable::{Backend, Switchable};
+pub use crate::Backend;
+pub use switchable::Switchable;
 pub use thread::{
     Body, DEFAULT_TIME_SAMPLE_MEAN, EXACT_TIMING_BYTES, MAX_SAMPLED_TICKS, PUBLISH_BYTES, Scope,
     ThreadState, after_fork_child, after_fork_parent, before_fork, enter, live_bytes,

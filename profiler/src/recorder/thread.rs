@@ -379,13 +379,7 @@ fn geometric_gap(rng: &mut u64, mean: u32, ln_q: f64) -> u32 {
     if mean <= 1 {
         return 1;
     }
-    let mut x = *rng;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    *rng = x;
-    let r = x.wrapping_mul(0x2545_F491_4F6C_DD1D);
-    let u = 1.0 - (r >> 11) as f64 * (1.0 / (1u64 << 53) as f64); // (0, 1]
+    let u = super::random::next_uniform(rng);
     let g = 1.0 + (u.ln() / ln_q).floor();
     // NaN or a non-negative ln_q (never set) would give nonsense: time the next call.
     if g >= u32::MAX as f64 {
