@@ -578,9 +578,7 @@ impl ProcessProfile {
         if ticks_per_ns <= 0.0 {
             return 0;
         }
-        let ticks = self
-            .totals
-            .estimated_allocator_ticks(self.time_sample_mean);
+        let ticks = self.totals.estimated_allocator_ticks(self.time_sample_mean);
         (ticks / ticks_per_ns) as u64
     }
 

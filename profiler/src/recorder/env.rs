@@ -129,7 +129,10 @@ mod tests {
             StackMode::from_env_value(b"sample", 8),
             Some(StackMode::Sample { mean_bytes: 8 })
         );
-        assert_eq!(StackMode::from_env_value(b"exact", 8), Some(StackMode::Exact));
+        assert_eq!(
+            StackMode::from_env_value(b"exact", 8),
+            Some(StackMode::Exact)
+        );
         assert_eq!(StackMode::from_env_value(b"", 8), None);
         assert_eq!(StackMode::from_env_value(b"all", 8), None);
     }

@@ -36,11 +36,11 @@ mod thread;
 pub mod unwind;
 mod wrapper;
 
+pub use crate::Backend;
 pub(crate) use allocator_stats::{read_glibc_stats, read_jemalloc_stats, read_mimalloc_stats};
 pub use clock::{ClockPair, Tsc, clock_ns, monotonic_ns};
 pub use counters::Counters;
 pub use lock::SpinLock;
-pub use crate::Backend;
 pub use switchable::Switchable;
 pub use thread::{
     Body, DEFAULT_TIME_SAMPLE_MEAN, EXACT_TIMING_BYTES, MAX_SAMPLED_TICKS, PUBLISH_BYTES, Scope,
