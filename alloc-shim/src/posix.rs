@@ -395,8 +395,8 @@ impl<B: Backend> Body for Pvalloc<B> {
 
 /// `malloc_usable_size(ptr)`.
 #[derive(Clone, Copy)]
-pub struct UsableSize<B>(pub *mut c_void, pub PhantomData<B>);
-impl<B: Backend> Body for UsableSize<B> {
+pub struct MallocUsableSize<B>(pub *mut c_void, pub PhantomData<B>);
+impl<B: Backend> Body for MallocUsableSize<B> {
     type Out = usize;
     const FUNC: Func = Func::MallocUsableSize;
     #[inline(always)]
@@ -510,11 +510,43 @@ impl<B: Backend> StackBody for PosixMemalign<B> {
     }
 }
 
-impl<B: Backend> StackBody for UsableSize<B> {
+impl<B: Backend> StackBody for MallocUsableSize<B> {
     fn request(&self) -> Option<usize> {
         None
     }
     fn handed_out(&self, _: &usize) -> usize {
         0
+    }
+}
+
+/// glibc's `memalign` on top of an aligned allocation: alignments up to 16
+/// still give 16 (as glibc's malloc always does), larger non-powers of two
+/// are rounded up, and impossible ones fail with `EINVAL`.
+///
+/// # Safety
+/// `B` must be a backend.
+pub unsafe fn memalign_via_aligned<B: Backend>(align: usize, size: usize) -> *mut c_void {
+    if align > usize::MAX / 2 + 1 {
+        set_errno(libc::EINVAL);
+        return core::ptr::null_mut();
+    }
+    let align = align.max(16).next_power_of_two();
+    // SAFETY: align is a power of two.
+    unsafe { B::aligned(align, size) }
+}
+
+/// glibc's `pvalloc`: whole pages, at least one.
+///
+/// # Safety
+/// `B` must be a backend.
+pub unsafe fn pvalloc_via_aligned<B: Backend>(size: usize) -> *mut c_void {
+    let page = allocmux::recorder::process::page_size();
+    match size.checked_add(page - 1) {
+        // SAFETY: the page size is a power of two.
+        Some(s) => unsafe { B::aligned(page, (s & !(page - 1)).max(page)) },
+        None => {
+            set_errno(libc::ENOMEM);
+            core::ptr::null_mut()
+        }
     }
 }
