@@ -117,7 +117,7 @@ extern "C" fn main(_: *mut c_void) -> *mut c_void {
             writer::keep_allocator_stats(&mut w, reading);
             writer::write_profile(&mut w, State::Running, false);
             next_flush = recorder::monotonic_ns()
-                + (FLUSH_INTERVAL_MS * 1_000_000).max(w.last_write_ns * FLUSH_DUTY);
+                + (FLUSH_INTERVAL_MS * 1_000_000).max(w.staging.last_write_ns * FLUSH_DUTY);
         }
     }
     core::ptr::null_mut()

@@ -49,16 +49,16 @@ pub fn init(envp: *const *const c_char) {
     recorder::prepare_thread_key();
     {
         let mut w = WRITER.lock();
-        w.clock_start = ClockPair::now();
-        w.stderr_id = fd::fd_identity(2);
-        w.exe_len = procfs::read_link(c"/proc/self/exe", &mut w.exe);
+        w.process.clock_start = ClockPair::now();
+        w.process.stderr_id = fd::fd_identity(2);
+        w.process.exe_len = procfs::read_link(c"/proc/self/exe", &mut w.process.exe);
         let mut cmdline = [0u8; 4096];
         let n = procfs::read_file(c"/proc/self/cmdline", &mut cmdline);
-        w.cmdline[..n].copy_from_slice(&cmdline[..n]);
-        w.cmdline_len = n;
+        w.process.cmdline[..n].copy_from_slice(&cmdline[..n]);
+        w.process.cmdline_len = n;
         if let Some(t) = cfg.output {
-            w.template[..t.len()].copy_from_slice(t);
-            w.template_len = t.len();
+            w.file.template[..t.len()].copy_from_slice(t);
+            w.file.template_len = t.len();
         }
         writer::start_process(&mut w);
     }
@@ -116,7 +116,7 @@ extern "C" fn last_word(_: *mut c_void) {
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() } as u32;
     let mut w = WRITER.lock();
-    if w.pid != pid {
+    if w.process.pid != pid {
         return; // a forked child that exits inherited the registration
     }
     if w.has_output {
@@ -143,7 +143,7 @@ pub fn before_exit() {
     for _ in 0..1000 {
         if let Some(mut w) = WRITER.try_lock() {
             // SAFETY: getpid has no preconditions.
-            if w.pid == unsafe { libc::getpid() } as u32 {
+            if w.process.pid == unsafe { libc::getpid() } as u32 {
                 flusher::stop();
                 writer::write_profile(&mut w, State::Exited, true);
             }
@@ -169,7 +169,7 @@ pub fn before_exec() -> bool {
     for _ in 0..1000 {
         if let Some(mut w) = WRITER.try_lock() {
             // SAFETY: getpid has no preconditions.
-            if w.pid != unsafe { libc::getpid() } as u32 || w.finished || !w.has_output {
+            if w.process.pid != unsafe { libc::getpid() } as u32 || w.finished || !w.has_output {
                 return false;
             }
             writer::write_profile(&mut w, State::Exited, true);
@@ -212,7 +212,7 @@ extern "C" fn fork_child() {
     unsafe { WRITER.force_unlock() };
     let has_output = {
         let mut w = WRITER.lock();
-        w.clock_start = ClockPair::now();
+        w.process.clock_start = ClockPair::now();
         writer::start_process(&mut w);
         w.has_output
     };

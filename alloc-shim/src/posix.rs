@@ -188,7 +188,7 @@ impl<B: Backend> Body for Free<B> {
         if sizes::<B, S>() {
             s.freed(usable);
         }
-        // SAFETY: as above.
+        // SAFETY: `p` is the program's live, non-NULL block of B.
         s.time(usable, move || unsafe { B::free(p) });
     }
     own_counters!();
@@ -256,14 +256,15 @@ impl<B: Backend> Body for Realloc<B> {
         if size == 0 {
             // glibc: realloc(p, 0) frees p and returns NULL.
             s.call(Func::Realloc);
-            // SAFETY: as above.
+            // SAFETY: `old` is the program's live, non-NULL block of B.
             s.time(old_usable, move || unsafe { B::free(old) });
             if sizes::<B, S>() {
                 s.freed(old_usable);
             }
             return ptr::null_mut();
         }
-        // SAFETY: as above; size is non-zero.
+        // SAFETY: `old` is the program's live, non-NULL block of B, and
+        // size is non-zero, as `Backend::realloc` requires.
         let p = s.time(size.max(old_usable), move || unsafe {
             B::realloc(old, size)
         });

@@ -22,30 +22,68 @@ const OUT_BUF: usize = 64 * 1024;
 /// Everything the writer needs, behind one lock (taken by the flusher
 /// thread, the exit handler and `fork`; never on the allocation path).
 pub struct Writer {
-    pub pid: u32,
-    pub ppid: u32,
-    pub clock_start: ClockPair,
-    pub exe: [u8; 1024],
-    pub exe_len: usize,
-    pub cmdline: [u8; 4096],
-    pub cmdline_len: usize,
-    /// The output template from `ALLOCMUX_OUTPUT`, NUL-free.
-    pub template: [u8; PATH_MAX],
-    pub template_len: usize,
-    /// This process's claimed profile path, NUL-terminated, and its length.
-    pub path: [u8; PATH_MAX],
-    pub path_len: usize,
-    /// The temporary file of the write under way, NUL-terminated.
-    pub tmp: [u8; PATH_MAX],
+    /// Who this process is, read at its start-up.
+    pub process: Process,
+    /// Where its profile goes.
+    pub file: ProfileFile,
+    /// A profile file was claimed: profiles are written (else the summary
+    /// line is, at exit).
     pub has_output: bool,
     /// `ALLOCMUX_OUTPUT` is the null device: nothing is written, not even
     /// the summary line that stands in for a profile that cannot be.
     pub discard: bool,
     /// The exit profile was written; the flusher must not overwrite it.
     pub finished: bool,
+    /// Buffers a profile is written through.
+    pub staging: Staging,
+    /// The memory timeline, sampled by the flusher thread (only kept when
+    /// a profile is written: the stderr summary has no use for it).
+    pub timeline: TimelineBuffer,
+    /// The backend's own statistics as last read (see
+    /// [`read_allocator_stats`]), written with every profile.
+    pub allocator_stats: Option<AllocatorReading>,
+}
+
+/// The process image's identity and start, as its profile header gives them.
+pub struct Process {
+    /// Its pid (a `fork` child's own, once it has started).
+    pub pid: u32,
+    /// Its parent's pid.
+    pub ppid: u32,
+    /// Both clocks at start-up: times in the profile count from here.
+    pub clock_start: ClockPair,
+    /// `/proc/self/exe`, `exe_len` bytes of it.
+    pub exe: [u8; 1024],
+    /// Length of `exe`.
+    pub exe_len: usize,
+    /// `/proc/self/cmdline`, `cmdline_len` bytes of it.
+    pub cmdline: [u8; 4096],
+    /// Length of `cmdline`.
+    pub cmdline_len: usize,
     /// Identity of fd 2 at start-up, to avoid writing the summary into a
     /// file the program later opened on descriptor 2.
     pub stderr_id: Option<(u64, u64)>,
+}
+
+/// The profile's file names.
+pub struct ProfileFile {
+    /// The output template from `ALLOCMUX_OUTPUT`, NUL-free.
+    pub template: [u8; PATH_MAX],
+    /// Length of `template`; 0 when no profile is asked for.
+    pub template_len: usize,
+    /// This process's claimed profile path, NUL-terminated, and its length.
+    pub path: [u8; PATH_MAX],
+    /// Length of `path` without its NUL.
+    pub path_len: usize,
+    /// The temporary file of the write under way, NUL-terminated.
+    pub tmp: [u8; PATH_MAX],
+}
+
+/// What a profile is written through, kept between writes so a write
+/// allocates only when the stacks outgrow the last one's.
+pub struct Staging {
+    /// The header, counters and allocator statistics; then the timeline's
+    /// lines, staged.
     pub buf: [u8; OUT_BUF],
     /// The stack lines and the section's end: they grow with the number
     /// of distinct stacks, so they live on the shim's own heap.
@@ -56,35 +94,35 @@ pub struct Writer {
     /// `FLUSH_DUTY` times as long before the next, so a profile with very
     /// many stacks cannot take more than a small share of a CPU.
     pub last_write_ns: u64,
-    /// The memory timeline, sampled by the flusher thread (only kept when
-    /// a profile is written: the stderr summary has no use for it).
-    pub timeline: TimelineBuffer,
-    /// The backend's own statistics as last read (see
-    /// [`read_allocator_stats`]), written with every profile.
-    pub allocator_stats: Option<AllocatorReading>,
 }
 
 pub static WRITER: SpinLock<Writer> = SpinLock::new(Writer {
-    pid: 0,
-    ppid: 0,
-    clock_start: ClockPair { tsc: 0, mono_ns: 0 },
-    exe: [0; 1024],
-    exe_len: 0,
-    cmdline: [0; 4096],
-    cmdline_len: 0,
-    template: [0; PATH_MAX],
-    template_len: 0,
-    path: [0; PATH_MAX],
-    path_len: 0,
-    tmp: [0; PATH_MAX],
+    process: Process {
+        pid: 0,
+        ppid: 0,
+        clock_start: ClockPair { tsc: 0, mono_ns: 0 },
+        exe: [0; 1024],
+        exe_len: 0,
+        cmdline: [0; 4096],
+        cmdline_len: 0,
+        stderr_id: None,
+    },
+    file: ProfileFile {
+        template: [0; PATH_MAX],
+        template_len: 0,
+        path: [0; PATH_MAX],
+        path_len: 0,
+        tmp: [0; PATH_MAX],
+    },
     has_output: false,
     discard: false,
     finished: false,
-    stderr_id: None,
-    buf: [0; OUT_BUF],
-    tail: String::new(),
-    stacks: recorder::stacks::Snapshot::new(),
-    last_write_ns: 0,
+    staging: Staging {
+        buf: [0; OUT_BUF],
+        tail: String::new(),
+        stacks: recorder::stacks::Snapshot::new(),
+        last_write_ns: 0,
+    },
     timeline: TimelineBuffer::new(),
     allocator_stats: None,
 });
@@ -92,14 +130,18 @@ pub static WRITER: SpinLock<Writer> = SpinLock::new(Writer {
 /// Per-process part of start-up, also run in a `fork` child.
 pub fn start_process(w: &mut Writer) {
     // SAFETY: getpid/getppid have no preconditions.
-    (w.pid, w.ppid) = unsafe { (libc::getpid() as u32, libc::getppid() as u32) };
+    (w.process.pid, w.process.ppid) = unsafe { (libc::getpid() as u32, libc::getppid() as u32) };
     w.finished = false;
-    w.has_output = w.template_len > 0 && {
-        let claim = output::claim(&w.template[..w.template_len], w.pid, &mut w.path);
+    w.has_output = w.file.template_len > 0 && {
+        let claim = output::claim(
+            &w.file.template[..w.file.template_len],
+            w.process.pid,
+            &mut w.file.path,
+        );
         w.discard = claim == Claim::NullDevice;
         match claim {
             Claim::File { path_len } => {
-                w.path_len = path_len;
+                w.file.path_len = path_len;
                 true
             }
             Claim::NullDevice | Claim::Unavailable => false,
@@ -121,7 +163,7 @@ pub fn start_process(w: &mut Writer) {
 /// Adds a point to the timeline: the time, the live bytes summed over the
 /// recorder's threads, the resident size.
 pub fn sample_timeline(w: &mut Writer) {
-    let t_ns = recorder::monotonic_ns().saturating_sub(w.clock_start.mono_ns);
+    let t_ns = recorder::monotonic_ns().saturating_sub(w.process.clock_start.mono_ns);
     let live_bytes = recorder::live_bytes();
     let rss_bytes = procfs::rss_bytes();
     w.timeline.push(TimelinePoint {
@@ -157,7 +199,7 @@ pub fn read_allocator_stats() -> Option<(u64, u64, AllocatorStats)> {
 /// Keeps a reading from [`read_allocator_stats`] for the profiles to come.
 pub fn keep_allocator_stats(w: &mut Writer, reading: Option<(u64, u64, AllocatorStats)>) {
     if let Some((mono_ns, live_bytes, stats)) = reading {
-        let t_ns = mono_ns.saturating_sub(w.clock_start.mono_ns);
+        let t_ns = mono_ns.saturating_sub(w.process.clock_start.mono_ns);
         w.allocator_stats = Some(AllocatorReading::new(t_ns, live_bytes, stats));
     }
 }
@@ -176,20 +218,22 @@ pub fn write_profile(w: &mut Writer, state: State, exiting_thread: bool) {
     if state == State::Exited {
         // The last point, with the live bytes of the exit profile itself.
         w.timeline.push(TimelinePoint {
-            t_ns: clock_end.mono_ns.saturating_sub(w.clock_start.mono_ns),
+            t_ns: clock_end
+                .mono_ns
+                .saturating_sub(w.process.clock_start.mono_ns),
             live_bytes: totals.live_bytes(),
             rss_bytes: procfs::rss_bytes(),
         });
     }
     let header = Header {
-        pid: w.pid,
-        ppid: w.ppid,
-        exe: &w.exe[..w.exe_len],
-        cmdline: &w.cmdline[..w.cmdline_len],
+        pid: w.process.pid,
+        ppid: w.process.ppid,
+        exe: &w.process.exe[..w.process.exe_len],
+        cmdline: &w.process.cmdline[..w.process.cmdline_len],
         allocator: choice::current().backend.name(),
         state,
         threads: recorder::threads_seen(),
-        clock_start: w.clock_start,
+        clock_start: w.process.clock_start,
         clock_end,
         cpu_ns: cpu_ns(),
         max_rss_bytes: process::max_rss_bytes(),
@@ -197,13 +241,20 @@ pub fn write_profile(w: &mut Writer, state: State, exiting_thread: bool) {
     };
     let started = recorder::monotonic_ns();
     let Writer {
-        buf,
-        tail,
-        stacks,
-        last_write_ns,
-        tmp,
-        path,
-        path_len,
+        staging:
+            Staging {
+                buf,
+                tail,
+                stacks,
+                last_write_ns,
+            },
+        file:
+            ProfileFile {
+                tmp,
+                path,
+                path_len,
+                ..
+            },
         timeline,
         allocator_stats,
         ..
@@ -253,7 +304,7 @@ pub fn summary(w: &mut Writer) {
     if w.discard {
         return;
     }
-    let same_stderr = w.stderr_id.is_some() && fd::fd_identity(2) == w.stderr_id;
+    let same_stderr = w.process.stderr_id.is_some() && fd::fd_identity(2) == w.process.stderr_id;
     if same_stderr {
         summary_line(w);
     }
@@ -263,7 +314,7 @@ pub fn summary(w: &mut Writer) {
 fn summary_line(w: &mut Writer) {
     let t = recorder::snapshot(Some(&tls::current().state));
     let now = ClockPair::now();
-    let alloc_ns = match now.ticks_per_ns_since(w.clock_start) {
+    let alloc_ns = match now.ticks_per_ns_since(w.process.clock_start) {
         Some(ticks_per_ns) => {
             t.estimated_allocator_ticks(recorder::time_sample_mean()) / ticks_per_ns
         }
@@ -275,9 +326,9 @@ fn summary_line(w: &mut Writer) {
     } else {
         0.0
     };
-    let pid = w.pid;
+    let pid = w.process.pid;
     let mut out = SliceWriter {
-        buf: &mut w.buf,
+        buf: &mut w.staging.buf,
         len: 0,
     };
     let r = writeln!(
@@ -293,7 +344,7 @@ fn summary_line(w: &mut Writer) {
     );
     if r.is_ok() {
         let len = out.len;
-        fd::write_all(2, &w.buf[..len]);
+        fd::write_all(2, &w.staging.buf[..len]);
     }
 }
 
