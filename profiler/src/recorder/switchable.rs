@@ -147,10 +147,10 @@ unsafe impl GlobalAlloc for Switchable {
             // SAFETY: the caller's layout, forwarded.
             #[cfg(feature = "jemalloc")]
             JEMALLOC => unsafe { jemalloc::alloc(layout) },
-            // SAFETY: as above.
+            // SAFETY: the caller's layout, forwarded.
             #[cfg(feature = "mimalloc")]
             MIMALLOC => unsafe { mimalloc::alloc(layout) },
-            // SAFETY: as above.
+            // SAFETY: the caller's layout, forwarded.
             _ => unsafe { System.alloc(layout) },
         }
     }
@@ -161,10 +161,10 @@ unsafe impl GlobalAlloc for Switchable {
             // SAFETY: the caller's layout, forwarded.
             #[cfg(feature = "jemalloc")]
             JEMALLOC => unsafe { jemalloc::alloc_zeroed(layout) },
-            // SAFETY: as above.
+            // SAFETY: the caller's layout, forwarded.
             #[cfg(feature = "mimalloc")]
             MIMALLOC => unsafe { mimalloc::alloc_zeroed(layout) },
-            // SAFETY: as above.
+            // SAFETY: the caller's layout, forwarded.
             _ => unsafe { System.alloc_zeroed(layout) },
         }
     }
@@ -175,10 +175,10 @@ unsafe impl GlobalAlloc for Switchable {
             // SAFETY: a block this backend made (the choice is fixed), forwarded.
             #[cfg(feature = "jemalloc")]
             JEMALLOC => unsafe { jemalloc::dealloc(ptr, layout) },
-            // SAFETY: as above.
+            // SAFETY: a block this backend made (the choice is fixed), forwarded.
             #[cfg(feature = "mimalloc")]
             MIMALLOC => unsafe { mimalloc::dealloc(ptr, layout) },
-            // SAFETY: as above.
+            // SAFETY: a block this backend made (the choice is fixed), forwarded.
             _ => unsafe { System.dealloc(ptr, layout) },
         }
     }
@@ -189,10 +189,10 @@ unsafe impl GlobalAlloc for Switchable {
             // SAFETY: a block this backend made (the choice is fixed), forwarded.
             #[cfg(feature = "jemalloc")]
             JEMALLOC => unsafe { jemalloc::realloc(ptr, layout, new_size) },
-            // SAFETY: as above.
+            // SAFETY: a block this backend made (the choice is fixed), forwarded.
             #[cfg(feature = "mimalloc")]
             MIMALLOC => unsafe { mimalloc::realloc(ptr, layout, new_size) },
-            // SAFETY: as above.
+            // SAFETY: a block this backend made (the choice is fixed), forwarded.
             _ => unsafe { System.realloc(ptr, layout, new_size) },
         }
     }

@@ -1096,16 +1096,16 @@ mod tests {
                 // SAFETY: `t` stands for this thread's state.
                 unsafe { enter(t, Alloc(100)) };
             }
-            // SAFETY: as above.
+            // SAFETY: `t` stands for this thread's state.
             unsafe { enter(t, Alloc(1 << 20)) };
             assert_eq!(live_bytes(), 100_000 + (1 << 20));
-            // SAFETY: as above.
+            // SAFETY: `t` stands for this thread's state.
             unsafe { enter(t, Free(1 << 20)) };
             // A large free is not published to the global count until a
             // sampled call, but the sum over threads sees it at once.
             assert_eq!(live_bytes(), 100_000);
             for _ in 0..1000 {
-                // SAFETY: as above.
+                // SAFETY: `t` stands for this thread's state.
                 unsafe { enter(t, Free(100)) };
             }
             let s = snapshot(Some(t));
@@ -1124,7 +1124,7 @@ mod tests {
             );
             retire_thread(t);
             // After the exit hook, calls land on the shared counters.
-            // SAFETY: as above.
+            // SAFETY: `t` stands for this thread's state.
             unsafe { enter(t, Alloc(8)) };
             let s = snapshot(None);
             assert_eq!(s.calls_of(Func::Malloc), 1002);
