@@ -9,9 +9,9 @@ use core::sync::atomic::{AtomicPtr, Ordering::Relaxed};
 
 use crate::lifecycle;
 
-/// `_exit(2)` and `_Exit(3)`: writes the exit profile (processes that leave this way, like
-/// dash and forked children, run no exit handlers), then ends the process
-/// as glibc's `_exit` does.
+/// `_exit(2)` and `_Exit(3)`: writes the exit profile (processes that
+/// leave this way, like dash and forked children, run no exit handlers),
+/// then ends the process as glibc's `_exit` does.
 pub fn exit_process(status: c_int) -> ! {
     lifecycle::before_exit();
     loop {

@@ -61,7 +61,7 @@ pub fn start() {
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
         let mut tid: libc::pthread_t = 0;
-        libc::pthread_create(&mut tid, &attr, main, core::ptr::null_mut());
+        libc::pthread_create(&mut tid, &attr, thread_main, core::ptr::null_mut());
         libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut());
         libc::pthread_attr_destroy(&mut attr);
     }
@@ -71,7 +71,7 @@ pub fn start() {
 /// as the buffer fills) and rewrites the profile every `FLUSH_INTERVAL_MS`
 /// or so, whichever is due first. It sleeps until an absolute deadline, so
 /// the time it spends working does not stretch the intervals.
-extern "C" fn main(_: *mut c_void) -> *mut c_void {
+extern "C" fn thread_main(_: *mut c_void) -> *mut c_void {
     // Its allocator calls (glibc's, on its behalf: the frees at its exit)
     // are not the program's; uncounted, the profiles of identical
     // processes agree whether or not the writer exited before the last.

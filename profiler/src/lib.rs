@@ -179,10 +179,7 @@ mod backend;
 mod counting;
 pub mod profile;
 mod profiler;
-/// Internal to allocmux's own preload shim and command line: the recording
-/// machinery (the per-thread state, the hot-path entry, the spin lock, the
-/// unwinder and the stack table) and the parsers of the environment. No
-/// stability promise; Rust programs use the items at the crate root.
+// Internal to allocmux's own shim and command line (see its module docs).
 #[doc(hidden)]
 #[allow(unsafe_code)]
 pub mod recorder;

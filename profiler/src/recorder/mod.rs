@@ -1,3 +1,7 @@
+//! Internal to allocmux's own preload shim and command line, with no
+//! stability promise: Rust programs use the items at the crate root
+//! ([`Counting`], [`Switchable`], [`Backend`](crate::Backend), ...).
+//!
 //! The recording core: the only module of this crate with `unsafe` code
 //! (with [`sys`], the process-control calls the tools need beyond std).
 //!

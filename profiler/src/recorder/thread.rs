@@ -632,7 +632,7 @@ impl Scope for Shared {
 /// The fast path is one decrement of the function's countdown, which is
 /// also its exact call count; every other case (a sampled call to time, the
 /// thread's first call of the function, a thread past its exit hook) is out
-/// of line in [`slow`].
+/// of line in `slow`.
 ///
 /// # Safety
 /// `t` must be the calling thread's own state, and `body` as safe to run as
@@ -847,7 +847,7 @@ fn create_last_inline_key() -> Option<libc::pthread_key_t> {
 }
 
 /// Creates the thread-exit key now, before the program's (see
-/// [`create_last_inline_key`]).
+/// `create_last_inline_key`).
 pub fn prepare_thread_key() -> bool {
     thread_key().is_some()
 }
