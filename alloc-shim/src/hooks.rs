@@ -4,32 +4,36 @@
 //! the process's first call; after that an export costs one load and an
 //! indirect tail jump, and each hook is a separate function whose fast path
 //! saves no more registers than its own work needs.
+//!
+//! Every per-function list here (the table's fields, each table's
+//! functions) is generated from the one list of the malloc family,
+//! `allocmux::for_each_malloc_function!`.
 
-use core::ffi::{c_int, c_void};
 use core::marker::PhantomData;
 use core::sync::atomic::{AtomicPtr, Ordering::Relaxed};
 
+use allocmux::Backend as Allocator;
 use allocmux::recorder::stacks::{StackBody, enter_stacks};
 use allocmux::recorder::{Body, enter};
 
-use crate::backend::{Backend, Jemalloc, Mimalloc, System};
+use crate::backend::{Jemalloc, Mimalloc, System};
+use crate::choice::{self, Choice};
 use crate::posix::*;
-use crate::runtime::{self, Choice};
 use crate::tls;
 
-/// One function pointer per exported symbol.
-pub struct Hooks {
-    pub malloc: unsafe extern "C" fn(usize) -> *mut c_void,
-    pub free: unsafe extern "C" fn(*mut c_void),
-    pub calloc: unsafe extern "C" fn(usize, usize) -> *mut c_void,
-    pub realloc: unsafe extern "C" fn(*mut c_void, usize) -> *mut c_void,
-    pub aligned_alloc: unsafe extern "C" fn(usize, usize) -> *mut c_void,
-    pub malloc_usable_size: unsafe extern "C" fn(*mut c_void) -> usize,
-    pub memalign: unsafe extern "C" fn(usize, usize) -> *mut c_void,
-    pub posix_memalign: unsafe extern "C" fn(*mut *mut c_void, usize, usize) -> c_int,
-    pub pvalloc: unsafe extern "C" fn(usize) -> *mut c_void,
-    pub valloc: unsafe extern "C" fn(usize) -> *mut c_void,
+/// The table's type: one function pointer per function of the family.
+macro_rules! hooks_struct {
+    ([] $($name:ident => $Func:ident ($($arg:ident : $ty:ty),*) $(-> $ret:ty)?;)*) => {
+        /// One function pointer per exported malloc-family symbol.
+        pub struct Hooks {
+            $(
+                #[doc = concat!("`", stringify!($name), "`.")]
+                pub $name: unsafe extern "C" fn($($ty),*) $(-> $ret)?,
+            )*
+        }
+    };
 }
+allocmux::for_each_malloc_function!(hooks_struct);
 
 static TABLE: AtomicPtr<Hooks> = AtomicPtr::new(&FIRST_CALL as *const Hooks as *mut Hooks);
 
@@ -44,16 +48,19 @@ pub fn table() -> &'static Hooks {
 /// (set up beforehand). Called by the first call (or by several threads'
 /// first calls at once, with the same choice: idempotent).
 pub fn install(choice: Choice, stacks: bool) {
-    let t: &'static Hooks = match (choice, stacks) {
-        (Choice::System, false) => &SYSTEM,
-        (Choice::System, true) => &SYSTEM_STACKS,
-        (Choice::Jemalloc, false) => &JEMALLOC,
-        (Choice::Jemalloc, true) => &JEMALLOC_STACKS,
-        (Choice::Mimalloc, _) => {
-            crate::backend::init_mimalloc();
-            if stacks { &MIMALLOC_STACKS } else { &MIMALLOC }
+    let t: &'static Hooks = if !choice.recorded {
+        &UNRECORDED
+    } else {
+        match (choice.backend, stacks) {
+            (Allocator::Jemalloc, false) => &JEMALLOC,
+            (Allocator::Jemalloc, true) => &JEMALLOC_STACKS,
+            (Allocator::Mimalloc, _) => {
+                crate::backend::init_mimalloc();
+                if stacks { &MIMALLOC_STACKS } else { &MIMALLOC }
+            }
+            (_, false) => &SYSTEM,
+            (_, true) => &SYSTEM_STACKS,
         }
-        (Choice::Unrecorded, _) => &UNRECORDED,
     };
     TABLE.store(t as *const Hooks as *mut Hooks, Relaxed);
 }
@@ -73,68 +80,38 @@ unsafe fn with_stacks<X: StackBody>(body: X) -> X::Out {
     unsafe { enter_stacks(&t.state, &t.stacks, body) }
 }
 
+/// Runs a body with nothing recorded (secure execution).
+#[inline(always)]
+unsafe fn unrecorded<X: Body>(body: X) -> X::Out {
+    // SAFETY: the caller's arguments; `Unrecorded` records nothing.
+    unsafe { body.run(&Unrecorded) }
+}
+
+/// A table whose every function runs its body from `posix` (the type of
+/// the function's name) for backend `$B` through `$run`.
+macro_rules! body_hooks {
+    ([$B:ty, $run:ident] $($name:ident => $Func:ident ($($arg:ident : $ty:ty),*) $(-> $ret:ty)?;)*) => {{
+        $(
+            unsafe extern "C" fn $name($($arg: $ty),*) $(-> $ret)? {
+                // SAFETY: the program's arguments, with the C function's
+                // contract, which the body keeps; `$run` uses this
+                // thread's own state.
+                unsafe { $run($Func::<$B>($($arg,)* PhantomData)) }
+            }
+        )*
+        Hooks { $($name),* }
+    }};
+}
+
+/// The recorded hooks of backend `$B`, through `$run` (`plain` or
+/// `with_stacks`).
 macro_rules! recorded_hooks {
     ($B:ty) => {
         recorded_hooks!($B, plain)
     };
-    ($B:ty, $run:ident) => {{
-        unsafe extern "C" fn malloc<B: Backend>(size: usize) -> *mut c_void {
-            // SAFETY: this thread's own state; the program's arguments.
-            unsafe { $run(Malloc::<B>(size, PhantomData)) }
-        }
-        unsafe extern "C" fn free<B: Backend>(ptr: *mut c_void) {
-            // SAFETY: as above.
-            unsafe { $run(Free::<B>(ptr, PhantomData)) }
-        }
-        unsafe extern "C" fn calloc<B: Backend>(n: usize, size: usize) -> *mut c_void {
-            // SAFETY: as above.
-            unsafe { $run(Calloc::<B>(n, size, PhantomData)) }
-        }
-        unsafe extern "C" fn realloc<B: Backend>(ptr: *mut c_void, size: usize) -> *mut c_void {
-            // SAFETY: as above.
-            unsafe { $run(Realloc::<B>(ptr, size, PhantomData)) }
-        }
-        unsafe extern "C" fn aligned_alloc<B: Backend>(align: usize, size: usize) -> *mut c_void {
-            // SAFETY: as above.
-            unsafe { $run(AlignedAlloc::<B>(align, size, PhantomData)) }
-        }
-        unsafe extern "C" fn malloc_usable_size<B: Backend>(ptr: *mut c_void) -> usize {
-            // SAFETY: as above.
-            unsafe { $run(UsableSize::<B>(ptr, PhantomData)) }
-        }
-        unsafe extern "C" fn memalign<B: Backend>(align: usize, size: usize) -> *mut c_void {
-            // SAFETY: as above.
-            unsafe { $run(Memalign::<B>(align, size, PhantomData)) }
-        }
-        unsafe extern "C" fn posix_memalign<B: Backend>(
-            out: *mut *mut c_void,
-            align: usize,
-            size: usize,
-        ) -> c_int {
-            // SAFETY: as above.
-            unsafe { $run(PosixMemalign::<B>(out, align, size, PhantomData)) }
-        }
-        unsafe extern "C" fn pvalloc<B: Backend>(size: usize) -> *mut c_void {
-            // SAFETY: as above.
-            unsafe { $run(Pvalloc::<B>(size, PhantomData)) }
-        }
-        unsafe extern "C" fn valloc<B: Backend>(size: usize) -> *mut c_void {
-            // SAFETY: as above.
-            unsafe { $run(Valloc::<B>(size, PhantomData)) }
-        }
-        Hooks {
-            malloc: malloc::<$B>,
-            free: free::<$B>,
-            calloc: calloc::<$B>,
-            realloc: realloc::<$B>,
-            aligned_alloc: aligned_alloc::<$B>,
-            malloc_usable_size: malloc_usable_size::<$B>,
-            memalign: memalign::<$B>,
-            posix_memalign: posix_memalign::<$B>,
-            pvalloc: pvalloc::<$B>,
-            valloc: valloc::<$B>,
-        }
-    }};
+    ($B:ty, $run:ident) => {
+        allocmux::for_each_malloc_function!(body_hooks, $B, $run)
+    };
 }
 
 static SYSTEM: Hooks = bench_variant!(recorded_hooks!(System), System);
@@ -156,18 +133,18 @@ macro_rules! bench_variant {
 #[cfg(any(allocmux_bench = "forward", allocmux_bench = "count"))]
 macro_rules! bench_variant {
     ($hooks:expr, $B:ty) => {{
-        unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
+        unsafe extern "C" fn malloc(size: usize) -> *mut core::ffi::c_void {
             #[cfg(allocmux_bench = "count")]
             tls::current().state.bench_count(allocmux::Func::Malloc);
             // SAFETY: forwarded.
-            unsafe { <$B as Backend>::malloc(size) }
+            unsafe { <$B as crate::backend::Backend>::malloc(size) }
         }
-        unsafe extern "C" fn free(ptr: *mut c_void) {
+        unsafe extern "C" fn free(ptr: *mut core::ffi::c_void) {
             #[cfg(allocmux_bench = "count")]
             tls::current().state.bench_count(allocmux::Func::Free);
             if !ptr.is_null() {
                 // SAFETY: forwarded.
-                unsafe { <$B as Backend>::free(ptr) }
+                unsafe { <$B as crate::backend::Backend>::free(ptr) }
             }
         }
         Hooks {
@@ -184,123 +161,23 @@ static JEMALLOC_STACKS: Hooks = recorded_hooks!(Jemalloc, with_stacks);
 static MIMALLOC_STACKS: Hooks = recorded_hooks!(Mimalloc, with_stacks);
 
 /// Secure execution: glibc, nothing recorded.
-static UNRECORDED: Hooks = {
-    unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
-        // SAFETY: the program's arguments; nothing is recorded.
-        unsafe { Malloc::<System>(size, PhantomData).run(&Unrecorded) }
-    }
-    unsafe extern "C" fn free(ptr: *mut c_void) {
-        // SAFETY: as above.
-        unsafe { Free::<System>(ptr, PhantomData).run(&Unrecorded) }
-    }
-    unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
-        // SAFETY: as above.
-        unsafe { Calloc::<System>(n, size, PhantomData).run(&Unrecorded) }
-    }
-    unsafe extern "C" fn realloc(ptr: *mut c_void, size: usize) -> *mut c_void {
-        // SAFETY: as above.
-        unsafe { Realloc::<System>(ptr, size, PhantomData).run(&Unrecorded) }
-    }
-    unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
-        // SAFETY: as above.
-        unsafe { AlignedAlloc::<System>(align, size, PhantomData).run(&Unrecorded) }
-    }
-    unsafe extern "C" fn malloc_usable_size(ptr: *mut c_void) -> usize {
-        // SAFETY: as above.
-        unsafe { UsableSize::<System>(ptr, PhantomData).run(&Unrecorded) }
-    }
-    unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
-        // SAFETY: as above.
-        unsafe { Memalign::<System>(align, size, PhantomData).run(&Unrecorded) }
-    }
-    unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
-        // SAFETY: as above.
-        unsafe { PosixMemalign::<System>(out, align, size, PhantomData).run(&Unrecorded) }
-    }
-    unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
-        // SAFETY: as above.
-        unsafe { Pvalloc::<System>(size, PhantomData).run(&Unrecorded) }
-    }
-    unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
-        // SAFETY: as above.
-        unsafe { Valloc::<System>(size, PhantomData).run(&Unrecorded) }
-    }
-    Hooks {
-        malloc,
-        free,
-        calloc,
-        realloc,
-        aligned_alloc,
-        malloc_usable_size,
-        memalign,
-        posix_memalign,
-        pvalloc,
-        valloc,
-    }
-};
+static UNRECORDED: Hooks = recorded_hooks!(System, unrecorded);
+
+/// A table whose every function chooses the backend, then forwards to the
+/// table the choice installed.
+macro_rules! first_call_hooks {
+    ([] $($name:ident => $Func:ident ($($arg:ident : $ty:ty),*) $(-> $ret:ty)?;)*) => {{
+        $(
+            unsafe extern "C" fn $name($($arg: $ty),*) $(-> $ret)? {
+                choice::current();
+                // SAFETY: forwarded, with the caller's arguments, to the
+                // same function of the table just installed.
+                unsafe { (table().$name)($($arg),*) }
+            }
+        )*
+        Hooks { $($name),* }
+    }};
+}
 
 /// The process's first call, whatever the function: choose, then forward.
-static FIRST_CALL: Hooks = {
-    unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
-        runtime::backend();
-        // SAFETY: forwarded to the chosen table.
-        unsafe { (table().malloc)(size) }
-    }
-    unsafe extern "C" fn free(ptr: *mut c_void) {
-        runtime::backend();
-        // SAFETY: as above.
-        unsafe { (table().free)(ptr) }
-    }
-    unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
-        runtime::backend();
-        // SAFETY: as above.
-        unsafe { (table().calloc)(n, size) }
-    }
-    unsafe extern "C" fn realloc(ptr: *mut c_void, size: usize) -> *mut c_void {
-        runtime::backend();
-        // SAFETY: as above.
-        unsafe { (table().realloc)(ptr, size) }
-    }
-    unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
-        runtime::backend();
-        // SAFETY: as above.
-        unsafe { (table().aligned_alloc)(align, size) }
-    }
-    unsafe extern "C" fn malloc_usable_size(ptr: *mut c_void) -> usize {
-        runtime::backend();
-        // SAFETY: as above.
-        unsafe { (table().malloc_usable_size)(ptr) }
-    }
-    unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
-        runtime::backend();
-        // SAFETY: as above.
-        unsafe { (table().memalign)(align, size) }
-    }
-    unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
-        runtime::backend();
-        // SAFETY: as above.
-        unsafe { (table().posix_memalign)(out, align, size) }
-    }
-    unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
-        runtime::backend();
-        // SAFETY: as above.
-        unsafe { (table().pvalloc)(size) }
-    }
-    unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
-        runtime::backend();
-        // SAFETY: as above.
-        unsafe { (table().valloc)(size) }
-    }
-    Hooks {
-        malloc,
-        free,
-        calloc,
-        realloc,
-        aligned_alloc,
-        malloc_usable_size,
-        memalign,
-        posix_memalign,
-        pvalloc,
-        valloc,
-    }
-};
+static FIRST_CALL: Hooks = allocmux::for_each_malloc_function!(first_call_hooks);

@@ -5,22 +5,36 @@
 //! Layers, as in mimalloc: `exports` (the C names only, jumping through the
 //! `hooks` table of the chosen backend), `posix` (the C semantics, once for
 //! all backends), `backend` (forwarding), with the recording core from the
-//! `allocmux` crate and the process life cycle in `runtime`.
+//! `allocmux` crate. Around them: `choice` (which backend, at the first
+//! call), `config` (the environment), `lifecycle` and `exec` (start-up,
+//! `fork`, `exec`, exit), `writer` (the process's record and the profile
+//! written from it), `output` (the profile file), `flusher` (the periodic
+//! writer thread), `procfs`, `fd` and `fmt` (allocation-free helpers),
+//! `tls` (the per-thread state).
 //!
 //! The README lists the environment variables; `docs/guarantees.md` says
-//! what the shim promises inside other people's programs, and
-//! `docs/c-semantics.md` how each function behaves under every backend.
+//! what the shim promises inside other people's programs,
+//! `docs/c-semantics.md` how each function behaves under every backend, and
+//! `docs/architecture.md` how the modules fit together.
 
 // The unit-test binary does not export the C symbols, so they look unused.
 #![cfg_attr(test, allow(dead_code))]
 
 mod backend;
+mod choice;
 mod config;
+mod exec;
 mod exports;
+mod fd;
+mod flusher;
+mod fmt;
 mod hooks;
+mod lifecycle;
+mod output;
 mod posix;
-mod runtime;
+mod procfs;
 mod tls;
+mod writer;
 
 /// The shim's own Rust heap (std's internals, should any allocate) goes
 /// straight to glibc, bypassing the hooks, so it can never recurse into
@@ -54,25 +68,3 @@ unsafe impl core::alloc::GlobalAlloc for OwnHeap {
 #[cfg(not(test))]
 #[global_allocator]
 static OWN_HEAP: OwnHeap = OwnHeap;
-
-#[cfg(not(test))]
-mod lifecycle {
-    use core::ffi::{c_char, c_int};
-
-    /// glibc calls `.init_array` functions with argc, argv and envp.
-    extern "C" fn init(_argc: c_int, _argv: *const *const c_char, envp: *const *const c_char) {
-        crate::runtime::init(envp);
-    }
-
-    extern "C" fn fini() {
-        crate::runtime::finish();
-    }
-
-    #[used]
-    #[unsafe(link_section = ".init_array")]
-    static INIT: extern "C" fn(c_int, *const *const c_char, *const *const c_char) = init;
-
-    #[used]
-    #[unsafe(link_section = ".fini_array")]
-    static FINI: extern "C" fn() = fini;
-}

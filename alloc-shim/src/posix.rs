@@ -188,7 +188,7 @@ impl<B: Backend> Body for Free<B> {
         if sizes::<B, S>() {
             s.freed(usable);
         }
-        // SAFETY: as above.
+        // SAFETY: `p` is the program's live, non-NULL block of B.
         s.time(usable, move || unsafe { B::free(p) });
     }
     own_counters!();
@@ -256,14 +256,15 @@ impl<B: Backend> Body for Realloc<B> {
         if size == 0 {
             // glibc: realloc(p, 0) frees p and returns NULL.
             s.call(Func::Realloc);
-            // SAFETY: as above.
+            // SAFETY: `old` is the program's live, non-NULL block of B.
             s.time(old_usable, move || unsafe { B::free(old) });
             if sizes::<B, S>() {
                 s.freed(old_usable);
             }
             return ptr::null_mut();
         }
-        // SAFETY: as above; size is non-zero.
+        // SAFETY: `old` is the program's live, non-NULL block of B, and
+        // size is non-zero, as `Backend::realloc` requires.
         let p = s.time(size.max(old_usable), move || unsafe {
             B::realloc(old, size)
         });
@@ -395,8 +396,8 @@ impl<B: Backend> Body for Pvalloc<B> {
 
 /// `malloc_usable_size(ptr)`.
 #[derive(Clone, Copy)]
-pub struct UsableSize<B>(pub *mut c_void, pub PhantomData<B>);
-impl<B: Backend> Body for UsableSize<B> {
+pub struct MallocUsableSize<B>(pub *mut c_void, pub PhantomData<B>);
+impl<B: Backend> Body for MallocUsableSize<B> {
     type Out = usize;
     const FUNC: Func = Func::MallocUsableSize;
     #[inline(always)]
@@ -510,11 +511,43 @@ impl<B: Backend> StackBody for PosixMemalign<B> {
     }
 }
 
-impl<B: Backend> StackBody for UsableSize<B> {
+impl<B: Backend> StackBody for MallocUsableSize<B> {
     fn request(&self) -> Option<usize> {
         None
     }
     fn handed_out(&self, _: &usize) -> usize {
         0
+    }
+}
+
+/// glibc's `memalign` on top of an aligned allocation: alignments up to 16
+/// still give 16 (as glibc's malloc always does), larger non-powers of two
+/// are rounded up, and impossible ones fail with `EINVAL`.
+///
+/// # Safety
+/// `B` must be a backend.
+pub unsafe fn memalign_via_aligned<B: Backend>(align: usize, size: usize) -> *mut c_void {
+    if align > usize::MAX / 2 + 1 {
+        set_errno(libc::EINVAL);
+        return core::ptr::null_mut();
+    }
+    let align = align.max(16).next_power_of_two();
+    // SAFETY: align is a power of two.
+    unsafe { B::aligned(align, size) }
+}
+
+/// glibc's `pvalloc`: whole pages, at least one.
+///
+/// # Safety
+/// `B` must be a backend.
+pub unsafe fn pvalloc_via_aligned<B: Backend>(size: usize) -> *mut c_void {
+    let page = allocmux::recorder::process::page_size();
+    match size.checked_add(page - 1) {
+        // SAFETY: the page size is a power of two.
+        Some(s) => unsafe { B::aligned(page, (s & !(page - 1)).max(page)) },
+        None => {
+            set_errno(libc::ENOMEM);
+            core::ptr::null_mut()
+        }
     }
 }

@@ -9,7 +9,7 @@
 
 use core::fmt;
 
-use crate::recorder::Backend;
+use crate::Backend;
 use crate::stats::ByteSize;
 
 /// One reading of an allocator's own statistics: process-wide figures, in

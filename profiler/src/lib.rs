@@ -198,16 +198,20 @@
 #![deny(unsafe_code)]
 
 mod allocator_stats;
+mod backend;
 mod counting;
 pub mod profile;
 mod profiler;
+// Internal to allocmux's own shim and command line (see its module docs).
+#[doc(hidden)]
 #[allow(unsafe_code)]
 pub mod recorder;
 pub mod stats;
 pub mod timeline;
 
 pub use allocator_stats::{AllocatorStats, GlibcStats, JemallocStats, MimallocStats};
+pub use backend::{Backend, UnknownBackend};
 pub use counting::{Stats, measure, snapshot};
 pub use profiler::{DEFAULT_FILE, DEFAULT_SAMPLE_BYTES, Profiler, ProfilerBuilder};
-pub use recorder::{Backend, Counting, Switchable};
+pub use recorder::{Counting, Switchable};
 pub use stats::{Func, SiteCounts, Totals};

@@ -80,9 +80,11 @@
 use core::fmt::{self, Write};
 
 use crate::AllocatorStats;
-use crate::recorder::Backend;
+use crate::Backend;
 use crate::stats::{Func, SIZE_BUCKETS, SiteCounts, Totals};
 use crate::timeline::{Timeline, TimelinePoint};
+
+pub use crate::recorder::ClockPair;
 
 /// The format version this crate writes and the highest it reads.
 pub const FORMAT_VERSION: u32 = 1;
@@ -558,12 +560,14 @@ impl ProcessProfile {
 
     /// TSC ticks per nanosecond over this process's lifetime, if measurable.
     pub fn ticks_per_ns(&self) -> Option<f64> {
-        let dt = self.clock_end.tsc.checked_sub(self.clock_start.tsc)?;
         let dns = self
             .clock_end
             .mono_ns
             .checked_sub(self.clock_start.mono_ns)?;
-        (dns >= 100_000 && dt > 0).then(|| dt as f64 / dns as f64)
+        if dns < 100_000 {
+            return None;
+        }
+        self.clock_end.ticks_per_ns_since(self.clock_start)
     }
 
     /// Estimated time spent inside the allocator, in ns: the always-timed
@@ -574,8 +578,7 @@ impl ProcessProfile {
         if ticks_per_ns <= 0.0 {
             return 0;
         }
-        let t = &self.totals;
-        let ticks = t.exact_ticks as f64 + t.timed_ticks as f64 * self.time_sample_mean as f64;
+        let ticks = self.totals.estimated_allocator_ticks(self.time_sample_mean);
         (ticks / ticks_per_ns) as u64
     }
 

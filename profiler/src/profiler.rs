@@ -14,13 +14,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 
 use crate::profile::{self, AllocatorReading, Header, StackMode, State};
-use crate::recorder::{self, stacks};
+use crate::recorder::{self, env, stacks};
 use crate::{AllocatorStats, Backend};
 
 /// Mean bytes between sampled allocations when neither the builder nor
 /// `ALLOCMUX_SAMPLE_BYTES` says: jemalloc's `lg_prof_sample` default, as
 /// the shim's.
-pub const DEFAULT_SAMPLE_BYTES: u64 = 512 * 1024;
+pub const DEFAULT_SAMPLE_BYTES: u64 = env::DEFAULT_SAMPLE_BYTES;
 
 /// The file written when neither the builder nor `ALLOCMUX_OUTPUT` names one.
 pub const DEFAULT_FILE: &str = "allocmux.prof";
@@ -131,7 +131,7 @@ impl ProfilerBuilder {
         let mode = self.mode.unwrap_or_else(mode_from_env);
         let path = match self.file {
             Some(p) => Some(p),
-            None => match std::env::var_os("ALLOCMUX_OUTPUT").filter(|v| !v.is_empty()) {
+            None => match std::env::var_os(env::OUTPUT).filter(|v| !v.is_empty()) {
                 Some(_) if shim_preloaded() => {
                     eprintln!(
                         "allocmux: warning: Profiler: the allocmux shim is preloaded and writes \
@@ -225,13 +225,13 @@ impl Drop for Profiler {
 
 /// The stack mode `ALLOCMUX_STACKS` and `ALLOCMUX_SAMPLE_BYTES` ask for:
 /// sampling unless `exact` (or `off`) is set, with a warning for values
-/// that mean nothing.
+/// that mean nothing. (The shim's default is `off`: see [`env`].)
 fn mode_from_env() -> StackMode {
-    let mean_bytes = match std::env::var("ALLOCMUX_SAMPLE_BYTES") {
+    let mean_bytes = match std::env::var(env::SAMPLE_BYTES) {
         Err(_) => DEFAULT_SAMPLE_BYTES,
-        Ok(v) => match v.trim().parse::<u64>() {
-            Ok(n) if n > 0 => n,
-            _ => {
+        Ok(v) => match env::parse_number(v.as_bytes(), 1, u64::MAX) {
+            Some(n) => n,
+            None => {
                 eprintln!(
                     "allocmux: warning: ALLOCMUX_SAMPLE_BYTES={v:?} is not a positive number; \
                      using {DEFAULT_SAMPLE_BYTES}"
@@ -240,17 +240,15 @@ fn mode_from_env() -> StackMode {
             }
         },
     };
-    match std::env::var("ALLOCMUX_STACKS").as_deref() {
-        Ok("exact") => StackMode::Exact,
-        Ok("off") => StackMode::Off,
-        Ok("sample") | Ok("") | Err(_) => StackMode::Sample { mean_bytes },
-        Ok(other) => {
+    match std::env::var(env::STACKS).as_deref() {
+        Ok("") | Err(_) => StackMode::Sample { mean_bytes },
+        Ok(v) => StackMode::from_env_value(v.as_bytes(), mean_bytes).unwrap_or_else(|| {
             eprintln!(
-                "allocmux: warning: ALLOCMUX_STACKS={other:?} is not off, sample or exact; \
+                "allocmux: warning: ALLOCMUX_STACKS={v:?} is not off, sample or exact; \
                  sampling"
             );
             StackMode::Sample { mean_bytes }
-        }
+        }),
     }
 }
 
@@ -262,24 +260,10 @@ fn shim_preloaded() -> bool {
 /// `%p` becomes the pid and `%%` a `%`, as in the shim's output names.
 fn expand_pid(template: OsString, pid: u32) -> PathBuf {
     let bytes = template.into_vec();
-    let mut out = Vec::with_capacity(bytes.len() + 8);
-    let mut i = 0;
-    while i < bytes.len() {
-        match (bytes[i], bytes.get(i + 1)) {
-            (b'%', Some(b'p')) => {
-                out.extend_from_slice(pid.to_string().as_bytes());
-                i += 2;
-            }
-            (b'%', Some(b'%')) => {
-                out.push(b'%');
-                i += 2;
-            }
-            (b, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
+    let mut out = vec![0; env::expanded_template_capacity(bytes.len())];
+    let len = env::expand_output_template(&bytes, pid, &mut out)
+        .expect("the buffer has room for any pid");
+    out.truncate(len);
     PathBuf::from(OsString::from_vec(out))
 }
 
@@ -301,7 +285,7 @@ fn profile_text(state: State) -> String {
         clock_start: recorder::clock_start(),
         clock_end: recorder::ClockPair::now(),
         cpu_ns: recorder::clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID),
-        max_rss_bytes: recorder::sys::max_rss_bytes(),
+        max_rss_bytes: recorder::process::max_rss_bytes(),
         time_sample_mean: recorder::time_sample_mean(),
     };
     // The allocator's own figures, when it is one allocmux knows.

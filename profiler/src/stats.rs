@@ -1,69 +1,74 @@
 //! Plain-value statistics shared by the recorder, the profile format and the
 //! reports: which function was called, and the totals of one process.
 
-/// An exported allocation function of the malloc family.
-///
-/// The order is part of the profile format only through [`Func::name`]: the
-/// file names functions, never their index.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[repr(u8)]
-pub enum Func {
-    /// `malloc(size)`
-    Malloc,
-    /// `free(ptr)`
-    Free,
-    /// `calloc(count, size)`
-    Calloc,
-    /// `realloc(ptr, size)`
-    Realloc,
-    /// `aligned_alloc(alignment, size)`
-    AlignedAlloc,
-    /// `malloc_usable_size(ptr)`
-    MallocUsableSize,
-    /// `memalign(alignment, size)`
-    Memalign,
-    /// `posix_memalign(&ptr, alignment, size)`
-    PosixMemalign,
-    /// `pvalloc(size)`
-    Pvalloc,
-    /// `valloc(size)`
-    Valloc,
+/// The malloc family, listed once: each function's C name, its [`Func`]
+/// variant (also the name of the shim's body type for it) and its C
+/// signature. `for_each_malloc_function!(callback)` expands to
+/// `callback! { [] name => Variant (arg: Type, ...) -> Ret; ... }`, and
+/// `for_each_malloc_function!(callback, extra tokens)` passes the extra
+/// tokens inside the brackets. [`Func`] is generated from it here; the
+/// shim generates its exports and hook tables from it. Internal to
+/// allocmux's own shim.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! for_each_malloc_function {
+    ($callback:ident $(, $($extra:tt)*)?) => {
+        $callback! {
+            [$($($extra)*)?]
+            malloc => Malloc (size: usize) -> *mut ::core::ffi::c_void;
+            free => Free (ptr: *mut ::core::ffi::c_void);
+            calloc => Calloc (count: usize, size: usize) -> *mut ::core::ffi::c_void;
+            realloc => Realloc (ptr: *mut ::core::ffi::c_void, size: usize) -> *mut ::core::ffi::c_void;
+            aligned_alloc => AlignedAlloc (alignment: usize, size: usize) -> *mut ::core::ffi::c_void;
+            malloc_usable_size => MallocUsableSize (ptr: *mut ::core::ffi::c_void) -> usize;
+            memalign => Memalign (alignment: usize, size: usize) -> *mut ::core::ffi::c_void;
+            posix_memalign => PosixMemalign (
+                out: *mut *mut ::core::ffi::c_void,
+                alignment: usize,
+                size: usize
+            ) -> ::core::ffi::c_int;
+            pvalloc => Pvalloc (size: usize) -> *mut ::core::ffi::c_void;
+            valloc => Valloc (size: usize) -> *mut ::core::ffi::c_void;
+        }
+    };
 }
 
-/// Number of [`Func`] variants.
-pub const FUNC_COUNT: usize = 10;
+/// [`Func`], [`FUNC_COUNT`], [`Func::ALL`] and [`Func::name`] from the table.
+macro_rules! define_func {
+    ([] $($name:ident => $Variant:ident ($($arg:ident : $ty:ty),*) $(-> $ret:ty)?;)*) => {
+        /// An exported allocation function of the malloc family.
+        ///
+        /// The order is part of the profile format only through [`Func::name`]: the
+        /// file names functions, never their index.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[repr(u8)]
+        pub enum Func {
+            $(
+                #[doc = concat!("`", stringify!($name), "(", stringify!($($arg),*), ")`")]
+                $Variant,
+            )*
+        }
+
+        /// Number of [`Func`] variants.
+        pub const FUNC_COUNT: usize = [$(stringify!($name)),*].len();
+
+        impl Func {
+            /// Every function, in declaration order.
+            pub const ALL: [Func; FUNC_COUNT] = [$(Func::$Variant),*];
+
+            /// The C name of the function, as used in profiles and reports.
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $(Func::$Variant => stringify!($name),)*
+                }
+            }
+        }
+    };
+}
+
+crate::for_each_malloc_function!(define_func);
 
 impl Func {
-    /// Every function, in declaration order.
-    pub const ALL: [Func; FUNC_COUNT] = [
-        Func::Malloc,
-        Func::Free,
-        Func::Calloc,
-        Func::Realloc,
-        Func::AlignedAlloc,
-        Func::MallocUsableSize,
-        Func::Memalign,
-        Func::PosixMemalign,
-        Func::Pvalloc,
-        Func::Valloc,
-    ];
-
-    /// The C name of the function, as used in profiles and reports.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Func::Malloc => "malloc",
-            Func::Free => "free",
-            Func::Calloc => "calloc",
-            Func::Realloc => "realloc",
-            Func::AlignedAlloc => "aligned_alloc",
-            Func::MallocUsableSize => "malloc_usable_size",
-            Func::Memalign => "memalign",
-            Func::PosixMemalign => "posix_memalign",
-            Func::Pvalloc => "pvalloc",
-            Func::Valloc => "valloc",
-        }
-    }
-
     /// Looks a function up by its C name.
     pub fn from_name(name: &str) -> Option<Func> {
         Func::ALL.into_iter().find(|f| f.name() == name)
@@ -159,6 +164,15 @@ impl Default for Totals {
 }
 
 impl Totals {
+    /// Estimated TSC ticks spent inside the allocator: the always-timed
+    /// calls' ticks plus the sampled calls' ticks scaled by the sampling
+    /// mean (a stratified, unbiased estimate). Divide by
+    /// [`ClockPair::ticks_per_ns_since`](crate::profile::ClockPair::ticks_per_ns_since)
+    /// for nanoseconds.
+    pub fn estimated_allocator_ticks(&self, time_sample_mean: u32) -> f64 {
+        self.exact_ticks as f64 + self.timed_ticks as f64 * time_sample_mean as f64
+    }
+
     /// Calls of one function.
     pub fn calls_of(&self, f: Func) -> u64 {
         self.calls[f as usize]

@@ -3,7 +3,8 @@
 
 use core::ffi::c_void;
 
-use super::{Backend, pvalloc_via_aligned};
+use super::Backend;
+use crate::posix::{memalign_via_aligned, pvalloc_via_aligned};
 
 unsafe extern "C" {
     #[link_name = "_rjem_memalign"]
@@ -38,7 +39,6 @@ fn counter(name: &core::ffi::CStr) -> Option<*mut u64> {
 
 // SAFETY: forwards to jemalloc.
 unsafe impl Backend for Jemalloc {
-    const NAME: &'static str = "jemalloc";
     const OWN_COUNTERS: bool = true;
 
     fn own_byte_counters() -> Option<[*mut u64; 2]> {
@@ -80,7 +80,7 @@ unsafe impl Backend for Jemalloc {
             unsafe { je_memalign(align, size) }
         } else {
             // SAFETY: the helper normalises the alignment first.
-            unsafe { super::memalign_via_aligned::<Self>(align, size) }
+            unsafe { memalign_via_aligned::<Self>(align, size) }
         }
     }
     #[inline(always)]

@@ -3,7 +3,9 @@
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicU16, Ordering::Relaxed};
 
-use super::{Backend, memalign_via_aligned, page_size, pvalloc_via_aligned};
+use super::Backend;
+use crate::posix::{memalign_via_aligned, pvalloc_via_aligned};
+use allocmux::recorder::process::page_size;
 
 unsafe extern "C" {
     fn mi_calloc(count: usize, size: usize) -> *mut c_void;
@@ -16,8 +18,6 @@ pub struct Mimalloc;
 
 // SAFETY: forwards to mimalloc.
 unsafe impl Backend for Mimalloc {
-    const NAME: &'static str = "mimalloc";
-
     #[inline(always)]
     fn size_before_malloc(requested: usize) -> Option<usize> {
         let size = SMALL_SIZES.get((requested + 7) >> 3)?.load(Relaxed);

@@ -14,7 +14,9 @@ pub use system::System;
 
 use core::ffi::c_void;
 
-/// The operations the POSIX layer needs from an allocator.
+/// The operations the POSIX layer needs from an allocator. (Which
+/// allocator is named by [`allocmux::Backend`]; `hooks::install` maps it
+/// to the type.)
 ///
 /// Besides forwarding, a backend tells the bytes of the blocks it hands out
 /// and takes back, as cheaply as it can: glibc by reading the chunk header,
@@ -31,8 +33,6 @@ use core::ffi::c_void;
 /// `munmap` calls fails, which on their own mappings happens only at the
 /// kernel's map-count limit), so a hook can end in a tail jump to them.
 pub unsafe trait Backend: Copy {
-    /// The name used in `ALLOCMUX_ALLOCATOR` and in profiles.
-    const NAME: &'static str;
     /// Whether `usable` is cheap enough (a header read) to call inline
     /// after every small allocation, rather than out of line.
     const CHEAP_USABLE: bool = false;
@@ -85,47 +85,5 @@ pub unsafe trait Backend: Copy {
     unsafe fn allocated_size(ptr: *mut c_void, _requested: usize, _plain: bool) -> usize {
         // SAFETY: forwarded.
         unsafe { Self::usable(ptr) }
-    }
-}
-
-/// The page size, from the auxiliary vector (no syscall, no allocation).
-#[inline]
-pub fn page_size() -> usize {
-    // SAFETY: getauxval has no preconditions.
-    match unsafe { libc::getauxval(libc::AT_PAGESZ) } as usize {
-        0 => 4096,
-        n => n,
-    }
-}
-
-/// glibc's `memalign` on top of an aligned allocation: alignments up to 16
-/// still give 16 (as glibc's malloc always does), larger non-powers of two
-/// are rounded up, and impossible ones fail with `EINVAL`.
-///
-/// # Safety
-/// `B` must be a backend.
-pub unsafe fn memalign_via_aligned<B: Backend>(align: usize, size: usize) -> *mut c_void {
-    if align > usize::MAX / 2 + 1 {
-        crate::posix::set_errno(libc::EINVAL);
-        return core::ptr::null_mut();
-    }
-    let align = align.max(16).next_power_of_two();
-    // SAFETY: align is a power of two.
-    unsafe { B::aligned(align, size) }
-}
-
-/// glibc's `pvalloc`: whole pages, at least one.
-///
-/// # Safety
-/// `B` must be a backend.
-pub unsafe fn pvalloc_via_aligned<B: Backend>(size: usize) -> *mut c_void {
-    let page = page_size();
-    match size.checked_add(page - 1) {
-        // SAFETY: the page size is a power of two.
-        Some(s) => unsafe { B::aligned(page, (s & !(page - 1)).max(page)) },
-        None => {
-            crate::posix::set_errno(libc::ENOMEM);
-            core::ptr::null_mut()
-        }
     }
 }

@@ -21,7 +21,6 @@ pub struct System;
 
 // SAFETY: forwards to glibc's own allocator.
 unsafe impl Backend for System {
-    const NAME: &'static str = "system";
     const CHEAP_USABLE: bool = true;
 
     #[inline(always)]

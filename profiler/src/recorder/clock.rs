@@ -78,4 +78,13 @@ impl ClockPair {
             mono_ns: a + (b.wrapping_sub(a)) / 2,
         }
     }
+
+    /// The TSC's rate, in ticks per nanosecond, from `start` to this
+    /// reading: `None` unless both clocks advanced. Every conversion of
+    /// recorded ticks to time divides by it.
+    pub fn ticks_per_ns_since(self, start: ClockPair) -> Option<f64> {
+        let ticks = self.tsc.checked_sub(start.tsc).filter(|&t| t > 0)?;
+        let ns = self.mono_ns.checked_sub(start.mono_ns).filter(|&n| n > 0)?;
+        Some(ticks as f64 / ns as f64)
+    }
 }

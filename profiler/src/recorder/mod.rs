@@ -1,3 +1,7 @@
+//! Internal to allocmux's own preload shim and command line, with no
+//! stability promise: Rust programs use the items at the crate root
+//! ([`Counting`], [`Switchable`], [`Backend`](crate::Backend), ...).
+//!
 //! The recording core: the only module of this crate with `unsafe` code.
 //!
 //! It runs inside `malloc` of other people's programs (through the shim) and
@@ -24,19 +28,22 @@
 mod allocator_stats;
 mod clock;
 mod counters;
+pub mod env;
 mod lock;
+pub mod process;
+mod random;
 pub mod stacks;
 mod switchable;
-pub(crate) mod sys;
 mod thread;
 pub mod unwind;
 mod wrapper;
 
+pub use crate::Backend;
 pub(crate) use allocator_stats::{read_glibc_stats, read_jemalloc_stats, read_mimalloc_stats};
 pub use clock::{ClockPair, Tsc, clock_ns, monotonic_ns};
 pub use counters::Counters;
 pub use lock::SpinLock;
-pub use switchable::{Backend, Switchable};
+pub use switchable::Switchable;
 pub use thread::{
     Body, DEFAULT_TIME_SAMPLE_MEAN, EXACT_TIMING_BYTES, MAX_SAMPLED_TICKS, PUBLISH_BYTES, Scope,
     ThreadState, after_fork_child, after_fork_parent, before_fork, enter, live_bytes,

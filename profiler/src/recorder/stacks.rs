@@ -113,12 +113,8 @@ impl StackThread {
             self.countdown.set(-1); // exact: every allocation
             return;
         }
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
+        let u = super::random::next_uniform(&mut x);
         self.rng.set(x);
-        let r = x.wrapping_mul(0x2545_F491_4F6C_DD1D);
-        let u = 1.0 - (r >> 11) as f64 * (1.0 / (1u64 << 53) as f64); // (0, 1]
         let gap = -(u.ln()) * mean as f64;
         self.countdown.set(gap.min(i64::MAX as f64 / 2.0) as i64);
     }

@@ -13,48 +13,7 @@ use core::alloc::{GlobalAlloc, Layout};
 use core::sync::atomic::{AtomicU8, Ordering::Relaxed};
 use std::alloc::System;
 
-/// One of the allocators [`Switchable`] can be.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Backend {
-    /// The system allocator (`std::alloc::System`: glibc's malloc).
-    System,
-    /// jemalloc 5.3 (tikv-jemalloc-sys, the `jemalloc` feature).
-    Jemalloc,
-    /// mimalloc 2.x (libmimalloc-sys, the `mimalloc` feature).
-    Mimalloc,
-}
-
-impl Backend {
-    /// The name `ALLOCMUX_ALLOCATOR` uses: `system`, `jemalloc`, `mimalloc`.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Backend::System => "system",
-            Backend::Jemalloc => "jemalloc",
-            Backend::Mimalloc => "mimalloc",
-        }
-    }
-
-    /// Parses a value of `ALLOCMUX_ALLOCATOR` as the shim does (`glibc` and
-    /// the empty string mean the system allocator).
-    pub fn from_name(name: &[u8]) -> Option<Backend> {
-        match name {
-            b"system" | b"glibc" | b"" => Some(Backend::System),
-            b"jemalloc" => Some(Backend::Jemalloc),
-            b"mimalloc" => Some(Backend::Mimalloc),
-            _ => None,
-        }
-    }
-
-    /// Whether this build can use it (jemalloc and mimalloc are features).
-    pub const fn is_available(self) -> bool {
-        match self {
-            Backend::System => true,
-            Backend::Jemalloc => cfg!(feature = "jemalloc"),
-            Backend::Mimalloc => cfg!(feature = "mimalloc"),
-        }
-    }
-}
+use crate::Backend;
 
 const UNCHOSEN: u8 = 0;
 const SYSTEM: u8 = 1;
@@ -188,10 +147,10 @@ unsafe impl GlobalAlloc for Switchable {
             // SAFETY: the caller's layout, forwarded.
             #[cfg(feature = "jemalloc")]
             JEMALLOC => unsafe { jemalloc::alloc(layout) },
-            // SAFETY: as above.
+            // SAFETY: the caller's layout, forwarded.
             #[cfg(feature = "mimalloc")]
             MIMALLOC => unsafe { mimalloc::alloc(layout) },
-            // SAFETY: as above.
+            // SAFETY: the caller's layout, forwarded.
             _ => unsafe { System.alloc(layout) },
         }
     }
@@ -202,10 +161,10 @@ unsafe impl GlobalAlloc for Switchable {
             // SAFETY: the caller's layout, forwarded.
             #[cfg(feature = "jemalloc")]
             JEMALLOC => unsafe { jemalloc::alloc_zeroed(layout) },
-            // SAFETY: as above.
+            // SAFETY: the caller's layout, forwarded.
             #[cfg(feature = "mimalloc")]
             MIMALLOC => unsafe { mimalloc::alloc_zeroed(layout) },
-            // SAFETY: as above.
+            // SAFETY: the caller's layout, forwarded.
             _ => unsafe { System.alloc_zeroed(layout) },
         }
     }
@@ -216,10 +175,10 @@ unsafe impl GlobalAlloc for Switchable {
             // SAFETY: a block this backend made (the choice is fixed), forwarded.
             #[cfg(feature = "jemalloc")]
             JEMALLOC => unsafe { jemalloc::dealloc(ptr, layout) },
-            // SAFETY: as above.
+            // SAFETY: a block this backend made (the choice is fixed), forwarded.
             #[cfg(feature = "mimalloc")]
             MIMALLOC => unsafe { mimalloc::dealloc(ptr, layout) },
-            // SAFETY: as above.
+            // SAFETY: a block this backend made (the choice is fixed), forwarded.
             _ => unsafe { System.dealloc(ptr, layout) },
         }
     }
@@ -230,10 +189,10 @@ unsafe impl GlobalAlloc for Switchable {
             // SAFETY: a block this backend made (the choice is fixed), forwarded.
             #[cfg(feature = "jemalloc")]
             JEMALLOC => unsafe { jemalloc::realloc(ptr, layout, new_size) },
-            // SAFETY: as above.
+            // SAFETY: a block this backend made (the choice is fixed), forwarded.
             #[cfg(feature = "mimalloc")]
             MIMALLOC => unsafe { mimalloc::realloc(ptr, layout, new_size) },
-            // SAFETY: as above.
+            // SAFETY: a block this backend made (the choice is fixed), forwarded.
             _ => unsafe { System.realloc(ptr, layout, new_size) },
         }
     }

@@ -379,13 +379,7 @@ fn geometric_gap(rng: &mut u64, mean: u32, ln_q: f64) -> u32 {
     if mean <= 1 {
         return 1;
     }
-    let mut x = *rng;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    *rng = x;
-    let r = x.wrapping_mul(0x2545_F491_4F6C_DD1D);
-    let u = 1.0 - (r >> 11) as f64 * (1.0 / (1u64 << 53) as f64); // (0, 1]
+    let u = super::random::next_uniform(rng);
     let g = 1.0 + (u.ln() / ln_q).floor();
     // NaN or a non-negative ln_q (never set) would give nonsense: time the next call.
     if g >= u32::MAX as f64 {
@@ -638,7 +632,7 @@ impl Scope for Shared {
 /// The fast path is one decrement of the function's countdown, which is
 /// also its exact call count; every other case (a sampled call to time, the
 /// thread's first call of the function, a thread past its exit hook) is out
-/// of line in [`slow`].
+/// of line in `slow`.
 ///
 /// # Safety
 /// `t` must be the calling thread's own state, and `body` as safe to run as
@@ -853,7 +847,7 @@ fn create_last_inline_key() -> Option<libc::pthread_key_t> {
 }
 
 /// Creates the thread-exit key now, before the program's (see
-/// [`create_last_inline_key`]).
+/// `create_last_inline_key`).
 pub fn prepare_thread_key() -> bool {
     thread_key().is_some()
 }
@@ -1102,16 +1096,16 @@ mod tests {
                 // SAFETY: `t` stands for this thread's state.
                 unsafe { enter(t, Alloc(100)) };
             }
-            // SAFETY: as above.
+            // SAFETY: `t` stands for this thread's state.
             unsafe { enter(t, Alloc(1 << 20)) };
             assert_eq!(live_bytes(), 100_000 + (1 << 20));
-            // SAFETY: as above.
+            // SAFETY: `t` stands for this thread's state.
             unsafe { enter(t, Free(1 << 20)) };
             // A large free is not published to the global count until a
             // sampled call, but the sum over threads sees it at once.
             assert_eq!(live_bytes(), 100_000);
             for _ in 0..1000 {
-                // SAFETY: as above.
+                // SAFETY: `t` stands for this thread's state.
                 unsafe { enter(t, Free(100)) };
             }
             let s = snapshot(Some(t));
@@ -1130,7 +1124,7 @@ mod tests {
             );
             retire_thread(t);
             // After the exit hook, calls land on the shared counters.
-            // SAFETY: as above.
+            // SAFETY: `t` stands for this thread's state.
             unsafe { enter(t, Alloc(8)) };
             let s = snapshot(None);
             assert_eq!(s.calls_of(Func::Malloc), 1002);

@@ -266,7 +266,9 @@ fn framehop_module(f: &Found) -> framehop::Module<&'static [u8]> {
             // most to the end of the segment holding it, and is only read
             // at offsets the header's table gives.
             if let Some(seg) = f.loads.iter().find(|s| s.contains(&eh)) {
-                // SAFETY: inside a loaded segment, as above.
+                // SAFETY: `eh` to the segment's end lies in a loaded segment,
+                // mapped while the object is loaded; the module is dropped
+                // when the loader's generation says something was unloaded.
                 let eh_data: &'static [u8] = unsafe {
                     core::slice::from_raw_parts(eh as *const u8, (seg.end - eh) as usize)
                 };

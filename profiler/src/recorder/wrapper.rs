@@ -559,10 +559,12 @@ pub(crate) fn ticks_to_ns(ticks: u64) -> u64 {
             now = ClockPair::now();
         }
     }
-    let span_ticks = now.tsc.wrapping_sub(start_tsc);
-    if span_ticks == 0 {
-        return 0;
+    let start = ClockPair {
+        tsc: start_tsc,
+        mono_ns: start_ns,
+    };
+    match now.ticks_per_ns_since(start) {
+        Some(ticks_per_ns) => (ticks as f64 / ticks_per_ns).round() as u64,
+        None => 0,
     }
-    let ns_per_tick = (now.mono_ns - start_ns) as f64 / span_ticks as f64;
-    (ticks as f64 * ns_per_tick).round() as u64
 }

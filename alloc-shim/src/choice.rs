@@ -1,0 +1,118 @@
+//! The process's allocator: chosen at its first allocator call, from
+//! `ALLOCMUX_ALLOCATOR`, and never changed after.
+//!
+//! Nothing here runs on the allocation hot path: the choice installs a hook
+//! table ([`crate::hooks::install`]) and the exports jump through that.
+
+use core::sync::atomic::{AtomicU8, Ordering::Acquire, Ordering::Release};
+
+use allocmux::Backend;
+use allocmux::profile::StackMode;
+use allocmux::recorder;
+
+use crate::config;
+
+/// How this process's allocator calls are served.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Choice {
+    /// The allocator that serves them.
+    pub backend: Backend,
+    /// Whether they are recorded: not in secure execution (setuid, setgid
+    /// or file capabilities), where the shim only forwards to glibc and
+    /// writes nothing.
+    pub recorded: bool,
+}
+
+impl Choice {
+    /// The choice as one byte, never 0 (which means "not chosen yet").
+    const fn encode(self) -> u8 {
+        let backend = match self.backend {
+            Backend::Jemalloc => 2,
+            Backend::Mimalloc => 3,
+            _ => 1,
+        };
+        if self.recorded {
+            backend
+        } else {
+            backend | UNRECORDED_BIT
+        }
+    }
+
+    const fn decode(code: u8) -> Choice {
+        let backend = match code & !UNRECORDED_BIT {
+            2 => Backend::Jemalloc,
+            3 => Backend::Mimalloc,
+            _ => Backend::System,
+        };
+        Choice {
+            backend,
+            recorded: code & UNRECORDED_BIT == 0,
+        }
+    }
+}
+
+const UNCHOSEN: u8 = 0;
+const UNRECORDED_BIT: u8 = 0x80;
+
+static CHOICE: AtomicU8 = AtomicU8::new(UNCHOSEN);
+
+/// The process's choice, made at the first call (which may come before the
+/// shim's constructor: other libraries' constructors allocate too).
+#[inline]
+pub fn current() -> Choice {
+    match CHOICE.load(Acquire) {
+        UNCHOSEN => choose(),
+        code => Choice::decode(code),
+    }
+}
+
+/// Whether this process's calls are recorded (and profiles written).
+#[inline]
+pub fn recorded() -> bool {
+    current().recorded
+}
+
+#[cold]
+#[inline(never)]
+fn choose() -> Choice {
+    let choice = if config::secure_execution() {
+        Choice {
+            backend: Backend::System,
+            recorded: false,
+        }
+    } else {
+        Choice {
+            backend: config::allocator(),
+            recorded: true,
+        }
+    };
+    // Install first, publish last: a first call that finds the choice made
+    // (`FIRST_CALL` trampolines read `current()` and then jump through the
+    // table) must find the table in place, or it would jump to itself.
+    // Threads racing here read the same environment and make the same
+    // choice, and installing is idempotent, so no lock is needed.
+    let mode = config::stack_mode();
+    let stacks = choice.recorded && mode != StackMode::Off;
+    if stacks {
+        recorder::stacks::configure(mode, true);
+    }
+    crate::hooks::install(choice, stacks);
+    CHOICE.store(choice.encode(), Release);
+    choice
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_round_trip() {
+        for backend in Backend::ALL {
+            for recorded in [true, false] {
+                let c = Choice { backend, recorded };
+                assert_ne!(c.encode(), UNCHOSEN);
+                assert_eq!(Choice::decode(c.encode()), c);
+            }
+        }
+    }
+}

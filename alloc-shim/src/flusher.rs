@@ -1,0 +1,142 @@
+//! The flusher thread: samples the memory timeline and rewrites the
+//! running profile periodically, so a process killed by SIGKILL still
+//! leaves most of its recording.
+
+use core::ffi::c_void;
+use core::sync::atomic::{AtomicBool, Ordering::Relaxed};
+
+use allocmux::profile::State;
+use allocmux::recorder;
+
+use crate::tls;
+use crate::writer::{self, WRITER};
+
+/// Periodic flush interval: a process killed by SIGKILL loses at most this
+/// much of its recording.
+const FLUSH_INTERVAL_MS: u64 = 500;
+/// The flusher sleeps at least this many times as long as its last write
+/// took (a write of tens of thousands of stacks takes tens of ms).
+const FLUSH_DUTY: u64 = 20;
+/// The next timeline sample waits at least this many times as long as the
+/// last samples took, so sampling stays under 1% of a CPU even where it is
+/// slow (the walk of the thread registry in a program with many thousands
+/// of threads); normally it waits the timeline's interval, 10 ms or more,
+/// and a sample takes some microseconds. The shorter of the last two
+/// durations counts: a sample whose thread was preempted (in a busy
+/// program) took long without costing anything, and must not open a hole
+/// in the timeline, while a slow registry makes every sample slow. (The
+/// thread's CPU clock would tell the two apart directly, but its two
+/// reads are system calls that add about a tenth to a sample's cost.)
+const SAMPLE_DUTY: u64 = 100;
+/// A flush reads the allocator's statistics only once this many times as
+/// long as the last read took has passed since it: a jemalloc read takes
+/// 11–16 µs (every flush), but glibc's `mallinfo2` walks the free lists
+/// under each arena's lock, 0.5–2 ms with 50 000 free small blocks
+/// (`cargo bench -p allocmux --bench allocator_stats`), so such a glibc
+/// heap is read every 0.5–2 s, and its allocating threads wait on the read
+/// at most 0.1% of the time. The exit profile always reads.
+const STATS_DUTY: u64 = 1000;
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+/// Asks the flusher thread to stop (at its next wake-up).
+pub fn stop() {
+    STOP.store(true, Relaxed);
+}
+
+/// Starts the flusher thread (in a `fork` child too: the parent's does
+/// not exist there).
+pub fn start() {
+    STOP.store(false, Relaxed);
+    // SAFETY: plain pthread calls with valid, initialised arguments. All
+    // signals are blocked around the creation so the new thread inherits a
+    // full mask and never takes a signal meant for the program.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = core::mem::zeroed();
+        libc::pthread_attr_init(&mut attr);
+        libc::pthread_attr_setdetachstate(&mut attr, libc::PTHREAD_CREATE_DETACHED);
+        libc::pthread_attr_setstacksize(&mut attr, 64 * 1024);
+        let mut all: libc::sigset_t = core::mem::zeroed();
+        let mut old: libc::sigset_t = core::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        let mut tid: libc::pthread_t = 0;
+        libc::pthread_create(&mut tid, &attr, thread_main, core::ptr::null_mut());
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut());
+        libc::pthread_attr_destroy(&mut attr);
+    }
+}
+
+/// The writer thread: samples the timeline at its interval (10 ms, doubling
+/// as the buffer fills) and rewrites the profile every `FLUSH_INTERVAL_MS`
+/// or so, whichever is due first. It sleeps until an absolute deadline, so
+/// the time it spends working does not stretch the intervals.
+extern "C" fn thread_main(_: *mut c_void) -> *mut c_void {
+    // Its allocator calls (glibc's, on its behalf: the frees at its exit)
+    // are not the program's; uncounted, the profiles of identical
+    // processes agree whether or not the writer exited before the last.
+    tls::current().state.ignore();
+    // SAFETY: prctl with a NUL-terminated name.
+    unsafe { libc::prctl(libc::PR_SET_NAME, c"allocmux-flush".as_ptr()) };
+    let start = recorder::monotonic_ns();
+    let mut next_flush = start + FLUSH_INTERVAL_MS * 1_000_000;
+    let mut next_sample = start + allocmux::timeline::BASE_INTERVAL_NS;
+    let mut last_took = 0;
+    let mut next_stats = start;
+    loop {
+        sleep_until(next_flush.min(next_sample));
+        if STOP.load(Relaxed) {
+            break;
+        }
+        // Before taking `WRITER`: see `writer::read_allocator_stats`.
+        let t0 = recorder::monotonic_ns();
+        let reading = if t0 >= next_flush && t0 >= next_stats {
+            let r = writer::read_allocator_stats();
+            next_stats = t0 + recorder::monotonic_ns().saturating_sub(t0) * STATS_DUTY;
+            r
+        } else {
+            None
+        };
+        let mut w = WRITER.lock();
+        if w.finished {
+            // The exit profile, or an `exec`'s, which comes back to a
+            // running one if the `exec` fails: wait for that or the stop.
+            next_flush = recorder::monotonic_ns() + FLUSH_INTERVAL_MS * 1_000_000;
+            next_sample = next_flush;
+            continue;
+        }
+        let now = recorder::monotonic_ns();
+        if now >= next_sample {
+            writer::sample_timeline(&mut w);
+            let took = recorder::monotonic_ns().saturating_sub(now);
+            let cost = took.min(last_took);
+            last_took = took;
+            next_sample = now + w.timeline.interval_ns().max(cost * SAMPLE_DUTY);
+        }
+        if now >= next_flush {
+            writer::keep_allocator_stats(&mut w, reading);
+            writer::write_profile(&mut w, State::Running, false);
+            next_flush = recorder::monotonic_ns()
+                + (FLUSH_INTERVAL_MS * 1_000_000).max(w.staging.last_write_ns * FLUSH_DUTY);
+        }
+    }
+    core::ptr::null_mut()
+}
+
+/// Sleeps until `CLOCK_MONOTONIC` reaches `deadline_ns` (or a signal
+/// interrupts: the caller then just works early).
+fn sleep_until(deadline_ns: u64) {
+    let ts = libc::timespec {
+        tv_sec: (deadline_ns / 1_000_000_000) as i64,
+        tv_nsec: (deadline_ns % 1_000_000_000) as i64,
+    };
+    // SAFETY: valid timespec; a null remainder is allowed with TIMER_ABSTIME.
+    unsafe {
+        libc::clock_nanosleep(
+            libc::CLOCK_MONOTONIC,
+            libc::TIMER_ABSTIME,
+            &ts,
+            core::ptr::null_mut(),
+        )
+    };
+}

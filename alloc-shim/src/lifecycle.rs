@@ -1,0 +1,223 @@
+//! The process life cycle seen from the shim: start-up (from
+//! `.init_array`), `fork`, `exec` and `_exit`, and the normal exit (from
+//! `.fini_array` and a late exit handler), each writing or restarting the
+//! profile as it must.
+
+use core::ffi::{c_char, c_int, c_void};
+use core::sync::atomic::{AtomicBool, Ordering::Relaxed};
+
+use allocmux::profile::State;
+use allocmux::recorder::{self, ClockPair};
+
+use crate::writer::{self, WRITER};
+use crate::{choice, config, fd, flusher, procfs, tls};
+
+/// Set by the first start-up of this process image.
+static STARTED: AtomicBool = AtomicBool::new(false);
+
+/// The shim's constructor and destructor, in `.init_array` and
+/// `.fini_array` (not in a unit-test binary, which has no shim to start).
+#[cfg(not(test))]
+mod registration {
+    use core::ffi::{c_char, c_int};
+
+    /// glibc calls `.init_array` functions with argc, argv and envp.
+    extern "C" fn init(_argc: c_int, _argv: *const *const c_char, envp: *const *const c_char) {
+        super::init(envp);
+    }
+
+    extern "C" fn fini() {
+        super::finish();
+    }
+
+    #[used]
+    #[unsafe(link_section = ".init_array")]
+    static INIT: extern "C" fn(c_int, *const *const c_char, *const *const c_char) = init;
+
+    #[used]
+    #[unsafe(link_section = ".fini_array")]
+    static FINI: extern "C" fn() = fini;
+}
+
+/// Start-up, from `.init_array` after libc is initialised.
+pub fn init(envp: *const *const c_char) {
+    if !choice::recorded() || STARTED.swap(true, Relaxed) {
+        return;
+    }
+    let cfg = config::read(envp);
+    recorder::set_time_sample_mean(cfg.time_sample_mean);
+    recorder::prepare_thread_key();
+    {
+        let mut w = WRITER.lock();
+        w.process.clock_start = ClockPair::now();
+        w.process.stderr_id = fd::fd_identity(2);
+        w.process.exe_len = procfs::read_link(c"/proc/self/exe", &mut w.process.exe);
+        let mut cmdline = [0u8; 4096];
+        let n = procfs::read_file(c"/proc/self/cmdline", &mut cmdline);
+        w.process.cmdline[..n].copy_from_slice(&cmdline[..n]);
+        w.process.cmdline_len = n;
+        if let Some(t) = cfg.output {
+            w.file.template[..t.len()].copy_from_slice(t);
+            w.file.template_len = t.len();
+        }
+        writer::start_process(&mut w);
+    }
+    // SAFETY: the handlers are allocation-free functions of this library.
+    unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child)) };
+    if WRITER.lock().has_output {
+        flusher::start();
+    }
+}
+
+/// At exit (`.fini_array`, after the program's `atexit` handlers): the
+/// final profile, or the one-line summary on stderr when no output is set.
+///
+/// The libraries initialised before the shim (the program's own shared
+/// libraries among them) run their destructors after this, and may still
+/// allocate and free. So the profile is written here, in case one of
+/// them crashes, and once more from an exit handler registered now: glibc
+/// runs a handler registered while the exit handlers run (`_dl_fini`, which
+/// calls every `.fini_array`, is one) after the one that registered it, so
+/// that write comes after every library's destructors. The summary line
+/// waits for it.
+pub fn finish() {
+    if !choice::recorded() || !STARTED.load(Relaxed) {
+        return;
+    }
+    flusher::stop();
+    let last_word = !LAST_WORD.swap(true, Relaxed)
+        // SAFETY: a plain function of this library that never unwinds; no
+        // DSO handle, so no `dlclose` runs it early. Registering may
+        // allocate (a new block of handlers) through the hooks: not under
+        // any lock of the shim's.
+        && unsafe { __cxa_atexit(last_word, core::ptr::null_mut(), core::ptr::null_mut()) } == 0;
+    // Before taking `WRITER`: see `writer::read_allocator_stats`.
+    let reading = writer::read_allocator_stats();
+    let mut w = WRITER.lock();
+    if w.has_output {
+        writer::keep_allocator_stats(&mut w, reading);
+        writer::write_profile(&mut w, State::Exited, true);
+    } else if !w.finished && !last_word {
+        writer::summary(&mut w);
+    }
+}
+
+/// Set once the late exit handler is registered (once per process image).
+static LAST_WORD: AtomicBool = AtomicBool::new(false);
+
+unsafe extern "C" {
+    fn __cxa_atexit(f: extern "C" fn(*mut c_void), arg: *mut c_void, dso: *mut c_void) -> c_int;
+}
+
+/// The exit handler `finish` registers: the exit profile (or summary)
+/// again, now with what other libraries' destructors did. The allocator's
+/// statistics are those read in `finish`.
+extern "C" fn last_word(_: *mut c_void) {
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() } as u32;
+    let mut w = WRITER.lock();
+    if w.process.pid != pid {
+        return; // a forked child that exits inherited the registration
+    }
+    if w.has_output {
+        if w.finished {
+            w.finished = false;
+            writer::write_profile(&mut w, State::Exited, true);
+        }
+    } else if !w.finished {
+        writer::summary(&mut w);
+    }
+}
+
+/// From the `_exit` hook: the exit profile, for processes that leave
+/// without exit handlers (dash, forked children). Skipped in a `vfork` child,
+/// which shares the parent's memory (its pid is not the one recorded: vfork
+/// runs no atfork handler), and if the writer stays busy, as when `_exit`
+/// comes from a signal handler that interrupted a write on this thread.
+/// The allocator's statistics are the writer thread's last reading: `_exit`
+/// may come from a signal handler that interrupted the allocator.
+pub fn before_exit() {
+    if !choice::recorded() || !STARTED.load(Relaxed) {
+        return;
+    }
+    for _ in 0..1000 {
+        if let Some(mut w) = WRITER.try_lock() {
+            // SAFETY: getpid has no preconditions.
+            if w.process.pid == unsafe { libc::getpid() } as u32 {
+                flusher::stop();
+                writer::write_profile(&mut w, State::Exited, true);
+            }
+            return;
+        }
+        // SAFETY: sched_yield has no preconditions.
+        unsafe { libc::sched_yield() };
+    }
+}
+
+/// From the `exec` hooks, before the system call: the exit profile of the
+/// image about to be replaced (an `exec` runs no exit handler, and the new
+/// image starts its own profile, so without this the old one would keep
+/// only its last periodic flush). Returns whether it was written, for
+/// [`after_failed_exec`]. Skipped, as in [`before_exit`], in a `vfork`
+/// child and when the writer stays busy; the allocator's statistics are
+/// the last reading (`exec` is async-signal-safe and may come from a
+/// signal handler).
+pub fn before_exec() -> bool {
+    if !choice::recorded() || !STARTED.load(Relaxed) {
+        return false;
+    }
+    for _ in 0..1000 {
+        if let Some(mut w) = WRITER.try_lock() {
+            // SAFETY: getpid has no preconditions.
+            if w.process.pid != unsafe { libc::getpid() } as u32 || w.finished || !w.has_output {
+                return false;
+            }
+            writer::write_profile(&mut w, State::Exited, true);
+            return w.finished;
+        }
+        // SAFETY: sched_yield has no preconditions.
+        unsafe { libc::sched_yield() };
+    }
+    false
+}
+
+/// The `exec` failed and this image goes on: the profile is a running
+/// one again, and the writer thread (which waits while it is finished)
+/// goes on rewriting it.
+pub fn after_failed_exec(written: bool) {
+    if written {
+        let mut w = WRITER.lock();
+        w.finished = false;
+        writer::write_profile(&mut w, State::Running, false);
+    }
+}
+
+extern "C" fn fork_prepare() {
+    WRITER.lock_and_forget();
+    recorder::before_fork();
+    recorder::stacks::before_fork();
+}
+
+extern "C" fn fork_parent() {
+    recorder::stacks::after_fork_parent();
+    recorder::after_fork_parent();
+    // SAFETY: fork_prepare took the lock in this thread and forgot the guard.
+    unsafe { WRITER.force_unlock() };
+}
+
+extern "C" fn fork_child() {
+    recorder::stacks::after_fork_child();
+    recorder::after_fork_child(&tls::current().state);
+    // SAFETY: fork_prepare took the lock; the child has no other thread.
+    unsafe { WRITER.force_unlock() };
+    let has_output = {
+        let mut w = WRITER.lock();
+        w.process.clock_start = ClockPair::now();
+        writer::start_process(&mut w);
+        w.has_output
+    };
+    // The parent's writer thread does not exist in the child.
+    if has_output {
+        flusher::start();
+    }
+}

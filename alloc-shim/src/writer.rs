@@ -1,0 +1,354 @@
+//! The writer: what the shim knows of this process (its identity, start
+//! clocks, output path, timeline, last allocator reading) behind one lock,
+//! and the profile or summary line written from it.
+//!
+//! The lock is taken by the flusher thread, the exit paths and `fork`;
+//! never on the allocation path.
+
+use core::fmt::Write as _;
+
+use allocmux::AllocatorStats;
+use allocmux::profile::{self, AllocatorReading, Header, State};
+use allocmux::recorder::{self, ClockPair, SpinLock, process};
+use allocmux::stats::ByteSize as Size;
+use allocmux::timeline::{TimelineBuffer, TimelinePoint};
+
+use crate::fmt::SliceWriter;
+use crate::output::{self, Claim, FdWriter, PATH_MAX, Temporary};
+use crate::{choice, fd, procfs, tls};
+
+const OUT_BUF: usize = 64 * 1024;
+
+/// Everything the writer needs, behind one lock (taken by the flusher
+/// thread, the exit handler and `fork`; never on the allocation path).
+pub struct Writer {
+    /// Who this process is, read at its start-up.
+    pub process: Process,
+    /// Where its profile goes.
+    pub file: ProfileFile,
+    /// A profile file was claimed: profiles are written (else the summary
+    /// line is, at exit).
+    pub has_output: bool,
+    /// `ALLOCMUX_OUTPUT` is the null device: nothing is written, not even
+    /// the summary line that stands in for a profile that cannot be.
+    pub discard: bool,
+    /// The exit profile was written; the flusher must not overwrite it.
+    pub finished: bool,
+    /// Buffers a profile is written through.
+    pub staging: Staging,
+    /// The memory timeline, sampled by the flusher thread (only kept when
+    /// a profile is written: the stderr summary has no use for it).
+    pub timeline: TimelineBuffer,
+    /// The backend's own statistics as last read (see
+    /// [`read_allocator_stats`]), written with every profile.
+    pub allocator_stats: Option<AllocatorReading>,
+}
+
+/// The process image's identity and start, as its profile header gives them.
+pub struct Process {
+    /// Its pid (a `fork` child's own, once it has started).
+    pub pid: u32,
+    /// Its parent's pid.
+    pub ppid: u32,
+    /// Both clocks at start-up: times in the profile count from here.
+    pub clock_start: ClockPair,
+    /// `/proc/self/exe`, `exe_len` bytes of it.
+    pub exe: [u8; 1024],
+    /// Length of `exe`.
+    pub exe_len: usize,
+    /// `/proc/self/cmdline`, `cmdline_len` bytes of it.
+    pub cmdline: [u8; 4096],
+    /// Length of `cmdline`.
+    pub cmdline_len: usize,
+    /// Identity of fd 2 at start-up, to avoid writing the summary into a
+    /// file the program later opened on descriptor 2.
+    pub stderr_id: Option<(u64, u64)>,
+}
+
+/// The profile's file names.
+pub struct ProfileFile {
+    /// The output template from `ALLOCMUX_OUTPUT`, NUL-free.
+    pub template: [u8; PATH_MAX],
+    /// Length of `template`; 0 when no profile is asked for.
+    pub template_len: usize,
+    /// This process's claimed profile path, NUL-terminated, and its length.
+    pub path: [u8; PATH_MAX],
+    /// Length of `path` without its NUL.
+    pub path_len: usize,
+    /// The temporary file of the write under way, NUL-terminated.
+    pub tmp: [u8; PATH_MAX],
+}
+
+/// What a profile is written through, kept between writes so a write
+/// allocates only when the stacks outgrow the last one's.
+pub struct Staging {
+    /// The header, counters and allocator statistics; then the timeline's
+    /// lines, staged.
+    pub buf: [u8; OUT_BUF],
+    /// The stack lines and the section's end: they grow with the number
+    /// of distinct stacks, so they live on the shim's own heap.
+    pub tail: String,
+    /// The stacks copied out of the recorder for writing.
+    pub stacks: recorder::stacks::Snapshot,
+    /// How long the last write took: the flusher waits at least
+    /// `FLUSH_DUTY` times as long before the next, so a profile with very
+    /// many stacks cannot take more than a small share of a CPU.
+    pub last_write_ns: u64,
+}
+
+pub static WRITER: SpinLock<Writer> = SpinLock::new(Writer {
+    process: Process {
+        pid: 0,
+        ppid: 0,
+        clock_start: ClockPair { tsc: 0, mono_ns: 0 },
+        exe: [0; 1024],
+        exe_len: 0,
+        cmdline: [0; 4096],
+        cmdline_len: 0,
+        stderr_id: None,
+    },
+    file: ProfileFile {
+        template: [0; PATH_MAX],
+        template_len: 0,
+        path: [0; PATH_MAX],
+        path_len: 0,
+        tmp: [0; PATH_MAX],
+    },
+    has_output: false,
+    discard: false,
+    finished: false,
+    staging: Staging {
+        buf: [0; OUT_BUF],
+        tail: String::new(),
+        stacks: recorder::stacks::Snapshot::new(),
+        last_write_ns: 0,
+    },
+    timeline: TimelineBuffer::new(),
+    allocator_stats: None,
+});
+
+/// Per-process part of start-up, also run in a `fork` child.
+pub fn start_process(w: &mut Writer) {
+    // SAFETY: getpid/getppid have no preconditions.
+    (w.process.pid, w.process.ppid) = unsafe { (libc::getpid() as u32, libc::getppid() as u32) };
+    w.finished = false;
+    w.has_output = w.file.template_len > 0 && {
+        let claim = output::claim(
+            &w.file.template[..w.file.template_len],
+            w.process.pid,
+            &mut w.file.path,
+        );
+        w.discard = claim == Claim::NullDevice;
+        match claim {
+            Claim::File { path_len } => {
+                w.file.path_len = path_len;
+                true
+            }
+            Claim::NullDevice | Claim::Unavailable => false,
+        }
+    };
+    // A forked child starts its own timeline, at its own start-up, and
+    // reads its allocator's figures afresh (never here: in a `fork` child
+    // the allocator's locks may still be held by its own atfork handlers).
+    w.timeline.clear();
+    w.allocator_stats = None;
+    if w.has_output {
+        // The first point, so even a process that ends before the first
+        // sample has a start and an end.
+        sample_timeline(w);
+        write_profile(w, State::Running, false);
+    }
+}
+
+/// Adds a point to the timeline: the time, the live bytes summed over the
+/// recorder's threads, the resident size.
+pub fn sample_timeline(w: &mut Writer) {
+    let t_ns = recorder::monotonic_ns().saturating_sub(w.process.clock_start.mono_ns);
+    let live_bytes = recorder::live_bytes();
+    let rss_bytes = procfs::rss_bytes();
+    w.timeline.push(TimelinePoint {
+        t_ns,
+        live_bytes,
+        rss_bytes,
+    });
+}
+
+/// A reading of the backend's own statistics (jemalloc's `stats.*`,
+/// mimalloc's process info, glibc's `mallinfo2`): the monotonic time, the
+/// program's live bytes then, the figures.
+///
+/// The read takes the allocator's locks (jemalloc's `ctl` and arena
+/// mutexes, glibc's arena mutexes), so it is only made where no lock can
+/// be held against it: by the writer thread, and at a normal exit, each
+/// *before* taking `WRITER`, because a `fork` in another thread takes
+/// `WRITER` in the shim's atfork handler and jemalloc's locks in jemalloc's
+/// (in an order that depends on which was registered first). Never from
+/// `before_exit`, which `_exit` may reach from a signal handler that
+/// interrupted the allocator: the last reading is written there instead.
+/// It allocates nothing through the hooks: jemalloc's control interface
+/// uses jemalloc's internal metadata, the other two fill plain values.
+pub fn read_allocator_stats() -> Option<(u64, u64, AllocatorStats)> {
+    let choice = choice::current();
+    if !choice.recorded {
+        return None;
+    }
+    let stats = AllocatorStats::read(choice.backend)?;
+    Some((recorder::monotonic_ns(), recorder::live_bytes(), stats))
+}
+
+/// Keeps a reading from [`read_allocator_stats`] for the profiles to come.
+pub fn keep_allocator_stats(w: &mut Writer, reading: Option<(u64, u64, AllocatorStats)>) {
+    if let Some((mono_ns, live_bytes, stats)) = reading {
+        let t_ns = mono_ns.saturating_sub(w.process.clock_start.mono_ns);
+        w.allocator_stats = Some(AllocatorReading::new(t_ns, live_bytes, stats));
+    }
+}
+
+/// Writes the profile (unless there is none, or the exit profile is
+/// written): the counters and the allocator's statistics into `buf`, the
+/// stacks into `tail`, then the file replaced whole (see
+/// [`output::replace`]).
+pub fn write_profile(w: &mut Writer, state: State, exiting_thread: bool) {
+    if !w.has_output || w.finished {
+        return;
+    }
+    let current = exiting_thread.then(|| &tls::current().state);
+    let totals = recorder::snapshot(current);
+    let clock_end = ClockPair::now();
+    if state == State::Exited {
+        // The last point, with the live bytes of the exit profile itself.
+        w.timeline.push(TimelinePoint {
+            t_ns: clock_end
+                .mono_ns
+                .saturating_sub(w.process.clock_start.mono_ns),
+            live_bytes: totals.live_bytes(),
+            rss_bytes: procfs::rss_bytes(),
+        });
+    }
+    let header = Header {
+        pid: w.process.pid,
+        ppid: w.process.ppid,
+        exe: &w.process.exe[..w.process.exe_len],
+        cmdline: &w.process.cmdline[..w.process.cmdline_len],
+        allocator: choice::current().backend.name(),
+        state,
+        threads: recorder::threads_seen(),
+        clock_start: w.process.clock_start,
+        clock_end,
+        cpu_ns: cpu_ns(),
+        max_rss_bytes: process::max_rss_bytes(),
+        time_sample_mean: recorder::time_sample_mean(),
+    };
+    let started = recorder::monotonic_ns();
+    let Writer {
+        staging:
+            Staging {
+                buf,
+                tail,
+                stacks,
+                last_write_ns,
+            },
+        file:
+            ProfileFile {
+                tmp,
+                path,
+                path_len,
+                ..
+            },
+        timeline,
+        allocator_stats,
+        ..
+    } = w;
+    let mut out = SliceWriter { buf, len: 0 };
+    if profile::write_magic(&mut out)
+        .and_then(|_| profile::write_counters(&mut out, &header, &totals))
+        .and_then(|_| match allocator_stats {
+            Some(r) => profile::write_allocator_stats(&mut out, r),
+            None => Ok(()),
+        })
+        .is_err()
+    {
+        return; // larger than the buffer: keep the previous complete file
+    }
+    let len = out.len;
+    tail.clear();
+    stacks.take();
+    // Writing into a String cannot fail.
+    let _ = stacks.write(tail).and_then(|_| profile::write_end(tail));
+    // The timeline goes between the counters and the stacks, staged
+    // through `buf` once the counters are out: up to ~80 KiB of points
+    // need no buffer of their own.
+    let replaced = output::replace(path, *path_len, tmp, |file| {
+        file.write(&buf[..len])
+            && write_timeline(file, buf, timeline)
+            && file.write(tail.as_bytes())
+    });
+    if replaced.is_none() {
+        return;
+    }
+    *last_write_ns = recorder::monotonic_ns().saturating_sub(started);
+    if state == State::Exited {
+        w.finished = true;
+    }
+}
+
+/// Writes the timeline's lines to `file`, staged through `buf`.
+fn write_timeline(file: &Temporary, buf: &mut [u8], t: &TimelineBuffer) -> bool {
+    let mut out = FdWriter { file, buf, len: 0 };
+    profile::write_timeline(&mut out, t.interval_ns(), t.points()).is_ok() && out.flush()
+}
+
+/// The summary line on stderr, if it is still the stderr of start-up.
+pub fn summary(w: &mut Writer) {
+    w.finished = true;
+    if w.discard {
+        return;
+    }
+    let same_stderr = w.process.stderr_id.is_some() && fd::fd_identity(2) == w.process.stderr_id;
+    if same_stderr {
+        summary_line(w);
+    }
+}
+
+/// The one-line summary on stderr that stands in for a profile.
+fn summary_line(w: &mut Writer) {
+    let t = recorder::snapshot(Some(&tls::current().state));
+    let now = ClockPair::now();
+    let alloc_ns = match now.ticks_per_ns_since(w.process.clock_start) {
+        Some(ticks_per_ns) => {
+            t.estimated_allocator_ticks(recorder::time_sample_mean()) / ticks_per_ns
+        }
+        None => 0.0,
+    };
+    let cpu = cpu_ns() as f64;
+    let share = if cpu > 0.0 {
+        100.0 * alloc_ns / cpu
+    } else {
+        0.0
+    };
+    let pid = w.process.pid;
+    let mut out = SliceWriter {
+        buf: &mut w.staging.buf,
+        len: 0,
+    };
+    let r = writeln!(
+        out,
+        "allocmux: pid {pid} ({}): {} allocations, {} frees, {} allocated, peak {} live, {} live at exit, {:.2} ms in the allocator ({share:.1}% of CPU)",
+        choice::current().backend.name(),
+        t.allocation_calls(),
+        t.calls_of(allocmux::Func::Free),
+        Size(t.bytes_allocated),
+        Size(t.peak_live_bytes),
+        Size(t.live_bytes()),
+        alloc_ns / 1e6,
+    );
+    if r.is_ok() {
+        let len = out.len;
+        fd::write_all(2, &w.staging.buf[..len]);
+    }
+}
+
+/// The process's CPU time so far.
+fn cpu_ns() -> u64 {
+    allocmux::recorder::clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID)
+}

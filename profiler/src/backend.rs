@@ -1,0 +1,112 @@
+//! [`Backend`]: the allocators allocmux switches between, named once for
+//! the shim, [`Switchable`](crate::Switchable), the allocator statistics
+//! and the command line.
+
+use core::fmt;
+use core::str::FromStr;
+
+/// One of the allocators allocmux can run a program on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Backend {
+    /// The system allocator (`std::alloc::System`: glibc's malloc).
+    System,
+    /// jemalloc 5.3 (tikv-jemalloc-sys, the `jemalloc` feature).
+    Jemalloc,
+    /// mimalloc 2.x (libmimalloc-sys, the `mimalloc` feature).
+    Mimalloc,
+}
+
+impl Backend {
+    /// Every backend, in the order the tools list them.
+    pub const ALL: [Backend; 3] = [Backend::System, Backend::Jemalloc, Backend::Mimalloc];
+
+    /// The name `ALLOCMUX_ALLOCATOR` and profiles use: `system`,
+    /// `jemalloc`, `mimalloc`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Backend::System => "system",
+            Backend::Jemalloc => "jemalloc",
+            Backend::Mimalloc => "mimalloc",
+        }
+    }
+
+    /// Parses a value of `ALLOCMUX_ALLOCATOR` as the shim does (`glibc` and
+    /// the empty string mean the system allocator). Allocates nothing: the
+    /// shim calls it inside the process's first `malloc`.
+    pub fn from_name(name: &[u8]) -> Option<Backend> {
+        match name {
+            b"system" | b"glibc" | b"" => Some(Backend::System),
+            b"jemalloc" => Some(Backend::Jemalloc),
+            b"mimalloc" => Some(Backend::Mimalloc),
+            _ => None,
+        }
+    }
+
+    /// Whether this build can use it (jemalloc and mimalloc are features).
+    pub const fn is_available(self) -> bool {
+        match self {
+            Backend::System => true,
+            Backend::Jemalloc => cfg!(feature = "jemalloc"),
+            Backend::Mimalloc => cfg!(feature = "mimalloc"),
+        }
+    }
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A name that is not an allocator allocmux knows (see
+/// [`Backend::from_name`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownBackend {
+    name: String,
+}
+
+impl UnknownBackend {
+    /// The name as given.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl fmt::Display for UnknownBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "unknown allocator {:?} (expected system, jemalloc or mimalloc)",
+            self.name
+        )
+    }
+}
+
+impl std::error::Error for UnknownBackend {}
+
+impl FromStr for Backend {
+    type Err = UnknownBackend;
+
+    /// The names [`Backend::from_name`] takes.
+    fn from_str(s: &str) -> Result<Backend, UnknownBackend> {
+        Backend::from_name(s.as_bytes()).ok_or_else(|| UnknownBackend { name: s.to_owned() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for b in Backend::ALL {
+            assert_eq!(b.name().parse::<Backend>(), Ok(b));
+            assert_eq!(b.to_string(), b.name());
+        }
+        assert_eq!("glibc".parse::<Backend>(), Ok(Backend::System));
+        assert_eq!("".parse::<Backend>(), Ok(Backend::System));
+        let e = "tcmalloc".parse::<Backend>().unwrap_err();
+        assert_eq!(e.name(), "tcmalloc");
+    }
+}

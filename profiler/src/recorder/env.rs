@@ -1,0 +1,148 @@
+//! The values of allocmux's environment variables, parsed once for the shim
+//! and for [`Profiler`](crate::Profiler).
+//!
+//! Every parser here takes the value's bytes and allocates nothing, so the
+//! shim can call it inside the process's first `malloc`. Where a variable is
+//! unset, empty or invalid is the caller's business: the defaults differ on
+//! purpose. The shim records no stacks unless `ALLOCMUX_STACKS` asks (it sits
+//! under every program of a run, and stacks cost), while a `Profiler` exists
+//! to record stacks, so it samples unless told otherwise. The shim also caps
+//! `ALLOCMUX_SAMPLE_BYTES` at [`MAX_SAMPLE_BYTES`]; a `Profiler` takes any
+//! positive number.
+
+use crate::profile::StackMode;
+
+/// Which allocator the shim and [`Switchable`](crate::Switchable) use.
+pub const ALLOCATOR: &str = "ALLOCMUX_ALLOCATOR";
+/// Whether and how call stacks are recorded: `off`, `sample`, `exact`.
+pub const STACKS: &str = "ALLOCMUX_STACKS";
+/// Mean bytes between sampled allocations in `sample` mode.
+pub const SAMPLE_BYTES: &str = "ALLOCMUX_SAMPLE_BYTES";
+/// Mean calls between two timed allocator calls.
+pub const TIME_SAMPLE: &str = "ALLOCMUX_TIME_SAMPLE";
+/// The profile's path template (`%p` for the pid, `%%` for `%`).
+pub const OUTPUT: &str = "ALLOCMUX_OUTPUT";
+
+/// Mean bytes between sampled allocations when `ALLOCMUX_SAMPLE_BYTES` does
+/// not say: jemalloc's `lg_prof_sample` default.
+pub const DEFAULT_SAMPLE_BYTES: u64 = 512 * 1024;
+/// The largest `ALLOCMUX_SAMPLE_BYTES` the shim takes.
+pub const MAX_SAMPLE_BYTES: u64 = 1 << 40;
+/// The largest `ALLOCMUX_TIME_SAMPLE`.
+pub const MAX_TIME_SAMPLE: u64 = 1 << 30;
+
+impl StackMode {
+    /// The mode an `ALLOCMUX_STACKS` value names (`off`, `sample`, `exact`),
+    /// sampling with `mean_bytes`; `None` for anything else.
+    pub fn from_env_value(value: &[u8], mean_bytes: u64) -> Option<StackMode> {
+        match value {
+            b"off" => Some(StackMode::Off),
+            b"sample" => Some(StackMode::Sample { mean_bytes }),
+            b"exact" => Some(StackMode::Exact),
+            _ => None,
+        }
+    }
+}
+
+/// A whole number from `min` to `max`, surrounding white space allowed, as
+/// the numeric variables take them.
+pub fn parse_number(value: &[u8], min: u64, max: u64) -> Option<u64> {
+    core::str::from_utf8(value)
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .filter(|n| (min..=max).contains(n))
+}
+
+/// Expands `%p` (the pid) and `%%` in an output template into `out`, left
+/// without a terminator; other `%` sequences stay as they are. `None` if the
+/// result does not fit with one byte to spare (for a terminator).
+pub fn expand_output_template(template: &[u8], pid: u32, out: &mut [u8]) -> Option<usize> {
+    let mut len = 0;
+    let mut put = |bytes: &[u8], len: &mut usize| -> Option<()> {
+        let end = len.checked_add(bytes.len()).filter(|&e| e < out.len())?;
+        out[*len..end].copy_from_slice(bytes);
+        *len = end;
+        Some(())
+    };
+    let mut i = 0;
+    while i < template.len() {
+        match (template[i], template.get(i + 1)) {
+            (b'%', Some(b'p')) => {
+                let mut digits = [0u8; 10];
+                let mut n = pid;
+                let mut d = digits.len();
+                loop {
+                    d -= 1;
+                    digits[d] = b'0' + (n % 10) as u8;
+                    n /= 10;
+                    if n == 0 {
+                        break;
+                    }
+                }
+                put(&digits[d..], &mut len)?;
+                i += 2;
+            }
+            (b'%', Some(b'%')) => {
+                put(b"%", &mut len)?;
+                i += 2;
+            }
+            (c, _) => {
+                put(&[c], &mut len)?;
+                i += 1;
+            }
+        }
+    }
+    Some(len)
+}
+
+/// The room [`expand_output_template`] needs for any pid: a `%p` (two bytes)
+/// becomes at most ten digits, and one byte stays spare.
+pub const fn expanded_template_capacity(template_len: usize) -> usize {
+    template_len * 5 + 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn expand(t: &str, pid: u32) -> String {
+        let mut out = [0u8; 64];
+        let n = expand_output_template(t.as_bytes(), pid, &mut out).unwrap();
+        String::from_utf8(out[..n].to_vec()).unwrap()
+    }
+
+    #[test]
+    fn templates() {
+        assert_eq!(expand("/tmp/a.%p.prof", 4242), "/tmp/a.4242.prof");
+        assert_eq!(expand("%p%p", 0), "00");
+        assert_eq!(expand("100%%-%x-%", 7), "100%-%x-%");
+        assert!(expand_output_template(&[b'a'; 64], 1, &mut [0u8; 64]).is_none());
+        let t = b"%p%p%p";
+        let mut out = [0u8; expanded_template_capacity(6)];
+        assert_eq!(expand_output_template(t, u32::MAX, &mut out), Some(30));
+    }
+
+    #[test]
+    fn stack_modes() {
+        assert_eq!(StackMode::from_env_value(b"off", 8), Some(StackMode::Off));
+        assert_eq!(
+            StackMode::from_env_value(b"sample", 8),
+            Some(StackMode::Sample { mean_bytes: 8 })
+        );
+        assert_eq!(
+            StackMode::from_env_value(b"exact", 8),
+            Some(StackMode::Exact)
+        );
+        assert_eq!(StackMode::from_env_value(b"", 8), None);
+        assert_eq!(StackMode::from_env_value(b"all", 8), None);
+    }
+
+    #[test]
+    fn numbers() {
+        assert_eq!(parse_number(b" 42\n", 1, 100), Some(42));
+        assert_eq!(parse_number(b"0", 1, 100), None);
+        assert_eq!(parse_number(b"101", 1, 100), None);
+        assert_eq!(parse_number(b"-1", 1, 100), None);
+        assert_eq!(parse_number(b"\xff", 1, 100), None);
+    }
+}
