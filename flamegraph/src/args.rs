@@ -4,6 +4,11 @@
 
 use std::path::PathBuf;
 
+use allocmux::Backend;
+use allocmux::profile::StackMode;
+use allocmux::recorder::env::DEFAULT_SAMPLE_BYTES;
+use anyhow::{Result, bail};
+use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::{Parser, Subcommand};
 
 use crate::cmd::Command;
@@ -15,7 +20,6 @@ use crate::cmd::flame::FlameOptions;
 use crate::cmd::report::ReportOptions;
 use crate::cmd::run::RunOptions;
 use crate::export::Format;
-use crate::launch::{Allocator, StacksArg};
 use crate::stacks::Weight;
 
 /// allocmux: how much a program allocates, how long it spends in the
@@ -51,8 +55,8 @@ enum Cmd {
 #[derive(Debug, clap::Args)]
 struct RunArgs {
     /// Allocator the program runs on.
-    #[arg(short, long, value_enum, default_value_t = Allocator::System)]
-    allocator: Allocator,
+    #[arg(short, long, value_parser = backend_parser(), default_value = "system")]
+    allocator: Backend,
     /// Also save the profile of every process of the run in this file (for `allocmux report`).
     #[arg(short, long, value_name = "PROFILE")]
     output: Option<PathBuf>,
@@ -60,8 +64,8 @@ struct RunArgs {
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
     /// Record the call stack of allocations: none, a sample weighted by bytes, or every one.
-    #[arg(long, value_enum, value_name = "MODE")]
-    stacks: Option<StacksArg>,
+    #[arg(long, value_parser = stacks_parser(), value_name = "MODE")]
+    stacks: Option<StackMode>,
     /// Mean bytes between two sampled stacks (implies --stacks sample).
     #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(1..))]
     sample_bytes: Option<u64>,
@@ -80,11 +84,11 @@ struct CompareArgs {
     #[arg(
         short,
         long = "allocators",
-        value_enum,
+        value_parser = backend_parser(),
         value_delimiter = ',',
         default_value = "system,jemalloc,mimalloc"
     )]
-    allocators: Vec<Allocator>,
+    allocators: Vec<Backend>,
     /// Measured rounds (each runs every allocator once); the most with --stop-early
     /// [default: as many as fit in about a minute, from 6 to 10]
     #[arg(short = 'n', long, value_name = "RUNS",
@@ -118,8 +122,8 @@ struct CompareArgs {
 #[derive(Debug, clap::Args)]
 struct FlameArgs {
     /// Allocator the program runs on.
-    #[arg(short, long, value_enum, default_value_t = Allocator::System)]
-    allocator: Allocator,
+    #[arg(short, long, value_parser = backend_parser(), default_value = "system")]
+    allocator: Backend,
     /// What the width of a frame shows.
     #[arg(long, value_enum, default_value_t = Weight::Bytes)]
     weight: Weight,
@@ -228,16 +232,62 @@ struct DemoArgs {
     rounds: Option<u64>,
 }
 
+/// `--allocator`'s values: the names of [`Backend`], each with a word on
+/// what it is for `--help`.
+fn backend_parser() -> impl TypedValueParser<Value = Backend> {
+    let values = Backend::ALL.map(|b| {
+        PossibleValue::new(b.name()).help(match b {
+            Backend::System => "glibc's malloc",
+            Backend::Jemalloc => "jemalloc",
+            _ => "mimalloc",
+        })
+    });
+    PossibleValuesParser::new(values).map(|name| name.parse::<Backend>().expect("a listed name"))
+}
+
+/// `run --stacks`' values, the modes of `ALLOCMUX_STACKS`; sampling starts at
+/// the shim's mean, which `--sample-bytes` replaces.
+fn stacks_parser() -> impl TypedValueParser<Value = StackMode> {
+    let values = [
+        PossibleValue::new("off").help("No stacks"),
+        PossibleValue::new("sample").help(
+            "A sample of allocations, one per --sample-bytes allocated on average, counts scaled up",
+        ),
+        PossibleValue::new("exact").help("Every allocation's stack"),
+    ];
+    PossibleValuesParser::new(values).map(|name| {
+        StackMode::from_env_value(name.as_bytes(), DEFAULT_SAMPLE_BYTES).expect("a listed mode")
+    })
+}
+
+/// The stack mode of `--stacks` (if given) with `--sample-bytes` (if given,
+/// which implies sampling and applies to nothing else).
+fn with_sample_bytes(
+    stacks: Option<StackMode>,
+    sample_bytes: Option<u64>,
+) -> Result<Option<StackMode>> {
+    match (stacks, sample_bytes) {
+        (stacks, None) => Ok(stacks),
+        (None | Some(StackMode::Sample { .. }), Some(mean_bytes)) => {
+            Ok(Some(StackMode::Sample { mean_bytes }))
+        }
+        (Some(other), Some(_)) => bail!(
+            "--sample-bytes applies to --stacks sample, not --stacks {}",
+            other.env_value()
+        ),
+    }
+}
+
 impl Cli {
-    /// The command asked for, with its options.
-    pub fn into_command(self) -> Command {
-        match self.command {
+    /// The command asked for, with its options; an error for option
+    /// combinations clap cannot check.
+    pub fn into_command(self) -> Result<Command> {
+        Ok(match self.command {
             Cmd::Run(a) => Command::Run(RunOptions {
                 allocator: a.allocator,
                 profile: a.output,
                 json: a.json,
-                stacks: a.stacks,
-                sample_bytes: a.sample_bytes,
+                stacks: with_sample_bytes(a.stacks, a.sample_bytes)?,
                 force: a.force,
                 command: a.command,
             }),
@@ -255,11 +305,16 @@ impl Cli {
             Cmd::Flame(a) => Command::Flame(FlameOptions {
                 allocator: a.allocator,
                 weight: a.weight,
-                stacks: match (a.exact, a.stacks) {
-                    (true, _) | (false, Some(FlameStacks::Exact)) => StacksArg::Exact,
-                    _ => StacksArg::Sample,
-                },
-                sample_bytes: a.sample_bytes,
+                stacks: with_sample_bytes(
+                    Some(match (a.exact, a.stacks) {
+                        (true, _) | (false, Some(FlameStacks::Exact)) => StackMode::Exact,
+                        _ => StackMode::Sample {
+                            mean_bytes: DEFAULT_SAMPLE_BYTES,
+                        },
+                    }),
+                    a.sample_bytes,
+                )?
+                .expect("flame always records stacks"),
                 output: a.output,
                 force: a.force,
                 command: a.command,
@@ -291,7 +346,7 @@ impl Cli {
                 rounds: a.rounds.map(|r| r as usize),
             }),
             Cmd::Workload { name, size } => Command::Workload { name, size },
-        }
+        })
     }
 }
 

@@ -7,71 +7,22 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use allocmux::profile::{self, ProcessProfile, State};
+use allocmux::Backend;
+use allocmux::profile::{self, ProcessProfile, StackMode, State};
+use allocmux::recorder::env;
 use anyhow::{Context, Result, bail};
 
 use crate::shim::{Origin, Probe, Shim};
 use crate::sys::{self, ChildExit, IgnoreInterrupts};
 use crate::target;
 
-/// A backend the shim can use.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Allocator {
-    /// glibc's malloc
-    System,
-    /// jemalloc
-    Jemalloc,
-    /// mimalloc
-    Mimalloc,
-}
-
-impl Allocator {
-    /// The name the shim understands.
-    pub fn name(self) -> &'static str {
-        match self {
-            Allocator::System => "system",
-            Allocator::Jemalloc => "jemalloc",
-            Allocator::Mimalloc => "mimalloc",
-        }
+/// The shim's stack settings as environment variables.
+pub fn stack_env(stacks: StackMode) -> Vec<(String, String)> {
+    let mut env = vec![(env::STACKS.to_string(), stacks.env_value().to_string())];
+    if let StackMode::Sample { mean_bytes } = stacks {
+        env.push((env::SAMPLE_BYTES.to_string(), mean_bytes.to_string()));
     }
-}
-
-/// How the shim records call stacks (`ALLOCMUX_STACKS`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum StacksArg {
-    /// No stacks.
-    Off,
-    /// A sample of allocations, one per --sample-bytes allocated on average, counts scaled up.
-    Sample,
-    /// Every allocation's stack.
-    Exact,
-}
-
-impl StacksArg {
-    /// The name the shim understands.
-    pub fn name(self) -> &'static str {
-        match self {
-            StacksArg::Off => "off",
-            StacksArg::Sample => "sample",
-            StacksArg::Exact => "exact",
-        }
-    }
-}
-
-/// The shim's stack settings as environment variables; `sample_bytes`
-/// only goes with sampling.
-pub fn stack_env(stacks: StacksArg, sample_bytes: Option<u64>) -> Result<Vec<(String, String)>> {
-    let mut env = vec![("ALLOCMUX_STACKS".to_string(), stacks.name().to_string())];
-    if let Some(n) = sample_bytes {
-        if stacks != StacksArg::Sample {
-            bail!(
-                "--sample-bytes applies to --stacks sample, not --stacks {}",
-                stacks.name()
-            );
-        }
-        env.push(("ALLOCMUX_SAMPLE_BYTES".to_string(), n.to_string()));
-    }
-    Ok(env)
+    env
 }
 
 /// What to run and how.
@@ -80,7 +31,7 @@ pub struct Launch<'a> {
     /// Program and arguments.
     pub command: &'a [String],
     /// Backend.
-    pub allocator: Allocator,
+    pub allocator: Backend,
     /// Where the program's standard streams go.
     pub output: Output,
     /// Extra environment for the program.
@@ -234,7 +185,7 @@ pub fn launch(l: &Launch<'_>) -> Result<Outcome> {
     cmd.arg0(&l.command[0])
         .args(&l.command[1..])
         .env("LD_PRELOAD", preload)
-        .env("ALLOCMUX_ALLOCATOR", l.allocator.name())
+        .env(env::ALLOCATOR, l.allocator.name())
         .env("ALLOCMUX_OUTPUT", dir.path().join("%p.prof"))
         .envs(l.env.iter().map(|(k, v)| (k, v)));
     match &l.output {

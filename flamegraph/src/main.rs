@@ -11,7 +11,11 @@ fn main() {
         Ok(cli) => cli,
         Err(e) => usage_error(e),
     };
-    match allocmux_cli::run(cli.into_command()) {
+    let result = cli
+        .into_command()
+        .map_err(allocmux_cli::Error::from)
+        .and_then(allocmux_cli::run);
+    match result {
         Ok(code) => std::process::exit(code),
         Err(e) => {
             // A closed stdout (`allocmux report x | head`) is not an error.

@@ -9,16 +9,16 @@ use anyhow::Result;
 
 use crate::compare;
 use crate::json::CompareJson;
-use crate::launch::Allocator;
 use crate::output::{JsonOut, OutputFile};
 use crate::report::shell_words;
+use allocmux::Backend;
 
 /// What `allocmux compare` is told.
 #[derive(Debug)]
 pub struct CompareOptions {
     /// The allocators; `system` (when listed) is the baseline, else the
     /// first.
-    pub allocators: Vec<Allocator>,
+    pub allocators: Vec<Backend>,
     /// Measured rounds (the most, with `stop_early`); `None` chooses from
     /// how long the first round takes.
     pub runs: Option<usize>,

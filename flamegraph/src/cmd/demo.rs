@@ -4,11 +4,13 @@
 
 use std::path::PathBuf;
 
+use allocmux::Backend;
+use allocmux::profile::StackMode;
 use anyhow::{Context, Result};
 
 use crate::compare::{self, Summary};
 use crate::json::CompareJson;
-use crate::launch::{self, Allocator, Launch, Output};
+use crate::launch::{self, Launch, Output};
 use crate::output::OutputFile;
 use crate::report::shell_words;
 use crate::stacks::{StackSet, Weight};
@@ -94,7 +96,7 @@ pub fn run(opts: &DemoOptions) -> Result<i32> {
     );
     let cmp = compare::run(compare::Options {
         command: command.clone(),
-        allocators: vec![Allocator::System, Allocator::Jemalloc, Allocator::Mimalloc],
+        allocators: vec![Backend::System, Backend::Jemalloc, Backend::Mimalloc],
         rounds: Some(opts.rounds.unwrap_or(DEFAULT_ROUNDS)),
         warmup: 1,
         stop_early: false,
@@ -110,12 +112,11 @@ pub fn run(opts: &DemoOptions) -> Result<i32> {
     println!("\n2. Where from? One more run under system, with a sample of call stacks.");
     let out = launch::launch(&Launch {
         command: &command,
-        allocator: Allocator::System,
+        allocator: Backend::System,
         output: Output::Discard,
-        env: vec![
-            ("ALLOCMUX_STACKS".into(), "sample".into()),
-            ("ALLOCMUX_SAMPLE_BYTES".into(), SAMPLE_BYTES.to_string()),
-        ],
+        env: launch::stack_env(StackMode::Sample {
+            mean_bytes: SAMPLE_BYTES,
+        }),
     })?;
     anyhow::ensure!(
         out.exit.code == Some(0),

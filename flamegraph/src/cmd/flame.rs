@@ -6,7 +6,10 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 
-use crate::launch::{self, Allocator, Launch, StacksArg, stack_env};
+use allocmux::Backend;
+use allocmux::profile::StackMode;
+
+use crate::launch::{self, Launch, stack_env};
 use crate::output::OutputFile;
 use crate::report::shell_words;
 use crate::stacks::{StackSet, Weight};
@@ -16,14 +19,12 @@ use crate::symbolize::Symbolizer;
 #[derive(Debug)]
 pub struct FlameOptions {
     /// Allocator the program runs on.
-    pub allocator: Allocator,
+    pub allocator: Backend,
     /// What the width of a frame shows.
     pub weight: Weight,
     /// How stacks are recorded: sampled or exact (off leaves nothing to
     /// draw).
-    pub stacks: StacksArg,
-    /// Mean bytes between two sampled stacks (the shim's default is 512 KiB).
-    pub sample_bytes: Option<u64>,
+    pub stacks: StackMode,
     /// The SVG to write.
     pub output: PathBuf,
     /// Overwrite the output file if it exists.
@@ -35,7 +36,7 @@ pub struct FlameOptions {
 /// Runs the command and draws the flamegraph; returns the command's exit
 /// status, as a shell would report it.
 pub fn run(o: &FlameOptions) -> Result<i32> {
-    let env = stack_env(o.stacks, o.sample_bytes)?;
+    let env = stack_env(o.stacks);
     let out = OutputFile::claim(&o.output, o.force, "flamegraph")?;
     let outcome = launch::launch(&Launch {
         command: &o.command,
@@ -59,7 +60,7 @@ pub fn run(o: &FlameOptions) -> Result<i32> {
     let set = StackSet::build(&outcome.profiles, &mut sym)
         .map_err(|e| anyhow::anyhow!("cannot draw a flamegraph: {e}"))?;
     let folded = set.folded(o.weight);
-    if folded.trim().is_empty() && o.stacks == StacksArg::Sample {
+    if folded.trim().is_empty() && matches!(o.stacks, StackMode::Sample { .. }) {
         anyhow::bail!(
             "nothing to draw: no allocation was sampled (about one is taken per \
              --sample-bytes bytes allocated, 512 KiB unless set); record every \

@@ -6,23 +6,23 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 
-use crate::launch::{self, Allocator, Launch, StacksArg, stack_env};
+use allocmux::Backend;
+use allocmux::profile::StackMode;
+
+use crate::launch::{self, Launch, stack_env};
 use crate::output::{JsonOut, OutputFile};
 
 /// What `allocmux run` is told.
 #[derive(Debug)]
 pub struct RunOptions {
     /// Allocator the program runs on.
-    pub allocator: Allocator,
+    pub allocator: Backend,
     /// Where to save the profile of every process of the run, if anywhere.
     pub profile: Option<PathBuf>,
     /// Where to write the JSON report (`-` for stdout), if anywhere.
     pub json: Option<PathBuf>,
-    /// How to record call stacks; `None` leaves the shim's default, unless
-    /// `sample_bytes` is set (then sampling).
-    pub stacks: Option<StacksArg>,
-    /// Mean bytes between two sampled stacks.
-    pub sample_bytes: Option<u64>,
+    /// How to record call stacks; `None` leaves the shim's default (off).
+    pub stacks: Option<StackMode>,
     /// Overwrite the output files if they exist.
     pub force: bool,
     /// The command and its arguments.
@@ -41,10 +41,7 @@ pub fn run(o: &RunOptions) -> Result<i32> {
         .as_deref()
         .map(|p| OutputFile::claim(p, o.force, "profile"))
         .transpose()?;
-    let env = match (o.stacks, o.sample_bytes) {
-        (None, None) => vec![],
-        (stacks, n) => stack_env(stacks.unwrap_or(StacksArg::Sample), n)?,
-    };
+    let env = o.stacks.map(stack_env).unwrap_or_default();
     let outcome = launch::launch(&Launch {
         command: &o.command,
         allocator: o.allocator,

@@ -10,9 +10,10 @@ use std::io::Write;
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+use allocmux::Backend;
 use allocmux::profile::ProcessProfile;
 
-use crate::launch::{self, Allocator, Launch, Output};
+use crate::launch::{self, Launch, Output};
 use crate::report::shell_words;
 
 pub use summary::{AllocatorSummary, Figure, Summary, Verdict, write_human};
@@ -37,7 +38,7 @@ pub struct Options {
     pub command: Vec<String>,
     /// The allocators, in the order they run within a round; the first is
     /// the baseline of the ratios (`system` when present, moved to the front).
-    pub allocators: Vec<Allocator>,
+    pub allocators: Vec<Backend>,
     /// Measured rounds (the most, with `stop_early`); `None` chooses from
     /// how long the first round takes (see [`default_rounds`]).
     pub rounds: Option<usize>,
@@ -59,7 +60,7 @@ pub struct RunRecord {
     /// Whether this was a warm-up run (not in the statistics).
     pub warmup: bool,
     /// The allocator.
-    pub allocator: Allocator,
+    pub allocator: Backend,
     /// Wall time around the run.
     pub wall_ns: u64,
     /// User CPU time of the process tree (the kernel's accounting).
@@ -102,7 +103,7 @@ pub struct Comparison {
     /// The command.
     pub command: Vec<String>,
     /// The allocators, baseline first.
-    pub allocators: Vec<Allocator>,
+    pub allocators: Vec<Backend>,
     /// Every run, warm-up runs included, in the order they ran.
     pub runs: Vec<RunRecord>,
     /// Warm-up rounds asked for.
@@ -146,7 +147,7 @@ pub fn run(mut opts: Options) -> Result<Comparison> {
         }
         seen.push(*a);
     }
-    if let Some(i) = opts.allocators.iter().position(|&a| a == Allocator::System) {
+    if let Some(i) = opts.allocators.iter().position(|&a| a == Backend::System) {
         opts.allocators[..=i].rotate_right(1);
     }
     // Until the first round has shown how long one takes, plan for the most.
@@ -218,7 +219,7 @@ pub fn run(mut opts: Options) -> Result<Comparison> {
     Ok(cmp)
 }
 
-fn run_once(opts: &Options, alloc: Allocator, round: usize, warmup: bool) -> Result<RunRecord> {
+fn run_once(opts: &Options, alloc: Backend, round: usize, warmup: bool) -> Result<RunRecord> {
     // Warm-up rounds count 1..=warmup, measured rounds from 1 again.
     let round = if warmup { round } else { round - opts.warmup };
     let output = match &opts.log {

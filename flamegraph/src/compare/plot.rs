@@ -9,9 +9,9 @@ use plotters::prelude::*;
 use super::{Comparison, Figure, Summary};
 use allocmux::timeline::Timeline;
 
-use crate::launch::Allocator;
 use crate::plot::{NamedTimeline, PlotOptions};
 use crate::report::{Bytes, Dur};
+use allocmux::Backend;
 
 /// Size of the upper part (the two panels and the verdict), in pixels.
 const SIZE: (u32, u32) = (1000, 480);
@@ -20,11 +20,13 @@ const SIZE: (u32, u32) = (1000, 480);
 const TIMELINE_HEIGHT: u32 = 400;
 
 /// The colour of an allocator, the same in every allocmux chart.
-pub fn colour(a: Allocator) -> RGBColor {
+pub fn colour(a: Backend) -> RGBColor {
     match a {
-        Allocator::System => RGBColor(0x4c, 0x72, 0xb0),
-        Allocator::Jemalloc => RGBColor(0xdd, 0x84, 0x52),
-        Allocator::Mimalloc => RGBColor(0x55, 0xa8, 0x68),
+        Backend::System => RGBColor(0x4c, 0x72, 0xb0),
+        Backend::Jemalloc => RGBColor(0xdd, 0x84, 0x52),
+        Backend::Mimalloc => RGBColor(0x55, 0xa8, 0x68),
+        // `Backend` may grow: a new allocator gets a neutral grey.
+        _ => RGBColor(0x80, 0x80, 0x80),
     }
 }
 
@@ -66,7 +68,7 @@ pub fn svg(cmp: &Comparison, s: &Summary, title: &str) -> Result<String> {
 /// Per allocator, the timeline of the main process of its median run by
 /// wall time (the lower middle one for an even count): a typical run, not
 /// the luckiest or the unluckiest.
-fn median_timelines(cmp: &Comparison) -> Vec<(Allocator, &Timeline)> {
+fn median_timelines(cmp: &Comparison) -> Vec<(Backend, &Timeline)> {
     cmp.allocators
         .iter()
         .filter_map(|&a| {

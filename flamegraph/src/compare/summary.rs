@@ -5,9 +5,9 @@
 use std::io::{self, Write};
 
 use super::{Comparison, FIRST_LOOK, RunRecord};
-use crate::launch::Allocator;
 use crate::report::{Bytes, Count, Dur, shell_words};
 use crate::stats::{Interval, Spread, paired_ratio};
+use allocmux::Backend;
 
 /// Width of a speed interval (high over low) above which the runs are
 /// called too noisy to resolve the differences allocators usually make.
@@ -62,7 +62,7 @@ impl Figure {
 #[derive(Clone, Debug)]
 pub struct AllocatorSummary {
     /// The allocator.
-    pub allocator: Allocator,
+    pub allocator: Backend,
     /// Measured runs.
     pub runs: usize,
     /// Median and spread of every figure, in [`Figure::ALL`] order.
@@ -92,16 +92,16 @@ pub enum Verdict {
     /// interval of its speedup excluding 1.
     Winner {
         /// The winner.
-        winner: Allocator,
+        winner: Backend,
         /// Its speedup over each other allocator.
-        margins: Vec<(Allocator, Interval)>,
+        margins: Vec<(Backend, Interval)>,
     },
     /// No allocator beats all others clearly.
     NoClearWinner {
         /// The allocators no other one clearly beats.
-        leaders: Vec<Allocator>,
+        leaders: Vec<Backend>,
         /// The allocators some other one clearly beats.
-        behind: Vec<Allocator>,
+        behind: Vec<Backend>,
     },
     /// Only one allocator was run.
     Alone,
@@ -268,7 +268,7 @@ impl Summary {
                 )
             }
             Verdict::NoClearWinner { leaders, behind } => {
-                let names = |v: &[Allocator]| {
+                let names = |v: &[Backend]| {
                     join_and(&v.iter().map(|a| a.name().to_string()).collect::<Vec<_>>())
                 };
                 let mut s = if leaders.len() == self.per_allocator.len() {
@@ -409,7 +409,7 @@ mod tests {
 
     /// A comparison whose wall times are `base` scaled per allocator, with
     /// the same per-round drift for all.
-    fn comparison(factors: &[(Allocator, f64)], rounds: usize) -> Comparison {
+    fn comparison(factors: &[(Backend, f64)], rounds: usize) -> Comparison {
         let mut runs = Vec::new();
         for round in 1..=rounds {
             let drift = 1.0 + 0.05 * ((round * 7 % 5) as f64 - 2.0);
@@ -441,7 +441,7 @@ mod tests {
         }
     }
 
-    use Allocator::{Jemalloc, Mimalloc, System};
+    use Backend::{Jemalloc, Mimalloc, System};
 
     #[test]
     fn identical_allocators_have_no_clear_winner() {

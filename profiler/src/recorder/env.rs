@@ -42,6 +42,15 @@ impl StackMode {
             _ => None,
         }
     }
+
+    /// The `ALLOCMUX_STACKS` value that names this mode.
+    pub const fn env_value(self) -> &'static str {
+        match self {
+            StackMode::Off => "off",
+            StackMode::Sample { .. } => "sample",
+            StackMode::Exact => "exact",
+        }
+    }
 }
 
 /// A whole number from `min` to `max`, surrounding white space allowed, as
