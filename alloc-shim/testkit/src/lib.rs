@@ -3,14 +3,16 @@
 //! - [`process`]: every process a test starts, run in its own process group
 //!   and killed with it after [`process::TIMEOUT`], so no test can hang;
 //!   outputs as text for assertions and messages.
-//! - [`compile`]: C, C++ (or Rust) fixtures compiled once per test binary.
+//! - [`fixtures`]: C, C++ (or Rust) fixtures compiled once per test binary,
+//!   and small C programs a test writes.
 //! - `shim` (feature `shim`): the shim built from this tree, and running
 //!   programs under it with a scrubbed environment.
 //! - `profiles` (feature `shim`): reading the profiles a run left, and
 //!   summaries of them for messages.
 //! - [`fuzz`]: real profiles and random edits of them, for fuzzing what
 //!   reads profiles.
-//! - [`require`]: a program a test needs, or a skip (a failure on CI).
+//! - [`tools`]: a program a test needs from the system, or a skip (a
+//!   failure on CI).
 //!
 //! The crate root re-exports all but [`fuzz`], so a test file's
 //! `use allocmux_testkit::*;` (or its `common` module's) sees them.
@@ -19,19 +21,19 @@
 //! the shim; without it (the profile reader's fuzzing needs only
 //! [`fuzz`]) no shim or CLI is built.
 
-pub mod compile;
+pub mod fixtures;
 pub mod fuzz;
 pub mod process;
 #[cfg(feature = "shim")]
 pub mod profiles;
-pub mod require;
 #[cfg(feature = "shim")]
 pub mod shim;
+pub mod tools;
 
-pub use compile::*;
+pub use fixtures::*;
 pub use process::*;
 #[cfg(feature = "shim")]
 pub use profiles::*;
-pub use require::*;
 #[cfg(feature = "shim")]
 pub use shim::*;
+pub use tools::*;
