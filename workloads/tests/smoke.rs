@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use allocmux_testkit::{ok_as, shim, text};
+use allocmux_testkit::{BACKENDS, ok_as, shim, text};
 use allocmux_workloads::ALL;
 
 mod common;
@@ -13,8 +13,6 @@ use common::bin;
 
 /// Small enough for debug builds: the whole test takes a few seconds.
 const SIZE: u64 = 200;
-
-const ALLOCATORS: [&str; 3] = ["system", "jemalloc", "mimalloc"];
 
 #[test]
 fn every_workload_has_a_binary_and_every_binary_a_workload() {
@@ -50,7 +48,7 @@ fn every_binary_prints_the_checksum_plain_and_under_the_shim() {
                     run(&mut Command::new(bin(w.name)), w.name);
                     let generic = format!("allocmux-workload {}", w.name);
                     run(Command::new(bin("allocmux-workload")).arg(w.name), &generic);
-                    for a in ALLOCATORS {
+                    for a in BACKENDS {
                         let what = format!("{} under the shim with {a}", w.name);
                         let out = run(
                             Command::new(bin(w.name))
