@@ -4,7 +4,7 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::sync::OnceLock;
 
 use serde_json::Value;
@@ -14,19 +14,7 @@ use common::*;
 
 /// Compiles a C fixture of the shim's tests.
 fn compile_shim_fixture(name: &str) -> PathBuf {
-    let dir = tempfile::tempdir().unwrap().keep();
-    let out = dir.join(name.trim_end_matches(".c"));
-    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../alloc-shim/tests/fixtures")
-        .join(name);
-    let st = Command::new("cc")
-        .args(["-O2", "-o"])
-        .arg(&out)
-        .arg(src)
-        .status()
-        .expect("cc runs");
-    assert!(st.success(), "compiling {name} failed");
-    out
+    compile("cc", name, &["-O2"])
 }
 
 /// The exact-count fixture of the shim's tests, compiled once.
@@ -582,19 +570,8 @@ fn report_plot_of_a_profile_without_timeline_says_how_to_get_one() {
 
 /// Compiles C source into a shared library (with extra linker arguments).
 fn shared_library(dir: &Path, name: &str, src: &str, link: &[&str]) -> PathBuf {
-    let c = dir.join(format!("{name}.c"));
-    fs::write(&c, src).unwrap();
-    let out = dir.join(format!("{name}.so"));
-    let st = Command::new("cc")
-        .args(["-shared", "-fPIC", "-o"])
-        .arg(&out)
-        .arg(&c)
-        .args(link)
-        .current_dir(dir)
-        .status()
-        .expect("cc runs");
-    assert!(st.success(), "compiling {name}.c failed");
-    out
+    let flags = [&["-shared", "-fPIC"], link].concat();
+    c_program(dir, &format!("{name}.so"), src, &flags)
 }
 
 /// A `malloc` and `free` that forward to glibc and record nothing: a
@@ -635,11 +612,7 @@ fn a_bad_allocmux_shim_is_refused_before_the_program_runs() {
     fs::create_dir(&shim_dir).unwrap();
     let empty_dir = d.join("empty-dir");
     fs::create_dir(&empty_dir).unwrap();
-    fs::copy(
-        allocmux_cli::shim::BUILT_PATH,
-        shim_dir.join("liballocmux_shim.so"),
-    )
-    .unwrap();
+    fs::copy(shim(), shim_dir.join("liballocmux_shim.so")).unwrap();
     let cases = [
         (d.join("missing.so"), "missing.so does not exist"),
         (
@@ -787,10 +760,7 @@ fn the_embedded_shim_is_cached_once_and_falls_back_to_a_temporary_copy() {
         assert!(text(&out.stderr).contains("under system exited with status 0"));
         let files = cached();
         assert_eq!(files.len(), 1, "{files:?}");
-        assert_eq!(
-            fs::read(&files[0]).unwrap(),
-            fs::read(allocmux_cli::shim::BUILT_PATH).unwrap()
-        );
+        assert_eq!(fs::read(&files[0]).unwrap(), fs::read(shim()).unwrap());
     }
 
     // /dev/null is no directory, not even for root: the cache cannot be made.

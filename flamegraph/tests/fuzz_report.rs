@@ -6,13 +6,10 @@
 //!
 //! `ALLOCMUX_FUZZ_CASES` sets the number of cases (default 1,000).
 
-#[path = "../../profiler/tests/fuzz/mod.rs"]
-mod fuzz;
-
 use allocmux::profile;
 use allocmux_cli::plot;
 use allocmux_cli::report::Report;
-use fuzz::{CORPUS, apply, cases, edit};
+use allocmux_testkit::fuzz::{CORPUS, apply, cases, edit};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence};
 

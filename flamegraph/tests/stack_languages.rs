@@ -4,7 +4,6 @@
 //! with optimisation and without frame pointers.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 mod common;
 use common::*;
@@ -13,19 +12,6 @@ fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
         .join(name)
-}
-
-fn build(dir: &Path, compiler: &str, args: &[&str], source: &str) -> PathBuf {
-    let out = dir.join(Path::new(source).file_stem().unwrap());
-    let st = Command::new(compiler)
-        .args(args)
-        .arg("-o")
-        .arg(&out)
-        .arg(fixture(source))
-        .status()
-        .unwrap_or_else(|e| panic!("running {compiler}: {e}"));
-    assert!(st.success(), "{compiler} {source} failed");
-    out
 }
 
 /// Runs `exe 1000` with exact stacks and returns the folded stacks by count.
@@ -62,11 +48,10 @@ fn total(stacks: &[(String, u64)], pattern: &str) -> u64 {
 #[test]
 fn rust_program_stacks_are_exact_and_demangled() {
     let dir = tempfile::tempdir().unwrap();
-    let exe = build(
-        dir.path(),
+    let exe = compile(
         "rustc",
+        fixture("stacks_rust.rs"),
         &["-O", "-g", "-C", "force-frame-pointers=no"],
-        "stacks_rust.rs",
     );
     let stacks = folded_counts(dir.path(), &exe);
     let all = || format!("{stacks:#?}");
@@ -96,11 +81,10 @@ fn rust_program_stacks_are_exact_and_demangled() {
 #[test]
 fn cxx_program_stacks_are_exact_and_demangled() {
     let dir = tempfile::tempdir().unwrap();
-    let exe = build(
-        dir.path(),
+    let exe = compile(
         "c++",
+        fixture("stacks_cxx.cpp"),
         &["-O2", "-g", "-fomit-frame-pointer"],
-        "stacks_cxx.cpp",
     );
     let stacks = folded_counts(dir.path(), &exe);
     let all = || format!("{stacks:#?}");

@@ -29,16 +29,8 @@ struct Fixture {
 fn fixture() -> &'static Fixture {
     static F: OnceLock<Fixture> = OnceLock::new();
     F.get_or_init(|| {
-        let dir = tempfile::tempdir().unwrap().keep();
-        let bin = dir.join("stacks");
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/stacks.c");
-        let st = Command::new("cc")
-            .args(["-O2", "-g", "-fomit-frame-pointer", "-no-pie", "-o"])
-            .arg(&bin)
-            .arg(src)
-            .status()
-            .expect("cc runs");
-        assert!(st.success(), "compiling stacks.c failed");
+        let bin = compile("cc", src, &["-O2", "-g", "-fomit-frame-pointer", "-no-pie"]);
         let out = ok(Command::new(&bin).output().unwrap());
         let mut paths = text(&out.stdout)
             .lines()

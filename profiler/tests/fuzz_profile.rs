@@ -1,4 +1,4 @@
-//! Fuzzing the profile reader: real profiles (`tests/corpus/`: the shim
+//! Fuzzing the profile reader: real profiles (the testkit's `corpus/`: the shim
 //! under python3, bash with forks and execs, an exact-stacks pipeline, a
 //! Rust program's `Profiler`) cut at every byte, and mutated at random by
 //! proptest (bytes flipped, lines deleted, duplicated, swapped or made up,
@@ -9,10 +9,8 @@
 //! `ALLOCMUX_FUZZ_CASES` sets the number of random cases (default 2,000,
 //! a few seconds); docs/profile-format.md gives the long run's figures.
 
-mod fuzz;
-
 use allocmux::profile::{self, ProcessProfile};
-use fuzz::{CORPUS, apply, cases, edit};
+use allocmux_testkit::fuzz::{CORPUS, apply, cases, edit};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence};
 
@@ -61,10 +59,10 @@ fn every_truncation_parses_or_errs() {
 proptest! {
     #![proptest_config(Config {
         cases: cases(2_000),
-        // Failing inputs are kept next to the corpus and tried first on
+        // Failing inputs are kept next to this file and tried first on
         // every later run.
         failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
-            concat!(env!("CARGO_MANIFEST_DIR"), "/tests/corpus/fuzz_profile.regressions"),
+            concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fuzz_profile.regressions"),
         ))),
         ..Config::default()
     })]

@@ -24,7 +24,10 @@ if [ ! -e /usr/lib/x86_64-linux-gnu/libunwind.so.8 ]; then
 fi
 
 ./build_c.sh
-cargo build --release --quiet
+# A workspace member, built into its own ./target: the frame-pointer flags of
+# .cargo/config.toml here would otherwise rebuild the workspace's release
+# dependencies.
+cargo build --release --quiet -p unwind-bench --target-dir target
 BIN=./target/release/unwind-bench
 
 echo "## Environment"
@@ -37,7 +40,7 @@ ldd --version | head -1
 gcc --version | head -1
 dpkg-query -W -f='libunwind8 ${Version}\n' libunwind8 2>/dev/null || true
 rustc --version
-echo "framehop $(grep -A1 'name = "framehop"' Cargo.lock | sed -n 's/version = "\(.*\)"/\1/p')"
+echo "framehop $(grep -A1 'name = "framehop"' ../../Cargo.lock | sed -n 's/version = "\(.*\)"/\1/p')"
 echo '```'
 echo
 echo "## Wall time (ITERS=$ITERS REPS=$REPS DEPTHS=$DEPTHS, LD_PRELOAD allocation counter)"

@@ -6,6 +6,11 @@
 use std::path::Path;
 use std::process::Command;
 
+use allocmux_testkit::{compile, shim};
+
+mod common;
+use common::bin_dir;
+
 /// Skips (or, on CI, fails) when something the script needs is missing.
 fn missing(what: &str) -> bool {
     if Path::new(what).exists()
@@ -42,9 +47,7 @@ fn check_tables(md: &str) {
 
 #[test]
 fn bench_script_smoke() {
-    let bin_dir = Path::new(env!("CARGO_BIN_EXE_allocmux-workload"))
-        .parent()
-        .unwrap();
+    let bin_dir = bin_dir();
     // `cargo test --workspace` builds the CLI's binary next to the workloads'.
     let allocmux = bin_dir.join("allocmux");
     let jemalloc = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
@@ -71,7 +74,7 @@ fn bench_script_smoke() {
         .arg("--allocmux")
         .arg(&allocmux)
         .arg("--shim")
-        .arg(allocmux_cli::shim::BUILT_PATH)
+        .arg(shim())
         .arg("--out")
         .arg(&md)
         .arg("--svg-dir")
@@ -123,35 +126,11 @@ fn ideal_shim_keeps_programs_working() {
         return;
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let gcc = |args: &[&str], out: &Path| {
-        let o = Command::new("gcc")
-            .args(args)
-            .arg("-o")
-            .arg(out)
-            .output()
-            .unwrap();
-        assert!(
-            o.status.success(),
-            "gcc {args:?}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-    };
-    let churn = dir.path().join("churn");
-    gcc(
-        &[
-            "-O2",
-            "-pthread",
-            root.join("scripts/churn.c").to_str().unwrap(),
-        ],
-        &churn,
-    );
+    // Preloaded by path, so the libraries need no `.so` name.
+    let churn = compile("gcc", root.join("scripts/churn.c"), &["-O2", "-pthread"]);
     let src = root.join("scripts/ideal_shim.c");
-    let src = src.to_str().unwrap();
-    let glibc = dir.path().join("ideal_glibc.so");
-    gcc(&["-O2", "-fPIC", "-shared", "-DSIZES", src, "-ldl"], &glibc);
-    let over_jemalloc = dir.path().join("ideal_jemalloc.so");
-    gcc(&["-O2", "-fPIC", "-shared", src, "-ldl"], &over_jemalloc);
+    let glibc = compile("gcc", &src, &["-O2", "-fPIC", "-shared", "-DSIZES", "-ldl"]);
+    let over_jemalloc = compile("gcc", &src, &["-O2", "-fPIC", "-shared", "-ldl"]);
 
     let py = "import json; d = {i: [str(i) * 8, {'k': i}] for i in range(20000)}; print(len(json.dumps(d)))";
     let programs: [&[&str]; 2] = [

@@ -2,41 +2,17 @@
 //! and under the shim with each allocator (and once recording exact
 //! stacks), and prints the checksum the library computes. No timings.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Command;
 
+use allocmux_testkit::{BACKENDS, ok_as, shim, text};
 use allocmux_workloads::ALL;
+
+mod common;
+use common::bin;
 
 /// Small enough for debug builds: the whole test takes a few seconds.
 const SIZE: u64 = 200;
-
-const ALLOCATORS: [&str; 3] = ["system", "jemalloc", "mimalloc"];
-
-/// The directory cargo built this package's binaries into.
-fn bin_dir() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_allocmux-workload"))
-        .parent()
-        .expect("binaries live in a directory")
-}
-
-fn bin(name: &str) -> PathBuf {
-    bin_dir().join(name)
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn ok(what: &str, out: Output) -> Output {
-    assert!(
-        out.status.success(),
-        "{what}: status {:?}\nstdout: {}\nstderr: {}",
-        out.status,
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    out
-}
 
 #[test]
 fn every_workload_has_a_binary_and_every_binary_a_workload() {
@@ -65,18 +41,18 @@ fn every_binary_prints_the_checksum_plain_and_under_the_shim() {
                 for w in half {
                     let want = format!("{} {}\n", w.name, (w.run)(SIZE));
                     let run = |c: &mut Command, what: &str| {
-                        let out = ok(what, c.arg(SIZE.to_string()).output().unwrap());
+                        let out = ok_as(what, c.arg(SIZE.to_string()).output().unwrap());
                         assert_eq!(text(&out.stdout), want, "{what}");
                         out
                     };
                     run(&mut Command::new(bin(w.name)), w.name);
                     let generic = format!("allocmux-workload {}", w.name);
                     run(Command::new(bin("allocmux-workload")).arg(w.name), &generic);
-                    for a in ALLOCATORS {
+                    for a in BACKENDS {
                         let what = format!("{} under the shim with {a}", w.name);
                         let out = run(
                             Command::new(bin(w.name))
-                                .env("LD_PRELOAD", allocmux_cli::shim::BUILT_PATH)
+                                .env("LD_PRELOAD", shim())
                                 .env("ALLOCMUX_ALLOCATOR", a)
                                 .env_remove("ALLOCMUX_OUTPUT")
                                 .env_remove("ALLOCMUX_STACKS"),
@@ -91,7 +67,7 @@ fn every_binary_prints_the_checksum_plain_and_under_the_shim() {
                     let what = format!("{} recording exact stacks", w.name);
                     run(
                         Command::new(bin(w.name))
-                            .env("LD_PRELOAD", allocmux_cli::shim::BUILT_PATH)
+                            .env("LD_PRELOAD", shim())
                             .env("ALLOCMUX_ALLOCATOR", "jemalloc")
                             .env("ALLOCMUX_STACKS", "exact")
                             .env("ALLOCMUX_OUTPUT", &profile),
@@ -142,7 +118,7 @@ fn bad_arguments_fail_with_the_usage() {
     assert!(
         text(&out.stderr).starts_with("larson: unexpected argument \"20\"\nusage: larson [SIZE]")
     );
-    let out = ok(
+    let out = ok_as(
         "--help",
         Command::new(bin("larson")).arg("--help").output().unwrap(),
     );

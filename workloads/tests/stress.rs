@@ -8,14 +8,14 @@
 //! `stress-ng` run. Every process is killed if it runs past a deadline, so
 //! a hang fails the test instead of stalling it.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 use allocmux::Func;
 use allocmux::profile::{ProcessProfile, StackMode, State};
+use allocmux_testkit::{BACKENDS, require, run_under_with, text};
 
-const BACKENDS: [&str; 3] = ["system", "jemalloc", "mimalloc"];
+mod common;
+use common::bin;
 
 /// (mode name, the shim's settings for it).
 const MODES: [(&str, &[(&str, &str)]); 3] = [
@@ -40,83 +40,6 @@ const STRESS: [(&str, u64); 5] = [
     ("fragmentation", 50_000),
     ("short-threads", 300),
 ];
-
-const DEADLINE: Duration = Duration::from_secs(120);
-
-fn bin(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_BIN_EXE_allocmux-workload"))
-        .parent()
-        .expect("binaries live in a directory")
-        .join(name)
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-/// Runs `cmd` with the shim preloaded (`backend`, `settings`), profiles
-/// going to a fresh directory; kills it at the deadline. Returns its output
-/// and every profile it left, by file name.
-fn run_under(
-    cmd: &mut Command,
-    backend: &str,
-    settings: &[(&str, &str)],
-) -> (Output, Vec<(String, ProcessProfile)>) {
-    let dir = tempfile::tempdir().unwrap();
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("ALLOCMUX_") {
-            cmd.env_remove(key);
-        }
-    }
-    cmd.env("LD_PRELOAD", allocmux_cli::shim::BUILT_PATH)
-        .env("ALLOCMUX_ALLOCATOR", backend)
-        .env("ALLOCMUX_OUTPUT", dir.path().join("%p.prof"))
-        .envs(settings.iter().copied())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    use std::os::unix::process::CommandExt;
-    cmd.process_group(0);
-    let child = cmd.spawn().expect("the program starts");
-    let pid = child.id() as libc::pid_t;
-    // The output is read by `wait_with_output` on this thread; a watchdog
-    // kills the process group at the deadline.
-    let (done, watch) = std::sync::mpsc::channel::<()>();
-    let watchdog = std::thread::spawn(move || {
-        if watch.recv_timeout(DEADLINE).is_err() {
-            // SAFETY: kill has no memory-safety preconditions; the group
-            // is our child's, not yet reaped (we still wait for it).
-            unsafe { libc::kill(-pid, libc::SIGKILL) };
-            return true;
-        }
-        false
-    });
-    let started = Instant::now();
-    let out = child.wait_with_output().expect("waiting for the program");
-    let _ = done.send(());
-    let killed = watchdog.join().unwrap();
-    assert!(
-        !killed,
-        "{cmd:?} under {backend} {settings:?} still ran after {:?}: killed (a hang?)\nstderr: {}",
-        started.elapsed(),
-        text(&out.stderr)
-    );
-    let mut profiles = Vec::new();
-    let mut names: Vec<String> = std::fs::read_dir(dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    for name in names {
-        let body = std::fs::read_to_string(dir.path().join(&name))
-            .unwrap_or_else(|e| panic!("profile {name}: {e}"));
-        let mut p = allocmux::profile::parse(&body)
-            .unwrap_or_else(|e| panic!("profile {name} does not parse: {e}\n{body}"));
-        assert_eq!(p.len(), 1, "{name} holds one process");
-        profiles.push((name, p.pop().unwrap()));
-    }
-    (out, profiles)
-}
 
 /// What every process's profile must show in `mode`.
 fn check_stacks(p: &ProcessProfile, mode: &str, what: &str) {
@@ -162,10 +85,11 @@ fn stress_workloads_run_clean_under_every_backend_and_mode() {
             s.spawn(move || {
                 for &(name, size, backend, mode, settings) in runs.iter().skip(half).step_by(2) {
                     let what = format!("{name} {size} under {backend} with {mode}");
-                    let (out, profiles) = run_under(
-                        Command::new(bin(name)).arg(size.to_string()),
+                    let (out, profiles) = run_under_with(
                         backend,
+                        Command::new(bin(name)).arg(size.to_string()),
                         settings,
+                        None,
                     );
                     assert!(
                         out.status.success(),
@@ -214,31 +138,17 @@ fn stress_workloads_run_clean_under_every_backend_and_mode() {
     });
 }
 
-/// `stress-ng`, or None (the test is skipped) where it is not installed
-/// and this is not CI (`.ci/run` installs it).
-fn stress_ng() -> Option<PathBuf> {
-    for dir in std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()) {
-        let p = dir.join("stress-ng");
-        if p.is_file() {
-            return Some(p);
-        }
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "stress-ng is not installed (apt-get install stress-ng)"
-    );
-    eprintln!("skipping: stress-ng is not installed (apt-get install stress-ng)");
-    None
-}
-
 #[test]
 fn stress_ng_malloc_runs_clean_under_every_backend_and_mode() {
-    let Some(stress_ng) = stress_ng() else { return };
+    let Some(stress_ng) = require("stress-ng", "stress-ng") else {
+        return;
+    };
     const OPS: u64 = 4000;
     for backend in BACKENDS {
         for (mode, settings) in MODES {
             let what = format!("stress-ng --malloc under {backend} with {mode}");
-            let (out, profiles) = run_under(
+            let (out, profiles) = run_under_with(
+                backend,
                 Command::new(&stress_ng).args([
                     "--malloc",
                     "2",
@@ -252,8 +162,8 @@ fn stress_ng_malloc_runs_clean_under_every_backend_and_mode() {
                     "20s",
                     "--metrics-brief",
                 ]),
-                backend,
                 settings,
+                None,
             );
             let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
             assert!(out.status.success(), "{what}: {}\n{all}", out.status);

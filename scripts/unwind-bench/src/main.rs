@@ -84,7 +84,11 @@ impl Method {
     /// The frame-pointer walker runs on the -fno-omit-frame-pointer copy of
     /// the chain; everything else on the distribution-style -O2 copy.
     fn default_chain(self) -> Chain {
-        if self == Method::Fp { Chain::Fp } else { Chain::O2 }
+        if self == Method::Fp {
+            Chain::Fp
+        } else {
+            Chain::O2
+        }
     }
 }
 
@@ -192,7 +196,11 @@ extern "C" fn gcc_trace_cb(uctx: *mut c_void, arg: *mut c_void) -> c_int {
 
 #[inline(never)]
 fn capture_gcc(ctx: &mut Ctx) -> usize {
-    let mut st = GccState { buf: ctx.buf.as_mut_ptr(), len: 0, get_ip: ctx.api.unwind_get_ip };
+    let mut st = GccState {
+        buf: ctx.buf.as_mut_ptr(),
+        len: 0,
+        get_ip: ctx.api.unwind_get_ip,
+    };
     // SAFETY: the callback only writes within buf.
     unsafe { (ctx.api.unwind_backtrace)(gcc_trace_cb, &mut st as *mut GccState as *mut c_void) };
     st.len
@@ -202,16 +210,23 @@ fn capture_gcc(ctx: &mut Ctx) -> usize {
 fn capture_glibc(ctx: &mut Ctx) -> usize {
     // SAFETY: buf holds MAX_FRAMES pointer-sized slots.
     let n = unsafe {
-        (ctx.api.glibc_backtrace)(ctx.buf.as_mut_ptr() as *mut *mut c_void, MAX_FRAMES as c_int)
+        (ctx.api.glibc_backtrace)(
+            ctx.buf.as_mut_ptr() as *mut *mut c_void,
+            MAX_FRAMES as c_int,
+        )
     };
     n.max(0) as usize
 }
 
 #[inline(never)]
 fn capture_libunwind(ctx: &mut Ctx) -> usize {
-    // SAFETY: as above.
+    // SAFETY: buf holds MAX_FRAMES pointer-sized slots, the most
+    // unw_backtrace writes when given that size.
     let n = unsafe {
-        (ctx.api.unw_backtrace)(ctx.buf.as_mut_ptr() as *mut *mut c_void, MAX_FRAMES as c_int)
+        (ctx.api.unw_backtrace)(
+            ctx.buf.as_mut_ptr() as *mut *mut c_void,
+            MAX_FRAMES as c_int,
+        )
     };
     n.max(0) as usize
 }
@@ -240,7 +255,10 @@ fn capture_framehop(ctx: &mut Ctx) -> usize {
         }
     };
     let regs = UnwindRegsX86_64::new(rip, rsp, rbp);
-    let mut frames = ctx.api.framehop.iter_frames(rip, regs, &mut ctx.fh_cache, &mut read_stack);
+    let mut frames = ctx
+        .api
+        .framehop
+        .iter_frames(rip, regs, &mut ctx.fh_cache, &mut read_stack);
     let mut n = 0;
     // Ok(None) is a clean end (root reached); Err is the usual end at the
     // outermost frame (e.g. no CFI for _start's caller): keep what we have.
@@ -303,12 +321,19 @@ unsafe fn cast<F: Copy>(p: *mut c_void) -> F {
 
 fn dl(path: &str, flags: c_int) -> *mut c_void {
     let c = CString::new(path).unwrap();
-    // SAFETY: plain dlopen.
+    // SAFETY: `c` is a NUL-terminated path that outlives the call; dlopen
+    // has no other precondition.
     let h = unsafe { libc::dlopen(c.as_ptr(), flags) };
     if h.is_null() {
-        // SAFETY: dlerror returns a C string or null.
+        // SAFETY: dlerror has no preconditions; it returns a C string or null.
         let e = unsafe { libc::dlerror() };
-        let msg = if e.is_null() { "?".into() } else { unsafe { CStr::from_ptr(e) }.to_string_lossy() };
+        let msg = if e.is_null() {
+            "?".into()
+        } else {
+            // SAFETY: non-null (checked): dlerror's NUL-terminated message,
+            // valid until the next dl* call on this thread, read at once.
+            unsafe { CStr::from_ptr(e) }.to_string_lossy()
+        };
         panic!("dlopen {path}: {msg}");
     }
     h
@@ -317,15 +342,22 @@ fn dl(path: &str, flags: c_int) -> *mut c_void {
 /// dlsym that also reports which file the symbol really came from.
 fn sym(handle: *mut c_void, name: &str, verbose: bool) -> *mut c_void {
     let c = CString::new(name).unwrap();
-    // SAFETY: plain dlsym / dladdr.
+    // SAFETY: `handle` came from a successful dlopen and `c` is a
+    // NUL-terminated name that outlives the call.
     let p = unsafe { libc::dlsym(handle, c.as_ptr()) };
     assert!(!p.is_null(), "dlsym {name} failed");
     if verbose {
+        // SAFETY: Dl_info is plain pointers and integers, for which all
+        // zeroes is a valid (null) value.
         let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+        // SAFETY: dladdr only reads the loader's tables and writes `info`,
+        // a valid out-parameter.
         unsafe { libc::dladdr(p, &mut info) };
         let file = if info.dli_fname.is_null() {
             "?".into()
         } else {
+            // SAFETY: non-null (checked): the loader's NUL-terminated name of
+            // a library that stays loaded (nothing is dlclosed).
             unsafe { CStr::from_ptr(info.dli_fname) }.to_string_lossy()
         };
         eprintln!("  {name:<30} from {file}");
@@ -342,19 +374,36 @@ struct ModInfo {
     eh_frame_hdr: Option<(u64, u64)>,
 }
 
-unsafe extern "C" fn phdr_cb(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> c_int {
+unsafe extern "C" fn phdr_cb(
+    info: *mut libc::dl_phdr_info,
+    _size: usize,
+    data: *mut c_void,
+) -> c_int {
     // SAFETY: called by dl_iterate_phdr with a valid info; data is our Vec.
     let (info, mods) = unsafe { (&*info, &mut *(data as *mut Vec<ModInfo>)) };
     let name = if info.dlpi_name.is_null() {
         String::new()
     } else {
-        unsafe { CStr::from_ptr(info.dlpi_name) }.to_string_lossy().into_owned()
+        // SAFETY: non-null (checked): the loader's NUL-terminated module
+        // name, valid during the callback.
+        unsafe { CStr::from_ptr(info.dlpi_name) }
+            .to_string_lossy()
+            .into_owned()
     };
+    // SAFETY: the loader's program headers of this module: dlpi_phnum
+    // entries at dlpi_phdr, valid during the callback.
     let phdrs = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
-    let mut m = ModInfo { name, base: info.dlpi_addr, loads: vec![], eh_frame_hdr: None };
+    let mut m = ModInfo {
+        name,
+        base: info.dlpi_addr,
+        loads: vec![],
+        eh_frame_hdr: None,
+    };
     for ph in phdrs {
         match ph.p_type {
-            libc::PT_LOAD => m.loads.push((ph.p_vaddr, ph.p_vaddr + ph.p_memsz, ph.p_flags)),
+            libc::PT_LOAD => m
+                .loads
+                .push((ph.p_vaddr, ph.p_vaddr + ph.p_memsz, ph.p_flags)),
             libc::PT_GNU_EH_FRAME => m.eh_frame_hdr = Some((ph.p_vaddr, ph.p_vaddr + ph.p_memsz)),
             _ => {}
         }
@@ -399,20 +448,28 @@ fn build_framehop(mods: &[ModInfo]) -> (FhUnwinder, usize) {
     let mut unwinder = FhUnwinder::new();
     let mut count = 0;
     for m in mods {
-        let Some((hdr_start, hdr_end)) = m.eh_frame_hdr else { continue };
+        let Some((hdr_start, hdr_end)) = m.eh_frame_hdr else {
+            continue;
+        };
         if m.loads.is_empty() {
             continue;
         }
         let avma = |svma: u64| m.base.wrapping_add(svma);
         let hdr_avma = avma(hdr_start);
         // SAFETY: PT_GNU_EH_FRAME is mapped and readable.
-        let (version, ptr_enc) = unsafe { (*(hdr_avma as *const u8), *((hdr_avma + 1) as *const u8)) };
+        let (version, ptr_enc) =
+            unsafe { (*(hdr_avma as *const u8), *((hdr_avma + 1) as *const u8)) };
         if version != 1 {
             continue;
         }
-        let Some((eh_frame_svma, _)) = read_encoded(hdr_avma + 4, hdr_start + 4, ptr_enc) else { continue };
+        let Some((eh_frame_svma, _)) = read_encoded(hdr_avma + 4, hdr_start + 4, ptr_enc) else {
+            continue;
+        };
         // Bound the walk by the end of the PT_LOAD holding .eh_frame.
-        let Some(&(_, seg_end, _)) = m.loads.iter().find(|l| l.0 <= eh_frame_svma && eh_frame_svma < l.1)
+        let Some(&(_, seg_end, _)) = m
+            .loads
+            .iter()
+            .find(|l| l.0 <= eh_frame_svma && eh_frame_svma < l.1)
         else {
             continue;
         };
@@ -425,6 +482,8 @@ fn build_framehop(mods: &[ModInfo]) -> (FhUnwinder, usize) {
                 break;
             }
             pos += if len == 0xffff_ffff {
+                // SAFETY: a 64-bit length follows the 0xffffffff escape in
+                // the same record, inside the mapped segment.
                 12 + unsafe { (avma(pos + 4) as *const u64).read_unaligned() }
             } else {
                 4 + len
@@ -435,7 +494,11 @@ fn build_framehop(mods: &[ModInfo]) -> (FhUnwinder, usize) {
             // SAFETY: mapped for the life of the process (never dlclosed).
             unsafe { std::slice::from_raw_parts(avma(start) as *const u8, (end - start) as usize) }
         };
-        let text = m.loads.iter().find(|l| l.2 & libc::PF_X != 0).map(|&(s, e, _)| (s, e));
+        let text = m
+            .loads
+            .iter()
+            .find(|l| l.2 & libc::PF_X != 0)
+            .map(|&(s, e, _)| (s, e));
         let lo = m.loads.iter().map(|l| l.0).min().unwrap();
         let hi = m.loads.iter().map(|l| l.1).max().unwrap();
         let info = ExplicitModuleSectionInfo {
@@ -448,7 +511,11 @@ fn build_framehop(mods: &[ModInfo]) -> (FhUnwinder, usize) {
             eh_frame_hdr: Some(slice(hdr_start, hdr_end)),
             ..Default::default()
         };
-        let name = if m.name.is_empty() { "<main>".to_string() } else { m.name.clone() };
+        let name = if m.name.is_empty() {
+            "<main>".to_string()
+        } else {
+            m.name.clone()
+        };
         unwinder.add_module(Module::new(name, avma(lo)..avma(hi), m.base, info));
         count += 1;
     }
@@ -469,7 +536,10 @@ fn stack_top() -> u64 {
 }
 
 fn text_range(mods: &[ModInfo], file: &str) -> std::ops::Range<u64> {
-    let m = mods.iter().find(|m| m.name.ends_with(file)).expect("chain library not loaded");
+    let m = mods
+        .iter()
+        .find(|m| m.name.ends_with(file))
+        .expect("chain library not loaded");
     let &(s, e, _) = m.loads.iter().find(|l| l.2 & libc::PF_X != 0).unwrap();
     m.base + s..m.base + e
 }
@@ -486,8 +556,10 @@ fn setup(lib_dir: &str, verbose: bool) -> &'static Api {
     if verbose {
         eprintln!("symbols:");
     }
-    // SAFETY (all casts): each symbol has the C signature declared in
-    // its library's header (unwind.h, execinfo.h, libunwind.h).
+    // SAFETY: every `cast` below gives a symbol the C signature declared
+    // in its library's header (unwind.h, execinfo.h, libunwind.h); the
+    // libraries stay loaded for the life of the process; the counter, when
+    // present, is c/alloc_count.c's static 64-bit atomic.
     let api = unsafe {
         let set_caching_policy: unsafe extern "C" fn(*mut c_void, c_int) -> c_int =
             cast(sym(lu, "_ULx86_64_set_caching_policy", verbose));
@@ -501,7 +573,10 @@ fn setup(lib_dir: &str, verbose: bool) -> &'static Api {
         if verbose {
             eprintln!("framehop: {nmods} modules with .eh_frame_hdr registered");
         }
-        let counter = libc::dlsym(libc::RTLD_DEFAULT, c"unwind_bench_alloc_calls".as_ptr() as *const c_char);
+        let counter = libc::dlsym(
+            libc::RTLD_DEFAULT,
+            c"unwind_bench_alloc_calls".as_ptr() as *const c_char,
+        );
         Api {
             unwind_backtrace: cast(sym(gcc, "_Unwind_Backtrace", verbose)),
             unwind_get_ip: cast(sym(gcc, "_Unwind_GetIP", verbose)),
@@ -513,7 +588,8 @@ fn setup(lib_dir: &str, verbose: bool) -> &'static Api {
             stack_top: stack_top(),
             text_o2: text_range(&mods, "libchain_o2.so"),
             text_fp: text_range(&mods, "libchain_fp.so"),
-            alloc_counter: (!counter.is_null()).then(|| &*(counter as *const std::sync::atomic::AtomicU64)),
+            alloc_counter: (!counter.is_null())
+                .then(|| &*(counter as *const std::sync::atomic::AtomicU64)),
         }
     };
     Box::leak(Box::new(api))
@@ -536,7 +612,13 @@ struct Check {
 }
 
 #[inline(never)]
-fn check(ctx: &mut Ctx, method: Method, chain: Chain, depth: usize, reference: &[u64]) -> (Check, Vec<u64>) {
+fn check(
+    ctx: &mut Ctx,
+    method: Method,
+    chain: Chain,
+    depth: usize,
+    reference: &[u64],
+) -> (Check, Vec<u64>) {
     ctx.method = method;
     let a0 = ctx.allocs();
     ctx.run(chain, depth);
@@ -546,13 +628,22 @@ fn check(ctx: &mut Ctx, method: Method, chain: Chain, depth: usize, reference: &
         Chain::O2 => ctx.api.text_o2.clone(),
         Chain::Fp => ctx.api.text_fp.clone(),
     };
-    let c_of = |v: &[u64]| v.iter().copied().filter(|a| range.contains(a)).collect::<Vec<_>>();
+    let c_of = |v: &[u64]| {
+        v.iter()
+            .copied()
+            .filter(|a| range.contains(a))
+            .collect::<Vec<_>>()
+    };
     let tail_of = |v: &[u64]| {
         let i = v.iter().position(|a| range.contains(a)).unwrap_or(v.len());
         v[i..].to_vec()
     };
     let (c_got, t_got) = (c_of(&got), tail_of(&got));
-    let reference = if reference.is_empty() { &got[..] } else { reference };
+    let reference = if reference.is_empty() {
+        &got[..]
+    } else {
+        reference
+    };
     let (c_ref, t_ref) = (c_of(reference), tail_of(reference));
     let tail = if t_got == t_ref {
         None
@@ -590,13 +681,27 @@ struct Opts {
 }
 
 fn parse_opts() -> Opts {
-    let mut o = Opts { lib_dir: "build".into(), depths: vec![10, 20, 40], iters: 200_000, reps: 5, only: None, chain: None, dump: false, methods: Method::TIMED.to_vec() };
+    let mut o = Opts {
+        lib_dir: "build".into(),
+        depths: vec![10, 20, 40],
+        iters: 200_000,
+        reps: 5,
+        only: None,
+        chain: None,
+        dump: false,
+        methods: Method::TIMED.to_vec(),
+    };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut val = || args.next().unwrap_or_else(|| panic!("{a} needs a value"));
         match a.as_str() {
             "--lib-dir" => o.lib_dir = val(),
-            "--depths" => o.depths = val().split(',').map(|d| d.parse().expect("depth")).collect(),
+            "--depths" => {
+                o.depths = val()
+                    .split(',')
+                    .map(|d| d.parse().expect("depth"))
+                    .collect()
+            }
             "--iters" => o.iters = val().parse().expect("iters"),
             "--reps" => o.reps = val().parse().expect("reps"),
             "--only" => o.only = Some(Method::parse(&val()).expect("unknown method")),
@@ -608,27 +713,45 @@ fn parse_opts() -> Opts {
                 })
             }
             "--dump" => o.dump = true,
-            "--methods" => o.methods = val().split(',').map(|m| Method::parse(m).expect("unknown method")).collect(),
+            "--methods" => {
+                o.methods = val()
+                    .split(',')
+                    .map(|m| Method::parse(m).expect("unknown method"))
+                    .collect()
+            }
             _ => panic!(
                 "usage: unwind-bench [--lib-dir DIR] [--depths 10,20,40] [--iters N] [--reps R] [--methods gcc,glibc,libunwind,framehop,fp] [--only METHOD [--chain o2|fp]] [--dump]"
             ),
         }
     }
-    assert!(o.depths.iter().all(|&d| (2..200).contains(&d)), "depths must be in 2..200");
+    assert!(
+        o.depths.iter().all(|&d| (2..200).contains(&d)),
+        "depths must be in 2..200"
+    );
     o
 }
 
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     let n = v.len();
-    if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 }
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
 }
 
 fn main() {
     let o = parse_opts();
     let quiet = o.only.is_some();
     let api = setup(&o.lib_dir, !quiet);
-    let mut ctx = Box::new(Ctx { method: Method::None, len: 0, buf: [0; MAX_FRAMES], api, fh_cache: Box::new(FhCache::new_in()) });
+    let mut ctx = Box::new(Ctx {
+        method: Method::None,
+        len: 0,
+        buf: [0; MAX_FRAMES],
+        api,
+        fh_cache: Box::new(FhCache::new_in()),
+    });
 
     // --only: the callgrind mode.  Fixed warm-up, then `iters` captures; run
     // twice with different iters and the difference is the per-stack cost.
@@ -680,7 +803,10 @@ fn main() {
             }
             // Cold allocations: only the very first capture of each unwinder counts.
             let first = i == 0 && ch == Chain::O2;
-            checks.push(Check { cold_allocs: c.cold_allocs.filter(|_| first), ..c });
+            checks.push(Check {
+                cold_allocs: c.cold_allocs.filter(|_| first),
+                ..c
+            });
         }
     }
 
@@ -690,7 +816,13 @@ fn main() {
     methods.extend(o.methods.iter().copied());
     let mut ns: std::collections::HashMap<(Method, Chain, usize), Vec<f64>> = Default::default();
     let mut steady_allocs: std::collections::HashMap<Method, u64> = Default::default();
-    let runs = |m: Method| if m == Method::None { vec![Chain::O2, Chain::Fp] } else { vec![m.default_chain()] };
+    let runs = |m: Method| {
+        if m == Method::None {
+            vec![Chain::O2, Chain::Fp]
+        } else {
+            vec![m.default_chain()]
+        }
+    };
     for &m in &methods {
         for &d in &o.depths {
             for ch in runs(m) {
@@ -726,17 +858,29 @@ fn main() {
     eprintln!("framehop cache: {:?}", ctx.fh_cache.stats());
 
     // 3. Report (markdown on stdout).
-    println!("### Wall time per captured stack (median of {} reps × {} captures)\n", o.reps, o.iters);
-    println!("Net = median minus the median of an empty capture through the same chain (the harness cost, shown in the first rows).\n");
-    println!("| unwinder | C frames (D) | frames captured | ns/stack net (median) | min–max gross ns | ns/frame |");
+    println!(
+        "### Wall time per captured stack (median of {} reps × {} captures)\n",
+        o.reps, o.iters
+    );
+    println!(
+        "Net = median minus the median of an empty capture through the same chain (the harness cost, shown in the first rows).\n"
+    );
+    println!(
+        "| unwinder | C frames (D) | frames captured | ns/stack net (median) | min–max gross ns | ns/frame |"
+    );
     println!("|---|---:|---:|---:|---:|---:|");
-    let med = |ns: &mut std::collections::HashMap<(Method, Chain, usize), Vec<f64>>, key| median(ns.get_mut(&key).unwrap());
+    let med = |ns: &mut std::collections::HashMap<(Method, Chain, usize), Vec<f64>>, key| {
+        median(ns.get_mut(&key).unwrap())
+    };
     for &d in &o.depths {
         for ch in [Chain::O2, Chain::Fp] {
             let v = ns.get(&(Method::None, ch, d)).unwrap();
             let (lo, hi) = minmax(v);
             let m = med(&mut ns, (Method::None, ch, d));
-            println!("| empty capture, {} chain | {d} | 0 | ({m:.0} gross) | {lo:.0}–{hi:.0} | |", chain_name(ch));
+            println!(
+                "| empty capture, {} chain | {d} | 0 | ({m:.0} gross) | {lo:.0}–{hi:.0} | |",
+                chain_name(ch)
+            );
         }
     }
     let mut net_of = std::collections::HashMap::new();
@@ -748,17 +892,33 @@ fn main() {
             let net = med(&mut ns, (m, ch, d)) - base;
             let frames = frames_of[&(m, d)];
             net_of.insert((m, d), net);
-            println!("| {} | {d} | {frames} | {net:.0} | {lo:.0}–{hi:.0} | {:.1} |", m.label(), net / frames as f64);
+            println!(
+                "| {} | {d} | {frames} | {net:.0} | {lo:.0}–{hi:.0} | {:.1} |",
+                m.label(),
+                net / frames as f64
+            );
         }
     }
-    let (dmin, dmax) = (*o.depths.iter().min().unwrap(), *o.depths.iter().max().unwrap());
+    let (dmin, dmax) = (
+        *o.depths.iter().min().unwrap(),
+        *o.depths.iter().max().unwrap(),
+    );
     let total_calls = (o.reps * o.iters * o.depths.len()) as f64;
     println!("\n### Per extra frame and allocations\n");
-    println!("Marginal = (net ns at D={dmax} − net ns at D={dmin}) / {} extra C frames: the per-frame cost without fixed overhead.\n", dmax - dmin);
-    println!("| unwinder | marginal ns/frame | allocations on first capture | allocations per capture, steady state |");
+    println!(
+        "Marginal = (net ns at D={dmax} − net ns at D={dmin}) / {} extra C frames: the per-frame cost without fixed overhead.\n",
+        dmax - dmin
+    );
+    println!(
+        "| unwinder | marginal ns/frame | allocations on first capture | allocations per capture, steady state |"
+    );
     println!("|---|---:|---:|---:|");
     for &m in &o.methods {
-        let marg = if dmax > dmin { (net_of[&(m, dmax)] - net_of[&(m, dmin)]) / (dmax - dmin) as f64 } else { f64::NAN };
+        let marg = if dmax > dmin {
+            (net_of[&(m, dmax)] - net_of[&(m, dmin)]) / (dmax - dmin) as f64
+        } else {
+            f64::NAN
+        };
         let cold = checks
             .iter()
             .find(|c| c.method == m && c.chain == Chain::O2 && c.cold_allocs.is_some())
@@ -773,8 +933,12 @@ fn main() {
     }
 
     println!("\n### Correctness (reference: libgcc `_Unwind_Backtrace` on the same chain)\n");
-    println!("'C frames' counts return addresses inside the chain library (expected: D). 'Rest of stack' compares everything from the first C frame outwards (C, Rust harness, libc, _start).\n");
-    println!("| unwinder | chain | D | frames total | C frames | C sequence = reference | rest of stack = reference |");
+    println!(
+        "'C frames' counts return addresses inside the chain library (expected: D). 'Rest of stack' compares everything from the first C frame outwards (C, Rust harness, libc, _start).\n"
+    );
+    println!(
+        "| unwinder | chain | D | frames total | C frames | C sequence = reference | rest of stack = reference |"
+    );
     println!("|---|---|---:|---:|---:|---|---|");
     for c in &checks {
         let tail = match c.tail {
@@ -782,7 +946,9 @@ fn main() {
             Some((common, ours, theirs)) if common == ours => {
                 format!("prefix: stops {} frames early", theirs - ours)
             }
-            Some((common, ours, theirs)) => format!("no: first {common} equal, then differs ({ours} vs {theirs} frames)"),
+            Some((common, ours, theirs)) => {
+                format!("no: first {common} equal, then differs ({ours} vs {theirs} frames)")
+            }
         };
         let label = match (c.method, c.chain) {
             (Method::Fp, Chain::O2) => "frame pointers on the -O2 chain (expected to fail)",
@@ -790,8 +956,18 @@ fn main() {
             (Method::Gcc, Chain::Fp) => "libgcc on the FP copy (reference there)",
             (m, _) => m.label(),
         };
-        let ok = if c.c_frames == c.depth && c.c_match { "yes" } else { "**no**" };
-        println!("| {label} | {} | {} | {} | {} | {ok} | {tail} |", chain_name(c.chain), c.depth, c.total, c.c_frames);
+        let ok = if c.c_frames == c.depth && c.c_match {
+            "yes"
+        } else {
+            "**no**"
+        };
+        println!(
+            "| {label} | {} | {} | {} | {} | {ok} | {tail} |",
+            chain_name(c.chain),
+            c.depth,
+            c.total,
+            c.c_frames
+        );
     }
 }
 
@@ -809,13 +985,33 @@ fn dump(ctx: &mut Ctx, depth: usize) {
     ] {
         ctx.method = m;
         ctx.run(ch, depth);
-        println!("== {} on {} chain, D={depth}: {} frames", m.name(), chain_name(ch), ctx.len);
+        println!(
+            "== {} on {} chain, D={depth}: {} frames",
+            m.name(),
+            chain_name(ch),
+            ctx.len
+        );
         for &a in ctx.frames() {
+            // SAFETY: Dl_info is plain pointers and integers, for which all
+            // zeroes is a valid (null) value.
             let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-            // SAFETY: dladdr only reads loader tables.
+            // SAFETY: dladdr only reads loader tables and writes `info`, a
+            // valid out-parameter.
             let ok = unsafe { libc::dladdr(a as *const c_void, &mut info) } != 0;
-            let cs = |p: *const c_char| if p.is_null() { "?".to_string() } else { unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned() };
-            let (file, name) = if ok { (cs(info.dli_fname), cs(info.dli_sname)) } else { ("?".into(), "?".into()) };
+            let cs = |p: *const c_char| {
+                if p.is_null() {
+                    "?".to_string()
+                } else {
+                    // SAFETY: non-null (checked): a NUL-terminated name from
+                    // dladdr, of a library that stays loaded.
+                    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+                }
+            };
+            let (file, name) = if ok {
+                (cs(info.dli_fname), cs(info.dli_sname))
+            } else {
+                ("?".into(), "?".into())
+            };
             let file = file.rsplit('/').next().unwrap_or("").to_string();
             println!("  {a:#014x}  {file:<22} {name}");
         }
@@ -823,7 +1019,10 @@ fn dump(ctx: &mut Ctx, depth: usize) {
 }
 
 fn minmax(v: &[f64]) -> (f64, f64) {
-    v.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| (lo.min(x), hi.max(x)))
+    v.iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| {
+            (lo.min(x), hi.max(x))
+        })
 }
 
 fn chain_name(c: Chain) -> &'static str {

@@ -1,11 +1,10 @@
 //! Random edits of real profiles, for fuzzing what reads them: the
 //! profile reader (`profiler/tests/fuzz_profile.rs`) and the CLI's report
-//! (`flamegraph/tests/fuzz_report.rs`, which includes this file).
-#![allow(dead_code)] // each test binary uses its own subset
+//! (`flamegraph/tests/fuzz_report.rs`).
 
 use proptest::prelude::*;
 
-/// Real profiles: the shim under python3 (sampled stacks, a timeline),
+/// Real profiles (`corpus/`, kept in this crate): the shim under python3 (sampled stacks, a timeline),
 /// bash with forks and execs (mimalloc, four processes), an exact-stacks
 /// pipeline, a Rust program's `Profiler`.
 pub const CORPUS: &[(&str, &str)] = &[
@@ -102,6 +101,7 @@ const KEYS: &[&str] = &[
     "unknown_key",
 ];
 
+/// A random [`Edit`].
 pub fn edit() -> impl Strategy<Value = Edit> {
     let frac = 0.0..1.0f64;
     let line = (
@@ -131,6 +131,8 @@ fn at(f: f64, len: usize) -> usize {
     ((f * len as f64) as usize).min(len.saturating_sub(1))
 }
 
+/// `text` with `edits` applied in order (each one that does not fit the
+/// text as it then is, such as deleting a line of an empty text, does nothing).
 pub fn apply(text: &str, edits: &[Edit]) -> String {
     let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
     for e in edits {

@@ -1,0 +1,236 @@
+//! Processes started by tests: each runs in its own process group, and if
+//! it is still running after [`TIMEOUT`] the whole group is killed and the
+//! test fails, so no test can hang. A [`Spawned`] dropped during a panic
+//! kills its group too.
+
+use std::borrow::Cow;
+use std::io::{Read, Write};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// The longest any spawned process may run.
+pub const TIMEOUT: Duration = Duration::from_secs(120);
+
+/// How long a process's output pipes may stay open after it exited (a
+/// background grandchild could hold them).
+const PIPE_GRACE: Duration = Duration::from_secs(30);
+
+/// Removes what would change the shim's behaviour from a command's
+/// environment: an inherited `LD_PRELOAD` and every `ALLOCMUX_*` variable.
+pub fn scrub(cmd: &mut Command) -> &mut Command {
+    cmd.env_remove("LD_PRELOAD");
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("ALLOCMUX_") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd
+}
+
+/// A process started by a test, in its own process group, killed with its
+/// group if the test lets go of it (or panics) while it still runs.
+#[derive(Debug)]
+pub struct Spawned {
+    pub child: Child,
+    what: String,
+    reaped: bool,
+    deadline: Instant,
+}
+
+impl Spawned {
+    /// Spawns `cmd` (stdio as the caller set it up) in a new process group.
+    pub fn spawn(cmd: &mut Command) -> Spawned {
+        let what = describe(cmd);
+        cmd.process_group(0);
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
+        Spawned {
+            child,
+            what,
+            reaped: false,
+            deadline: Instant::now() + TIMEOUT,
+        }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits up to 60 s for the first line of the child's piped stdout
+    /// (a fixture's "ready") and asserts it is `want`.
+    pub fn expect_first_line(&mut self, want: &str) {
+        use std::io::BufRead;
+        let stdout = self.child.stdout.take().expect("stdout piped");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = std::io::BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let line = rx
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("{} did not print {want:?} within 60 s", self.what));
+        assert_eq!(line, want, "the first line of {}", self.what);
+    }
+
+    /// What was started, for messages.
+    pub fn what(&self) -> &str {
+        &self.what
+    }
+
+    /// Sends `sig` to the whole process group (only while it is not reaped:
+    /// afterwards the id may belong to someone else).
+    pub fn signal_group(&self, sig: libc::c_int) {
+        if !self.reaped {
+            // SAFETY: kill has no memory-safety preconditions; the group id
+            // is our unreaped child's pid, so the group is ours.
+            unsafe { libc::kill(-(self.child.id() as libc::pid_t), sig) };
+        }
+    }
+
+    /// Waits for the process to exit; kills its group and panics if it is
+    /// still running at the deadline ([`TIMEOUT`] after it started).
+    pub fn wait(&mut self) -> ExitStatus {
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => {
+                    self.reaped = true;
+                    return status;
+                }
+                Ok(None) => {}
+                Err(e) => panic!("waiting for {}: {e}", self.what),
+            }
+            if Instant::now() >= self.deadline {
+                self.signal_group(libc::SIGKILL);
+                let _ = self.child.wait();
+                self.reaped = true;
+                panic!(
+                    "{} was still running after {} s: killed (a hang or deadlock)",
+                    self.what,
+                    TIMEOUT.as_secs()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        if !self.reaped {
+            self.signal_group(libc::SIGKILL);
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Reads a pipe to its end on a thread; the result arrives on the channel.
+pub fn drain(mut pipe: impl Read + Send + 'static) -> mpsc::Receiver<Vec<u8>> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = pipe.read_to_end(&mut buf);
+        let _ = tx.send(buf);
+    });
+    rx
+}
+
+/// Runs a command to completion with a timeout, feeding it `input` (or
+/// /dev/null) and capturing stdout and stderr. Returns its pid too.
+pub fn run_with_pid(cmd: &mut Command, input: Option<&[u8]>) -> (u32, Output) {
+    cmd.stdin(if input.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let mut p = Spawned::spawn(cmd);
+    if let Some(data) = input {
+        let mut stdin = p.child.stdin.take().expect("stdin is piped");
+        let data = data.to_vec();
+        // A program that stops reading early gets EPIPE here, which is fine.
+        std::thread::spawn(move || {
+            let _ = stdin.write_all(&data);
+        });
+    }
+    let out = drain(p.child.stdout.take().expect("stdout is piped"));
+    let err = drain(p.child.stderr.take().expect("stderr is piped"));
+    let status = p.wait();
+    let collect = |rx: mpsc::Receiver<Vec<u8>>, name: &str| {
+        rx.recv_timeout(PIPE_GRACE).unwrap_or_else(|_| {
+            panic!(
+                "the {name} of {} was still open {} s after it exited",
+                p.what(),
+                PIPE_GRACE.as_secs()
+            )
+        })
+    };
+    let stdout = collect(out, "stdout");
+    let stderr = collect(err, "stderr");
+    (
+        p.pid(),
+        Output {
+            status,
+            stdout,
+            stderr,
+        },
+    )
+}
+
+/// [`run_with_pid`] without the pid.
+pub fn run(cmd: &mut Command, input: Option<&[u8]>) -> Output {
+    run_with_pid(cmd, input).1
+}
+
+/// Bytes as text, lossily and whole.
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Bytes as text for messages, shortened if long (the shim's tests print
+/// outputs that can run to megabytes).
+pub fn shortened(bytes: &[u8]) -> Cow<'_, str> {
+    const MAX: usize = 6000;
+    if bytes.len() <= MAX {
+        String::from_utf8_lossy(bytes)
+    } else {
+        Cow::Owned(format!(
+            "{}\n... ({} more bytes)",
+            String::from_utf8_lossy(&bytes[..MAX]),
+            bytes.len() - MAX
+        ))
+    }
+}
+
+/// A command line for messages.
+pub fn describe(cmd: &Command) -> String {
+    let mut s = cmd.get_program().to_string_lossy().into_owned();
+    for a in cmd.get_args() {
+        s.push(' ');
+        s.push_str(&a.to_string_lossy());
+    }
+    s
+}
+
+/// The output of a run that must have succeeded.
+pub fn ok(out: Output) -> Output {
+    ok_as("the command", out)
+}
+
+/// The output of a run that must have succeeded, naming what ran in the
+/// failure message.
+pub fn ok_as(what: &str, out: Output) -> Output {
+    assert!(
+        out.status.success(),
+        "{what}: status {:?}\nstdout: {}\nstderr: {}",
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    out
+}
