@@ -186,7 +186,7 @@ pub fn launch(l: &Launch<'_>) -> Result<Outcome> {
         .args(&l.command[1..])
         .env("LD_PRELOAD", preload)
         .env(env::ALLOCATOR, l.allocator.name())
-        .env("ALLOCMUX_OUTPUT", dir.path().join("%p.prof"))
+        .env(env::OUTPUT, dir.path().join("%p.prof"))
         .envs(l.env.iter().map(|(k, v)| (k, v)));
     match &l.output {
         Output::Inherit => {}
