@@ -1,38 +1,80 @@
-//! `cargo install --path flamegraph` gives an `allocmux` that works from
-//! any directory: the shim travels inside the binary and is written to the
-//! user's cache directory on first use.
+//! `cargo install allocmux-cli` from the packaged crates gives an
+//! `allocmux` that works from any directory: the shim travels inside the
+//! binary and is written to the user's cache directory on first use.
+//!
+//! The crates are packaged as `cargo publish` would upload them, and
+//! installed from a registry of their own: a directory source that
+//! replaces crates.io, holding them next to the third-party crates the
+//! lock file names (vendored), in a cargo home of the test's own. So the
+//! build sees only what was packaged: a file the packages miss, or a path
+//! into the workspace, fails here, and the shim must be built from the
+//! packaged allocmux-shim.
 //!
 //! This is the slow test of the suite: a release build of the CLI and its
 //! shim, as `cargo install` makes it. It builds into `target/install-test`,
 //! kept between runs so that later runs only rebuild what changed, and
 //! apart from the target directory of the `cargo test` that runs it, so
-//! neither waits for the other's lock.
+//! neither waits for the other's lock. Vendoring may fetch from crates.io
+//! the few crates of other platforms that no build here has downloaded.
 
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
 mod common;
 use common::*;
 
+/// The crates of this workspace that `allocmux-cli` is installed from.
+const PACKAGES: [&str; 4] = [
+    "allocmux",
+    "allocmux-shim",
+    "allocmux-workloads",
+    "allocmux-cli",
+];
+
 #[test]
-fn cargo_install_gives_an_allocmux_that_works_anywhere() {
+fn cargo_install_from_the_packaged_crates_gives_an_allocmux_that_works_anywhere() {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
     // CARGO_TARGET_TMPDIR is `<target dir>/tmp`, wherever that is.
-    let target_dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+    let kept = Path::new(env!("CARGO_TARGET_TMPDIR"))
         .parent()
         .unwrap()
         .join("install-test");
-    let root = tempfile::tempdir().unwrap();
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    // Kept too: cargo tells registry crates apart by where their sources
+    // are, so a new directory each run would rebuild them all.
+    let registry = kept.join("registry");
     let started = Instant::now();
-    let install = run(Command::new(cargo)
-        .current_dir(workspace)
-        .args(["install", "--locked", "--path", "flamegraph", "--root"])
+    let crates = package(workspace, &kept.join("package"));
+    vendor(workspace, &registry);
+    for (name, file) in &crates {
+        let dir = format!("{name}-{}", env!("CARGO_PKG_VERSION"));
+        unpack(file, &registry.join(dir));
+    }
+    eprintln!("packaging and vendoring took {:.0?}", started.elapsed());
+
+    // Outside the workspace, so no configuration or workspace of it
+    // applies; crates.io is the directory of packaged crates.
+    let cargo_home = tempfile::tempdir().unwrap();
+    fs::write(
+        cargo_home.path().join("config.toml"),
+        format!(
+            "[source.crates-io]\nreplace-with = \"packaged\"\n\n\
+             [source.packaged]\ndirectory = {:?}\n",
+            registry.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    let install = run(cargo()
+        .current_dir(elsewhere.path())
+        .args(["install", "--locked", "allocmux-cli", "--root"])
         .arg(root.path())
-        .env("CARGO_TARGET_DIR", &target_dir)
-        // `cargo test` has fetched every crate the build needs; the
+        .env("CARGO_HOME", cargo_home.path())
+        .env("CARGO_TARGET_DIR", kept.join("build"))
+        // The directory source has every crate the build needs; the
         // nested cargo that builds the shim reads this too.
         .env("CARGO_NET_OFFLINE", "true")
         .env_remove("ALLOCMUX_SHIM_TARGET_DIR")
@@ -43,6 +85,27 @@ fn cargo_install_gives_an_allocmux_that_works_anywhere() {
         text(&install.stderr)
     );
     eprintln!("cargo install took {:.0?}", started.elapsed());
+    // The CLI's build script built the shim from the packaged allocmux-shim
+    // (what it watches names the sources it used), not from this
+    // workspace, which lies above the registry directory.
+    let shim_sources = registry.join(format!("allocmux-shim-{}", env!("CARGO_PKG_VERSION")));
+    let watched = format!("cargo::rerun-if-changed={}\n", shim_sources.display());
+    let build_outputs: Vec<String> = fs::read_dir(kept.join("build/release/build"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|d| {
+            d.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("allocmux-cli-")
+        })
+        .filter_map(|d| fs::read_to_string(d.join("output")).ok())
+        .collect();
+    assert!(
+        build_outputs.iter().any(|o| o.contains(&watched)),
+        "no build of allocmux-cli used {}: {build_outputs:?}",
+        shim_sources.display()
+    );
 
     // Nothing from the build or from this test's environment: a login
     // shell's PATH and a home of its own, in a directory far from the
@@ -64,6 +127,10 @@ fn cargo_install_gives_an_allocmux_that_works_anywhere() {
         text(&version.stdout),
         format!("allocmux {}\n", env!("CARGO_PKG_VERSION"))
     );
+
+    let out = ok(run(allocmux().args(["run", "--", "true"])));
+    let err = text(&out.stderr);
+    assert!(err.contains("under system exited with status 0"), "{err}");
 
     let out = ok(run(allocmux().args([
         "run",
@@ -90,6 +157,19 @@ fn cargo_install_gives_an_allocmux_that_works_anywhere() {
         assert!(programs.contains(&p), "{p} was not profiled: {programs:?}");
     }
 
+    // The demo's workload comes from the packaged allocmux-workloads; a
+    // small size, as in tests/demo.rs, keeps it quick.
+    let out =
+        ok(run(allocmux().args([
+            "demo", "--size", "20000", "--rounds", "6", "-o", ".",
+        ])));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("verdict: "), "{stdout}");
+    for name in ["compare.svg", "flame-time.svg"] {
+        let svg = cwd.path().join(format!("allocmux-demo-{name}"));
+        assert!(svg.is_file(), "{} in {stdout}", svg.display());
+    }
+
     let cache = home.path().join(".cache/allocmux");
     let cached: Vec<_> = fs::read_dir(&cache)
         .unwrap_or_else(|e| panic!("{}: {e}", cache.display()))
@@ -110,4 +190,79 @@ fn cargo_install_gives_an_allocmux_that_works_anywhere() {
         .unwrap();
     assert_eq!(shim.kind, allocmux_cli::elf::Kind::SharedLibrary);
     assert!(shim.defines_malloc);
+}
+
+/// The cargo running this test.
+fn cargo() -> Command {
+    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+}
+
+/// Packages the workspace's crates (as `cargo publish` would, without
+/// verifying: the install below builds them) into `target_dir`, and
+/// returns each one's name and `.crate` file.
+fn package(workspace: &Path, target_dir: &Path) -> Vec<(&'static str, PathBuf)> {
+    let mut cmd = cargo();
+    cmd.current_dir(workspace)
+        .args(["package", "--locked", "--no-verify", "--allow-dirty"])
+        .env("CARGO_TARGET_DIR", target_dir)
+        // `cargo test` has fetched what the lock files need.
+        .env("CARGO_NET_OFFLINE", "true");
+    for p in PACKAGES {
+        cmd.args(["-p", p]);
+    }
+    let out = run(&mut cmd);
+    assert!(
+        out.status.success(),
+        "cargo package failed:\n{}",
+        text(&out.stderr)
+    );
+    PACKAGES
+        .iter()
+        .map(|&p| {
+            let file = target_dir
+                .join("package")
+                .join(format!("{p}-{}.crate", env!("CARGO_PKG_VERSION")));
+            assert!(file.is_file(), "{} was not packaged", file.display());
+            (p, file)
+        })
+        .collect()
+}
+
+/// Copies the third-party crates of the workspace's lock file into `dir`,
+/// as a directory source.
+fn vendor(workspace: &Path, dir: &Path) {
+    let out = run(cargo()
+        .current_dir(workspace)
+        .args(["vendor", "--locked", "--versioned-dirs"])
+        .arg(dir));
+    assert!(
+        out.status.success(),
+        "cargo vendor failed:\n{}",
+        text(&out.stderr)
+    );
+}
+
+/// Unpacks a `.crate` file into `dir` as a crate of a directory source:
+/// its files and a checksum file naming the package's checksum (the one
+/// the packaged lock files record), with no per-file sums to check.
+fn unpack(file: &Path, dir: &Path) {
+    if dir.exists() {
+        fs::remove_dir_all(dir).unwrap();
+    }
+    fs::create_dir_all(dir).unwrap();
+    let untar = run(Command::new("tar")
+        .args(["-xzf"])
+        .arg(file)
+        .arg("--strip-components=1")
+        .arg("-C")
+        .arg(dir));
+    assert!(untar.status.success(), "tar: {}", text(&untar.stderr));
+    let sum = ok(run(Command::new("sha256sum").arg(file)));
+    let sum = text(&sum.stdout);
+    let sum = sum.split_whitespace().next().unwrap();
+    fs::write(
+        dir.join(".cargo-checksum.json"),
+        format!("{{\"files\":{{}},\"package\":\"{sum}\"}}"),
+    )
+    .unwrap();
 }
