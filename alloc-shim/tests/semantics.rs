@@ -60,13 +60,31 @@ fn fixture_passes_without_the_shim() {
 }
 
 fn semantics_hold(backend: &str) {
+    semantics_hold_recording(backend, &[]);
+}
+
+/// With call stacks recorded the hooks take other paths (the sampled and
+/// exact bodies): the C semantics must not change with them.
+fn semantics_hold_with_sampled_stacks(backend: &str) {
+    semantics_hold_recording(
+        backend,
+        &[
+            ("ALLOCMUX_STACKS", "sample"),
+            ("ALLOCMUX_SAMPLE_BYTES", "64"),
+        ],
+    );
+}
+
+fn semantics_hold_with_exact_stacks(backend: &str) {
+    semantics_hold_recording(backend, &[("ALLOCMUX_STACKS", "exact")]);
+}
+
+fn semantics_hold_recording(backend: &str, recording: &[(&str, &str)]) {
     let exe = compile_c("semantics.c");
     let expected = verdicts(&reference());
-    let (out, profiles) = run_under(
-        backend,
-        &mut Command::new(&exe),
-        &[("ALLOCMUX_EXPECT_POSIX_ALIGNED_ALLOC", "1")],
-    );
+    let mut env = vec![("ALLOCMUX_EXPECT_POSIX_ALIGNED_ALLOC", "1")];
+    env.extend_from_slice(recording);
+    let (out, profiles) = run_under(backend, &mut Command::new(&exe), &env);
     let fails = fail_lines(&out);
     assert!(
         out.status.success() && fails.is_empty(),
@@ -183,4 +201,9 @@ fn failed_calls_are_counted(backend: &str) {
     );
 }
 
-per_backend!(semantics_hold, failed_calls_are_counted);
+per_backend!(
+    semantics_hold,
+    semantics_hold_with_sampled_stacks,
+    semantics_hold_with_exact_stacks,
+    failed_calls_are_counted
+);

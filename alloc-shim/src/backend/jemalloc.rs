@@ -37,6 +37,18 @@ fn counter(name: &core::ffi::CStr) -> Option<*mut u64> {
     (ok && !p.is_null()).then_some(p)
 }
 
+/// jemalloc's `memalign` and `valloc` fail without setting `errno` when the
+/// size plus the alignment's padding overflows (`memalign(4096, -4096)`,
+/// `valloc(-1)`), where glibc (and the backend contract) set `ENOMEM`. Only
+/// the failure path pays for it.
+#[inline(always)]
+fn enomem_if_null(p: *mut c_void) -> *mut c_void {
+    if p.is_null() {
+        crate::posix::set_errno(libc::ENOMEM);
+    }
+    p
+}
+
 // SAFETY: forwards to jemalloc.
 unsafe impl Backend for Jemalloc {
     const OWN_COUNTERS: bool = true;
@@ -77,7 +89,7 @@ unsafe impl Backend for Jemalloc {
     unsafe fn memalign(align: usize, size: usize) -> *mut c_void {
         if align <= usize::MAX / 2 + 1 && align.is_power_of_two() && align >= 16 {
             // SAFETY: a power-of-two alignment, as jemalloc requires.
-            unsafe { je_memalign(align, size) }
+            enomem_if_null(unsafe { je_memalign(align, size) })
         } else {
             // SAFETY: the helper normalises the alignment first.
             unsafe { memalign_via_aligned::<Self>(align, size) }
@@ -86,7 +98,7 @@ unsafe impl Backend for Jemalloc {
     #[inline(always)]
     unsafe fn valloc(size: usize) -> *mut c_void {
         // SAFETY: plain forward.
-        unsafe { je_valloc(size) }
+        enomem_if_null(unsafe { je_valloc(size) })
     }
     #[inline(always)]
     unsafe fn pvalloc(size: usize) -> *mut c_void {
