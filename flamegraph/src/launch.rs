@@ -163,6 +163,24 @@ impl Outcome {
 /// running whose processes are alive (background children finishing up).
 const STRAGGLER_WAIT: Duration = Duration::from_secs(2);
 
+/// Runs the command under the shim in the foreground, as `run` and `flame`
+/// do: it keeps this process's standard streams, and profiles that could
+/// not be read are named on stderr.
+pub fn in_foreground(
+    command: &[String],
+    allocator: Backend,
+    env: Vec<(String, String)>,
+) -> Result<Outcome> {
+    let outcome = launch(&Launch {
+        command,
+        allocator,
+        output: Output::Inherit,
+        env,
+    })?;
+    outcome.warn_unreadable();
+    Ok(outcome)
+}
+
 /// Runs the command under the shim and gathers its profiles.
 pub fn launch(l: &Launch<'_>) -> Result<Outcome> {
     let program = target::resolve(&l.command[0])?;

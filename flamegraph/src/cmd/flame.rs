@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use allocmux::Backend;
 use allocmux::profile::StackMode;
 
-use crate::launch::{self, Launch, stack_env};
+use crate::launch::{self, stack_env};
 use crate::output::OutputFile;
 use crate::report::shell_words;
 use crate::stacks::{StackSet, Weight};
@@ -36,15 +36,8 @@ pub struct FlameOptions {
 /// Runs the command and draws the flamegraph; returns the command's exit
 /// status, as a shell would report it.
 pub fn run(o: &FlameOptions) -> Result<i32> {
-    let env = stack_env(o.stacks);
     let out = OutputFile::claim(&o.output, o.force, "flamegraph")?;
-    let outcome = launch::launch(&Launch {
-        command: &o.command,
-        allocator: o.allocator,
-        output: launch::Output::Inherit,
-        env,
-    })?;
-    outcome.warn_unreadable();
+    let outcome = launch::in_foreground(&o.command, o.allocator, stack_env(o.stacks))?;
     if let Err(e) = outcome.check_recorded() {
         if outcome.profiles.is_empty() {
             return Err(e.context("cannot draw a flamegraph"));

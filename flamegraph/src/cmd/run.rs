@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use allocmux::Backend;
 use allocmux::profile::StackMode;
 
-use crate::launch::{self, Launch, stack_env};
+use crate::launch::{self, stack_env};
 use crate::output::{JsonOut, OutputFile};
 
 /// What `allocmux run` is told.
@@ -42,13 +42,7 @@ pub fn run(o: &RunOptions) -> Result<i32> {
         .map(|p| OutputFile::claim(p, o.force, "profile"))
         .transpose()?;
     let env = o.stacks.map(stack_env).unwrap_or_default();
-    let outcome = launch::launch(&Launch {
-        command: &o.command,
-        allocator: o.allocator,
-        output: launch::Output::Inherit,
-        env,
-    })?;
-    outcome.warn_unreadable();
+    let outcome = launch::in_foreground(&o.command, o.allocator, env)?;
     // The program ran, so `run` still exits as it did (as `time` would);
     // but an empty report or profile would pass for a program that does
     // not allocate, so none is written (the claimed files go with the
