@@ -53,13 +53,7 @@ pub fn claim(template: &[u8], pid: u32, path: &mut [u8; PATH_MAX]) -> Claim {
         }
         let Some(plen) = name.finish() else { break };
         // SAFETY: `path` is NUL-terminated by `finish`.
-        let fd = unsafe {
-            libc::open(
-                path.as_ptr().cast(),
-                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-                0o644,
-            )
-        };
+        let fd = unsafe { create_new(path) };
         if fd >= 0 {
             // SAFETY: fd is ours.
             unsafe { libc::close(fd) };
@@ -201,6 +195,23 @@ impl core::fmt::Write for FdWriter<'_> {
 /// symlink, so an existing file there is never truncated, and one planted
 /// there does not stop the profile from being written. Leaves the name,
 /// NUL-terminated, in `tmp`.
+/// Creates `path` for writing only if nothing (not even a dangling link) is
+/// there yet: a profile never replaces or follows anything it did not
+/// create. Returns the descriptor, or -1 with `errno` set.
+///
+/// # Safety
+/// `path` holds a NUL-terminated path.
+unsafe fn create_new(path: &[u8]) -> c_int {
+    // SAFETY: the caller's NUL-terminated path; open(2) only reads it.
+    unsafe {
+        libc::open(
+            path.as_ptr().cast(),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            0o644,
+        )
+    }
+}
+
 fn create_temporary(path: &[u8], tmp: &mut [u8; PATH_MAX]) -> Option<c_int> {
     for attempt in 0..16u32 {
         let mut name = PathBuf::new(tmp);
@@ -211,13 +222,7 @@ fn create_temporary(path: &[u8], tmp: &mut [u8; PATH_MAX]) -> Option<c_int> {
         }
         name.finish()?;
         // SAFETY: `tmp` is NUL-terminated by `finish`.
-        let fd = unsafe {
-            libc::open(
-                tmp.as_ptr().cast(),
-                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-                0o644,
-            )
-        };
+        let fd = unsafe { create_new(tmp) };
         if fd >= 0 {
             return Some(fd);
         }
