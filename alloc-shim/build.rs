@@ -1,5 +1,6 @@
 //! Tells dependents where this crate's sources are (`links` metadata:
-//! their build scripts see `DEP_ALLOCMUX_SHIM_SOURCE_DIR`).
+//! their build scripts see `DEP_ALLOCMUX_SHIM_SOURCE_DIR`), and links the
+//! shared library with jemalloc's fork handlers wrapped.
 //!
 //! The CLI embeds the shim library, and cargo cannot build a cdylib for
 //! another package to use, so the CLI's build script builds it from these
@@ -10,6 +11,16 @@
 fn main() {
     let dir = std::env::var("CARGO_MANIFEST_DIR").expect("set by cargo");
     println!("cargo::metadata=source_dir={dir}");
-    // The directory is all it reports: nothing else needs to rerun it.
+    // jemalloc's `pthread_atfork` registration goes to the shim, which
+    // runs its handlers only when jemalloc is the backend (see
+    // `backend::jemalloc::fork`). Only the shared library: the unit tests
+    // and the rlib keep jemalloc's own registration.
+    if matches!(
+        std::env::var("CARGO_CFG_TARGET_ARCH").as_deref(),
+        Ok("x86_64" | "aarch64")
+    ) {
+        println!("cargo::rustc-link-arg-cdylib=-Wl,--wrap=pthread_atfork");
+    }
+    // Nothing else needs to rerun it.
     println!("cargo::rerun-if-changed=build.rs");
 }

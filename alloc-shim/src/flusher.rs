@@ -1,20 +1,38 @@
-//! The flusher thread: samples the memory timeline and rewrites the
-//! running profile periodically, so a process killed by SIGKILL still
-//! leaves most of its recording.
+//! The flusher: samples the memory timeline and rewrites the running
+//! profile periodically, so a process killed by SIGKILL still leaves most
+//! of its recording.
+//!
+//! Where it runs depends on the program. While the program has a single
+//! thread, it runs inline, from the program's own allocation calls (one in
+//! a few hundred, once due: `recorder::set_periodic`), and never waits
+//! for a lock there: a thread of the shim's own would make the process
+//! multi-threaded, and glibc's `fork` then takes its allocator's locks,
+//! which hangs a signal handler's `fork` that interrupted `malloc` (and
+//! `unshare(CLONE_NEWUSER)` refuses multi-threaded callers). Once the
+//! program has a thread of its own, none of that holds any more, and the
+//! work moves to a thread of the shim's (at the program's next allocation
+//! call that takes the slow path, one in a few hundred), which also
+//! samples while the program does not allocate. So a single-threaded program killed by
+//! SIGKILL keeps what was recorded up to its last flush, which comes at
+//! its first allocation call after the interval: one that then stops
+//! allocating for long (and is killed meanwhile) loses what came since
+//! its previous flush, and its timeline has no points while it idles.
 
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 use allocmux::profile::State;
-use allocmux::recorder;
+use allocmux::recorder::{self, SpinLock};
 
+use crate::threading::{self, single_threaded};
 use crate::tls;
 use crate::writer::{self, WRITER};
 
 /// Periodic flush interval: a process killed by SIGKILL loses at most this
-/// much of its recording.
+/// much of its recording (see the module's note on single-threaded
+/// programs).
 const FLUSH_INTERVAL_MS: u64 = 500;
-/// The flusher sleeps at least this many times as long as its last write
+/// The next flush waits at least this many times as long as the last write
 /// took (a write of tens of thousands of stacks takes tens of ms).
 const FLUSH_DUTY: u64 = 20;
 /// The next timeline sample waits at least this many times as long as the
@@ -37,17 +55,171 @@ const SAMPLE_DUTY: u64 = 100;
 /// at most 0.1% of the time. The exit profile always reads.
 const STATS_DUTY: u64 = 1000;
 
-static STOP: AtomicBool = AtomicBool::new(false);
-
-/// Asks the flusher thread to stop (at its next wake-up).
-pub fn stop() {
-    STOP.store(true, Relaxed);
+/// When each part of the periodic work is next due (monotonic ns), and
+/// what the last took. Used by whichever runs the work: inline calls, or
+/// the thread once it has started.
+struct Schedule {
+    next_flush: u64,
+    next_sample: u64,
+    next_stats: u64,
+    last_took: u64,
 }
 
-/// Starts the flusher thread (in a `fork` child too: the parent's does
-/// not exist there).
+impl Schedule {
+    const fn starting_at(now: u64) -> Schedule {
+        Schedule {
+            next_flush: now + FLUSH_INTERVAL_MS * 1_000_000,
+            next_sample: now + allocmux::timeline::BASE_INTERVAL_NS,
+            next_stats: now,
+            last_took: 0,
+        }
+    }
+
+    fn next_due(&self) -> u64 {
+        self.next_flush.min(self.next_sample)
+    }
+}
+
+static SCHEDULE: SpinLock<Schedule> = SpinLock::new(Schedule::starting_at(0));
+static STOP: AtomicBool = AtomicBool::new(false);
+/// The flusher thread runs (or is starting).
+static THREAD: AtomicBool = AtomicBool::new(false);
+/// This process image is a `fork` child (see [`program_has_threads`]).
+static IN_FORK_CHILD: AtomicBool = AtomicBool::new(false);
+
+/// Starts the periodic work for this process image (at start-up, and in a
+/// `fork` child): inline while the program is single-threaded, else on
+/// the flusher thread.
 pub fn start() {
     STOP.store(false, Relaxed);
+    let now = recorder::monotonic_ns();
+    // Held here only in a `fork` child of a signal handler that
+    // interrupted the inline work: that frame sets the next due time.
+    let Some(mut s) = SCHEDULE.lock_unless_held_here() else {
+        return;
+    };
+    *s = Schedule::starting_at(now);
+    let due = s.next_due();
+    drop(s);
+    if program_has_threads() {
+        start_thread();
+    } else {
+        // Woken by glibc's flag, unless this is a `fork` child, where the
+        // flag stays as the parent left it.
+        let wake = if IN_FORK_CHILD.load(Relaxed) {
+            core::ptr::null()
+        } else {
+            threading::flag()
+        };
+        // SAFETY: glibc's flag lives as long as the process.
+        unsafe { recorder::set_periodic(inline_work, wake) };
+        recorder::set_periodic_due(due);
+    }
+}
+
+/// Whether the program runs threads besides the one calling. In the image
+/// that started, glibc's flag says; a `fork` child starts with one thread
+/// however many its parent had (and glibc leaves the flag as it was), so
+/// there a second thread that allocated says: short-lived children (a
+/// `fork` then `exec` or `_exit`) never start a flusher thread.
+fn program_has_threads() -> bool {
+    if IN_FORK_CHILD.load(Relaxed) {
+        recorder::threads_seen() >= 2
+    } else {
+        !single_threaded()
+    }
+}
+
+/// Stops the periodic work (the thread at its next wake-up).
+pub fn stop() {
+    STOP.store(true, Relaxed);
+    recorder::set_periodic_due(u64::MAX);
+}
+
+/// In a `fork` child, before [`start`]: the parent's thread does not exist
+/// here, and the schedule may have been taken by it at the fork.
+pub fn after_fork_child() {
+    IN_FORK_CHILD.store(true, Relaxed);
+    THREAD.store(false, Relaxed);
+    recorder::set_periodic_due(u64::MAX);
+    // SAFETY: this is the child of a fork, still with one thread; the
+    // schedule is plain numbers, whole whoever held it.
+    unsafe { SCHEDULE.after_fork_in_child() };
+}
+
+/// The periodic work, inline from an allocation call of the program (see
+/// `recorder::set_periodic`): a step of [`work`], without waiting for
+/// any lock, unless the program has started a thread: then the flusher
+/// thread takes over.
+fn inline_work() {
+    let errno = tls::current().errno();
+    // SAFETY: this thread's errno, saved so the program never sees the
+    // flush's system calls in it.
+    let saved = unsafe { *errno };
+    if STOP.load(Relaxed) {
+        recorder::set_periodic_due(u64::MAX);
+    } else if program_has_threads() {
+        recorder::set_periodic_due(u64::MAX);
+        start_thread();
+    } else if let Some(mut s) = SCHEDULE.try_lock() {
+        if work(&mut s, false) {
+            recorder::set_periodic_due(s.next_due());
+        }
+    }
+    // SAFETY: as above.
+    unsafe { *errno = saved };
+}
+
+/// Samples the timeline and rewrites the profile, whichever is due.
+/// Waits for `WRITER` if `wait`, else returns false at once if it is taken
+/// (the due time stays, so the next call tries again).
+fn work(s: &mut Schedule, wait: bool) -> bool {
+    // Before taking `WRITER`: see `writer::read_allocator_stats`.
+    let t0 = recorder::monotonic_ns();
+    let reading = if t0 >= s.next_flush && t0 >= s.next_stats {
+        let r = writer::read_allocator_stats();
+        s.next_stats = t0 + recorder::monotonic_ns().saturating_sub(t0) * STATS_DUTY;
+        r
+    } else {
+        None
+    };
+    let mut w = if wait {
+        WRITER.lock()
+    } else {
+        match WRITER.try_lock() {
+            Some(w) => w,
+            None => return false,
+        }
+    };
+    if w.finished {
+        // The exit profile, or an `exec`'s, which comes back to a running
+        // one if the `exec` fails: wait for that or the stop.
+        s.next_flush = recorder::monotonic_ns() + FLUSH_INTERVAL_MS * 1_000_000;
+        s.next_sample = s.next_flush;
+        return true;
+    }
+    let now = recorder::monotonic_ns();
+    if now >= s.next_sample {
+        writer::sample_timeline(&mut w);
+        let took = recorder::monotonic_ns().saturating_sub(now);
+        let cost = took.min(s.last_took);
+        s.last_took = took;
+        s.next_sample = now + w.timeline.interval_ns().max(cost * SAMPLE_DUTY);
+    }
+    if now >= s.next_flush {
+        writer::keep_allocator_stats(&mut w, reading);
+        writer::write_profile(&mut w, State::Running, false);
+        s.next_flush = recorder::monotonic_ns()
+            + (FLUSH_INTERVAL_MS * 1_000_000).max(w.staging.last_write_ns * FLUSH_DUTY);
+    }
+    true
+}
+
+/// Starts the flusher thread, once per process image.
+fn start_thread() {
+    if THREAD.swap(true, Relaxed) {
+        return;
+    }
     // SAFETY: plain pthread calls with valid, initialised arguments. All
     // signals are blocked around the creation so the new thread inherits a
     // full mask and never takes a signal meant for the program.
@@ -61,16 +233,17 @@ pub fn start() {
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
         let mut tid: libc::pthread_t = 0;
-        libc::pthread_create(&mut tid, &attr, thread_main, core::ptr::null_mut());
+        if libc::pthread_create(&mut tid, &attr, thread_main, core::ptr::null_mut()) != 0 {
+            THREAD.store(false, Relaxed);
+        }
         libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut());
         libc::pthread_attr_destroy(&mut attr);
     }
 }
 
-/// The writer thread: samples the timeline at its interval (10 ms, doubling
-/// as the buffer fills) and rewrites the profile every `FLUSH_INTERVAL_MS`
-/// or so, whichever is due first. It sleeps until an absolute deadline, so
-/// the time it spends working does not stretch the intervals.
+/// The flusher thread: runs [`work`] whenever the next part of it is due.
+/// It sleeps until an absolute deadline, so the time it spends working
+/// does not stretch the intervals.
 extern "C" fn thread_main(_: *mut c_void) -> *mut c_void {
     // Its allocator calls (glibc's, on its behalf: the frees at its exit)
     // are not the program's; uncounted, the profiles of identical
@@ -78,47 +251,13 @@ extern "C" fn thread_main(_: *mut c_void) -> *mut c_void {
     tls::current().state.ignore();
     // SAFETY: prctl with a NUL-terminated name.
     unsafe { libc::prctl(libc::PR_SET_NAME, c"allocmux-flush".as_ptr()) };
-    let start = recorder::monotonic_ns();
-    let mut next_flush = start + FLUSH_INTERVAL_MS * 1_000_000;
-    let mut next_sample = start + allocmux::timeline::BASE_INTERVAL_NS;
-    let mut last_took = 0;
-    let mut next_stats = start;
     loop {
-        sleep_until(next_flush.min(next_sample));
+        let due = SCHEDULE.lock().next_due();
+        sleep_until(due);
         if STOP.load(Relaxed) {
             break;
         }
-        // Before taking `WRITER`: see `writer::read_allocator_stats`.
-        let t0 = recorder::monotonic_ns();
-        let reading = if t0 >= next_flush && t0 >= next_stats {
-            let r = writer::read_allocator_stats();
-            next_stats = t0 + recorder::monotonic_ns().saturating_sub(t0) * STATS_DUTY;
-            r
-        } else {
-            None
-        };
-        let mut w = WRITER.lock();
-        if w.finished {
-            // The exit profile, or an `exec`'s, which comes back to a
-            // running one if the `exec` fails: wait for that or the stop.
-            next_flush = recorder::monotonic_ns() + FLUSH_INTERVAL_MS * 1_000_000;
-            next_sample = next_flush;
-            continue;
-        }
-        let now = recorder::monotonic_ns();
-        if now >= next_sample {
-            writer::sample_timeline(&mut w);
-            let took = recorder::monotonic_ns().saturating_sub(now);
-            let cost = took.min(last_took);
-            last_took = took;
-            next_sample = now + w.timeline.interval_ns().max(cost * SAMPLE_DUTY);
-        }
-        if now >= next_flush {
-            writer::keep_allocator_stats(&mut w, reading);
-            writer::write_profile(&mut w, State::Running, false);
-            next_flush = recorder::monotonic_ns()
-                + (FLUSH_INTERVAL_MS * 1_000_000).max(w.staging.last_write_ns * FLUSH_DUTY);
-        }
+        work(&mut SCHEDULE.lock(), true);
     }
     core::ptr::null_mut()
 }

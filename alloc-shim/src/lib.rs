@@ -9,8 +9,9 @@
 //! call), `config` (the environment), `lifecycle` and `exec` (start-up,
 //! `fork`, `exec`, exit), `writer` (the process's record and the profile
 //! written from it), `output` (the profile file), `flusher` (the periodic
-//! writer thread), `procfs`, `fd` and `fmt` (allocation-free helpers),
-//! `tls` (the per-thread state).
+//! timeline samples and profile rewrites), `threading` (whether the
+//! program is single-threaded), `procfs`, `fd` and `fmt` (allocation-free
+//! helpers), `tls` (the per-thread state).
 //!
 //! The README lists the environment variables; `docs/guarantees.md` says
 //! what the shim promises inside other people's programs,
@@ -33,6 +34,7 @@ mod lifecycle;
 mod output;
 mod posix;
 mod procfs;
+mod threading;
 mod tls;
 mod writer;
 

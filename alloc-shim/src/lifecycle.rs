@@ -6,11 +6,12 @@
 use core::ffi::{c_char, c_int, c_void};
 use core::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
+use allocmux::Backend;
 use allocmux::profile::State;
-use allocmux::recorder::{self, ClockPair};
+use allocmux::recorder::{self, AtFork, ClockPair};
 
 use crate::writer::{self, WRITER};
-use crate::{choice, config, fd, flusher, procfs, tls};
+use crate::{backend, choice, config, fd, flusher, procfs, threading, tls};
 
 /// Set by the first start-up of this process image.
 static STARTED: AtomicBool = AtomicBool::new(false);
@@ -45,6 +46,7 @@ pub fn init(envp: *const *const c_char) {
         return;
     }
     let cfg = config::read(envp);
+    threading::init();
     recorder::set_time_sample_mean(cfg.time_sample_mean);
     recorder::prepare_thread_key();
     {
@@ -192,31 +194,54 @@ pub fn after_failed_exec(written: bool) {
     }
 }
 
+/// `fork` handlers. None takes a lock: a lock held across `fork` is one
+/// the program's other threads can wait on while they hold the program's
+/// own locks, which the forking thread waits for inside `fork` (stdio's,
+/// glibc's allocator's), and one a signal handler's `fork` may find held
+/// by the very frame it interrupted. The child sorts out what the fork
+/// left instead (see `allocmux::recorder::SpinLock`). jemalloc's own
+/// handlers run from here when it is the backend.
 extern "C" fn fork_prepare() {
-    WRITER.lock_and_forget();
-    recorder::before_fork();
-    recorder::stacks::before_fork();
+    if jemalloc() {
+        backend::jemalloc_fork::prepare();
+    }
 }
 
 extern "C" fn fork_parent() {
-    recorder::stacks::after_fork_parent();
-    recorder::after_fork_parent();
-    // SAFETY: fork_prepare took the lock in this thread and forgot the guard.
-    unsafe { WRITER.force_unlock() };
+    if jemalloc() {
+        backend::jemalloc_fork::parent();
+    }
+}
+
+/// Whether jemalloc is the backend (its fork handlers are the shim's to run).
+fn jemalloc() -> bool {
+    choice::current().backend == Backend::Jemalloc
 }
 
 extern "C" fn fork_child() {
+    if jemalloc() {
+        backend::jemalloc_fork::child();
+    }
     recorder::stacks::after_fork_child();
     recorder::after_fork_child(&tls::current().state);
-    // SAFETY: fork_prepare took the lock; the child has no other thread.
-    unsafe { WRITER.force_unlock() };
+    // SAFETY: this is the child of a fork, still with one thread.
+    match unsafe { WRITER.after_fork_in_child() } {
+        // A write this thread's signal handler interrupted: the child
+        // writes no profile of its own (its writer keeps the parent's pid,
+        // which every write checks).
+        AtFork::HeldHere => return,
+        // SAFETY: the child has one thread, and the lock is free.
+        AtFork::Orphaned => writer::rebuild_after_fork(unsafe { &mut *WRITER.as_ptr() }),
+        AtFork::Free => {}
+    }
     let has_output = {
         let mut w = WRITER.lock();
         w.process.clock_start = ClockPair::now();
         writer::start_process(&mut w);
         w.has_output
     };
-    // The parent's writer thread does not exist in the child.
+    // The parent's flusher thread, if it had one, does not exist here.
+    flusher::after_fork_child();
     if has_output {
         flusher::start();
     }

@@ -2,8 +2,9 @@
 //! clocks, output path, timeline, last allocator reading) behind one lock,
 //! and the profile or summary line written from it.
 //!
-//! The lock is taken by the flusher thread, the exit paths and `fork`;
-//! never on the allocation path.
+//! The lock is taken by the flusher (on its thread, or inline from a
+//! single-threaded program's allocation calls, then never waiting for
+//! it) and the exit paths.
 
 use core::fmt::Write as _;
 
@@ -19,8 +20,8 @@ use crate::{choice, fd, procfs, tls};
 
 const OUT_BUF: usize = 64 * 1024;
 
-/// Everything the writer needs, behind one lock (taken by the flusher
-/// thread, the exit handler and `fork`; never on the allocation path).
+/// Everything the writer needs, behind one lock (taken by the flusher and
+/// the exit paths).
 pub struct Writer {
     /// Who this process is, read at its start-up.
     pub process: Process,
@@ -160,6 +161,21 @@ pub fn start_process(w: &mut Writer) {
     }
 }
 
+/// In a `fork` child, when another thread of the parent held `WRITER` at
+/// the fork: the write it was making may be half done. What a write
+/// changes is rebuilt; the old buffers are forgotten, not freed (their
+/// heap may be as half-changed). The process's identity and file names are
+/// only set at start-up, so they are whole.
+pub fn rebuild_after_fork(w: &mut Writer) {
+    core::mem::forget(core::mem::take(&mut w.staging.tail));
+    core::mem::forget(core::mem::replace(
+        &mut w.staging.stacks,
+        recorder::stacks::Snapshot::new(),
+    ));
+    w.timeline.clear();
+    w.allocator_stats = None;
+}
+
 /// Adds a point to the timeline: the time, the live bytes summed over the
 /// recorder's threads, the resident size.
 pub fn sample_timeline(w: &mut Writer) {
@@ -179,10 +195,9 @@ pub fn sample_timeline(w: &mut Writer) {
 ///
 /// The read takes the allocator's locks (jemalloc's `ctl` and arena
 /// mutexes, glibc's arena mutexes), so it is only made where no lock can
-/// be held against it: by the writer thread, and at a normal exit, each
-/// *before* taking `WRITER`, because a `fork` in another thread takes
-/// `WRITER` in the shim's atfork handler and jemalloc's locks in jemalloc's
-/// (in an order that depends on which was registered first). Never from
+/// be held against it: by the flusher (after a call, when the allocator
+/// is between calls), and at a normal exit, each *before* taking
+/// `WRITER`, so no lock of the shim's is held while it waits. Never from
 /// `before_exit`, which `_exit` may reach from a signal handler that
 /// interrupted the allocator: the last reading is written there instead.
 /// It allocates nothing through the hooks: jemalloc's control interface
@@ -209,7 +224,11 @@ pub fn keep_allocator_stats(w: &mut Writer, reading: Option<(u64, u64, Allocator
 /// stacks into `tail`, then the file replaced whole (see
 /// [`output::replace`]).
 pub fn write_profile(w: &mut Writer, state: State, exiting_thread: bool) {
-    if !w.has_output || w.finished {
+    // SAFETY: getpid has no preconditions.
+    if !w.has_output || w.finished || w.process.pid != unsafe { libc::getpid() } as u32 {
+        // No output, the exit profile written, or a `fork` child whose
+        // writer was busy in the frame its signal handler interrupted
+        // (see `lifecycle::fork_child`): that child writes nothing.
         return;
     }
     let current = exiting_thread.then(|| &tls::current().state);

@@ -113,3 +113,152 @@ unsafe impl Backend for Jemalloc {
         unsafe { tikv_jemalloc_sys::malloc_usable_size(ptr) }
     }
 }
+
+/// jemalloc's `fork` handlers, kept by the shim instead of glibc.
+///
+/// The embedded jemalloc initialises from its own constructor in every
+/// process, whichever backend is chosen, and registers `pthread_atfork`
+/// handlers that take all of its locks around every `fork`: a program on
+/// the system or mimalloc backend would pay for them, and hang in them when
+/// a signal handler forks. The shim is linked with
+/// `--wrap=pthread_atfork`, so jemalloc's registration comes here and is
+/// kept; the shim's own `fork` handlers run jemalloc's only when jemalloc
+/// is the backend and the process has another thread (see
+/// [`crate::threading`]). In a single-threaded process no other thread can
+/// hold a jemalloc lock, so, as glibc does for its own allocator, nothing
+/// needs taking: a signal handler's `fork` then works as under glibc,
+/// where jemalloc alone hangs.
+pub mod fork {
+    use core::ffi::{c_int, c_void};
+    use core::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+    type Handler = Option<unsafe extern "C" fn()>;
+
+    unsafe extern "C" {
+        fn _rjem_je_jemalloc_prefork();
+        fn __register_atfork(
+            prepare: Handler,
+            parent: Handler,
+            child: Handler,
+            dso_handle: *mut c_void,
+        ) -> c_int;
+        static __dso_handle: u8;
+        fn _IO_list_lock();
+        fn _IO_list_unlock();
+    }
+
+    /// jemalloc's prepare, parent and child handlers (0: none registered).
+    static HANDLERS: [AtomicUsize; 3] = [const { AtomicUsize::new(0) }; 3];
+
+    // `__wrap_pthread_atfork`, what every `pthread_atfork` call in the
+    // shim library resolves to (`--wrap`, see build.rs), as a hidden
+    // symbol: a `#[no_mangle]` function would be exported next to the
+    // malloc family.
+    #[cfg(target_arch = "x86_64")]
+    core::arch::global_asm!(
+        ".globl __wrap_pthread_atfork",
+        ".hidden __wrap_pthread_atfork",
+        ".type __wrap_pthread_atfork, @function",
+        "__wrap_pthread_atfork:",
+        "jmp {f}",
+        f = sym wrap_pthread_atfork,
+    );
+    #[cfg(target_arch = "aarch64")]
+    core::arch::global_asm!(
+        ".globl __wrap_pthread_atfork",
+        ".hidden __wrap_pthread_atfork",
+        ".type __wrap_pthread_atfork, %function",
+        "__wrap_pthread_atfork:",
+        "b {f}",
+        f = sym wrap_pthread_atfork,
+    );
+
+    /// jemalloc's handlers are kept; any other registration is made as
+    /// `pthread_atfork` would make it, for this library.
+    ///
+    /// # Safety
+    /// As `pthread_atfork`.
+    unsafe extern "C" fn wrap_pthread_atfork(
+        prepare: Handler,
+        parent: Handler,
+        child: Handler,
+    ) -> c_int {
+        let jemalloc = _rjem_je_jemalloc_prefork as unsafe extern "C" fn();
+        if prepare.map(|f| f as usize) == Some(jemalloc as usize) {
+            for (slot, f) in HANDLERS.iter().zip([prepare, parent, child]) {
+                slot.store(f.map_or(0, |f| f as usize), Relaxed);
+            }
+            return 0;
+        }
+        // SAFETY: what glibc's `pthread_atfork` does (libc_nonshared.a),
+        // with this library's DSO handle so that unloading it unregisters.
+        unsafe {
+            __register_atfork(
+                prepare,
+                parent,
+                child,
+                &raw const __dso_handle as *mut c_void,
+            )
+        }
+    }
+
+    fn run(which: usize) {
+        let f = HANDLERS[which].load(Relaxed);
+        if f != 0 {
+            // SAFETY: stored from a handler jemalloc registered.
+            let f: unsafe extern "C" fn() = unsafe { core::mem::transmute(f) };
+            // SAFETY: jemalloc's own handler, at its place in `fork`.
+            unsafe { f() };
+        }
+    }
+
+    /// Whether this `fork` runs jemalloc's handlers (the shim's handlers
+    /// ask only when jemalloc is the backend): when another thread may
+    /// hold a jemalloc lock. The answer is the same in all three handlers
+    /// of one `fork` (a single-threaded process cannot become
+    /// multi-threaded while its one thread forks, and the child's flag is
+    /// the parent's), which matters because glibc runs the handlers of
+    /// concurrent forks concurrently: a flag set in one `fork`'s prepare
+    /// handler could be cleared by another's.
+    fn needed() -> bool {
+        !crate::threading::single_threaded()
+    }
+
+    /// From the shim's prepare handler: glibc's stdio list lock, then
+    /// jemalloc's locks.
+    ///
+    /// glibc's `fork` takes the list lock itself, but only after the
+    /// prepare handlers, so under jemalloc alone a `fork` holds every
+    /// jemalloc lock while it waits for the list lock; a thread in
+    /// `fflush(NULL)` holds that and waits for a stream's lock, held by a
+    /// thread in `getline` that waits inside `malloc` for a jemalloc lock
+    /// (glibc bug 19431's cycle). Taking the list lock first breaks it: the
+    /// `getline` thread gets its jemalloc lock, and glibc's own take of the
+    /// list lock is then a recursive one by the same thread. glibc releases
+    /// it once after the `fork` in the parent (the parent handler releases
+    /// the other), and resets it in the child.
+    pub fn prepare() {
+        if needed() {
+            // SAFETY: glibc's recursive stdio list lock, released in
+            // `parent` (and reset by glibc in the child).
+            unsafe { _IO_list_lock() };
+            run(0);
+        }
+    }
+
+    /// From the shim's parent handler.
+    pub fn parent() {
+        if needed() {
+            run(1);
+            // SAFETY: taken in `prepare` by this thread.
+            unsafe { _IO_list_unlock() };
+        }
+    }
+
+    /// From the shim's child handler.
+    pub fn child() {
+        if needed() {
+            run(2);
+        }
+    }
+}

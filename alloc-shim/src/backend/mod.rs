@@ -8,6 +8,7 @@ mod mimalloc;
 mod system;
 
 pub use jemalloc::Jemalloc;
+pub use jemalloc::fork as jemalloc_fork;
 pub use mimalloc::Mimalloc;
 pub use mimalloc::init as init_mimalloc;
 pub use system::System;

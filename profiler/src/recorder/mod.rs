@@ -42,13 +42,12 @@ pub use crate::Backend;
 pub(crate) use allocator_stats::{read_glibc_stats, read_jemalloc_stats, read_mimalloc_stats};
 pub use clock::{ClockPair, Tsc, clock_ns, monotonic_ns};
 pub use counters::Counters;
-pub use lock::SpinLock;
+pub use lock::{AtFork, SpinLock};
 pub use switchable::Switchable;
 pub use thread::{
     Body, DEFAULT_TIME_SAMPLE_MEAN, EXACT_TIMING_BYTES, MAX_SAMPLED_TICKS, PUBLISH_BYTES, Scope,
-    ThreadState, after_fork_child, after_fork_parent, before_fork, enter, live_bytes,
-    prepare_thread_key, retire_thread, set_time_sample_mean, snapshot, threads_seen,
-    time_sample_mean,
+    ThreadState, after_fork_child, enter, live_bytes, prepare_thread_key, retire_thread,
+    set_periodic, set_periodic_due, set_time_sample_mean, snapshot, threads_seen, time_sample_mean,
 };
 pub use wrapper::Counting;
 pub(crate) use wrapper::{

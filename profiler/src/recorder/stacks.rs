@@ -28,7 +28,7 @@ use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering::Relaxed};
 use std::collections::HashMap;
 
 use super::clock::Tsc;
-use super::lock::SpinLock;
+use super::lock::{AtFork, SpinLock};
 use super::thread::{Body, ThreadState, enter};
 use super::unwind::{self, StackUnwinder};
 use crate::profile::{self, ModuleRef, StackMode};
@@ -158,6 +158,23 @@ const MODE_EXACT: u8 = 2;
 /// be held by the very thread that makes them.
 static UNSTACKED: AtomicU64 = AtomicU64::new(0);
 
+/// Sampled calls and frees of tracked blocks left out of the stack table
+/// because its lock stayed taken (see `WAIT_YIELDS`).
+static UNRECORDED: AtomicU64 = AtomicU64::new(0);
+
+/// How long a hooked call waits for the stack table's lock, in yields to
+/// the scheduler, before it leaves its stack out (counted as lost). A
+/// hooked call may come while the program holds a lock of its own (a
+/// stream's, inside `getline`), and the lock's holder may be a frame this
+/// very thread's signal handler interrupted (then the call gives up at
+/// once): an unbounded wait could close a cycle with the program's locks.
+/// Normally the lock is held for microseconds and the bound is never hit.
+const WAIT_YIELDS: u32 = 1000;
+
+/// Whether the unwinder leaves the recorder's own module out of stacks,
+/// as configured: a `fork` child that rebuilds the unwinder needs it.
+static SKIP_OWN_MODULE: AtomicBool = AtomicBool::new(false);
+
 /// Counting filter over tracked block addresses: a free whose slot is 0
 /// cannot be of a tracked block. Saturated slots stay saturated (false
 /// positives only). Exact mode saturates every slot.
@@ -185,6 +202,7 @@ pub fn configure(mode: StackMode, skip_own_module: bool) {
     if CONFIGURED.swap(true, Relaxed) {
         return;
     }
+    SKIP_OWN_MODULE.store(skip_own_module, Relaxed);
     let mut st = STATE.lock();
     st.unwinder = StackUnwinder::new(skip_own_module);
     match mode {
@@ -311,7 +329,17 @@ unsafe extern "C" fn stacked<B: StackBody>(
     };
     let new = if sample { body.handed_out(&out) } else { 0 };
     if released != 0 || new != 0 {
-        let mut s = STATE.lock();
+        let Some(mut s) = STATE.lock_within(WAIT_YIELDS) else {
+            // Not recorded rather than waited for (see `WAIT_YIELDS`).
+            UNRECORDED.fetch_add(1, Relaxed);
+            if sample {
+                st.rearm(MEAN_BYTES.load(Relaxed));
+            } else {
+                st.countdown.set(resume);
+            }
+            st.busy.set(false);
+            return out;
+        };
         if released != 0 {
             // The call's time goes to the new block's stack when there is
             // one (it is an allocation), else to the freed block's.
@@ -341,11 +369,16 @@ fn capture<'b>(st: &StackThread, buf: &'b mut unwind::FrameBuf) -> &'b [u64] {
     let Some(stack) = st.stack() else { return &[] };
     // Outside the lock: it takes the loader's lock (see `unwind`).
     let generation = unwind::generation();
-    let mut s = STATE.lock();
+    let Some(mut s) = STATE.lock_within(WAIT_YIELDS) else {
+        return &[];
+    };
     if !s.unwinder.is_current(generation) {
         drop(s);
         let modules = unwind::loaded_modules();
-        s = STATE.lock();
+        let Some(again) = STATE.lock_within(WAIT_YIELDS) else {
+            return &[];
+        };
+        s = again;
         s.remember_modules(&modules.0);
         s.unwinder.install(generation, modules);
     }
@@ -588,20 +621,22 @@ impl Snapshot {
         }
     }
 
-    /// Copies the current stacks (nothing when stacks are off). If the
-    /// stack lock stays taken (the caller may be a signal handler that
-    /// interrupted this very thread inside the recorder, on its way to
-    /// `_exit`), the previous copy is kept rather than waiting forever.
+    /// Copies the current stacks (nothing when stacks are off). If this
+    /// very thread holds the stack lock (the caller is a signal handler
+    /// that interrupted it inside the recorder, on its way to `_exit`),
+    /// the previous copy is kept rather than waiting forever.
     pub fn take(&mut self) {
         self.mode = mode();
         if self.mode == StackMode::Off {
             return; // `write` writes nothing then
         }
-        let Some(s) = lock_bounded() else { return };
+        let Some(s) = STATE.lock_unless_held_here() else {
+            return;
+        };
         self.counts.clear();
         self.frames.clear();
         self.ends.clear();
-        self.lost = s.sites.lost + UNSTACKED.load(Relaxed);
+        self.lost = s.sites.lost + UNSTACKED.load(Relaxed) + UNRECORDED.load(Relaxed);
         if self.modules.len() != s.modules.len() {
             self.modules.clone_from(&s.modules);
         }
@@ -641,39 +676,57 @@ impl Snapshot {
     }
 }
 
-/// The stack lock, if it can be had within about a thousand yields.
-fn lock_bounded() -> Option<super::lock::SpinGuard<'static, State>> {
-    for _ in 0..1000 {
-        if let Some(g) = STATE.try_lock() {
-            return Some(g);
-        }
-        std::thread::yield_now();
+/// `fork` child handler of a recorder whose child keeps its parent's
+/// stacks as its history (the Rust wrapper): the table is kept unless a
+/// thread that no longer exists was changing it; then it is rebuilt from
+/// nothing, as in [`after_fork_child`].
+pub fn after_fork_child_keeping_stacks() {
+    // SAFETY: this is the child of a fork, still with one thread.
+    if unsafe { STATE.after_fork_in_child() } == AtFork::Orphaned {
+        rebuild_orphaned_state();
     }
-    None
 }
 
-/// `fork` prepare handler: hold the stack lock so the child gets it consistent.
-pub fn before_fork() {
-    STATE.lock_and_forget();
-}
-
-/// `fork` parent handler.
-pub fn after_fork_parent() {
-    // SAFETY: `before_fork` took the lock in this thread and forgot the guard.
-    unsafe { STATE.force_unlock() };
+/// Replaces a stack table that a thread gone with the fork was changing.
+fn rebuild_orphaned_state() {
+    let fresh = State {
+        unwinder: StackUnwinder::new(SKIP_OWN_MODULE.load(Relaxed)),
+        sites: Sites {
+            mean: MEAN_BYTES.load(Relaxed),
+            ..Sites::default()
+        },
+        modules: Vec::new(),
+    };
+    // SAFETY: only from a fork child's handler, with one thread and the lock
+    // free: no other access. The old state is overwritten without being
+    // dropped: it may be half changed.
+    unsafe { core::ptr::write(STATE.as_ptr(), fresh) };
 }
 
 /// `fork` child handler: the child starts with no stacks and no tracked
 /// blocks (it frees its parent's blocks untracked), and the same modules.
+/// Nothing is held across the fork (see [`SpinLock`]): a table another
+/// thread was changing is rebuilt from nothing, its memory left as it is;
+/// one that an interrupted frame of this very thread is changing (the
+/// fork came from a signal handler) is left to that frame, and the child's
+/// stacks then include its parent's.
 pub fn after_fork_child() {
-    // SAFETY: as in `after_fork_parent`; the child has no other thread.
-    unsafe { STATE.force_unlock() };
+    // SAFETY: this is the child of a fork, still with one thread.
+    match unsafe { STATE.after_fork_in_child() } {
+        AtFork::HeldHere => return,
+        AtFork::Orphaned => rebuild_orphaned_state(),
+        AtFork::Free => {}
+    }
     UNSTACKED.store(0, Relaxed);
+    UNRECORDED.store(0, Relaxed);
     let mut s = STATE.lock();
-    s.sites = Sites {
-        mean: s.sites.mean,
+    let fresh = Sites {
+        mean: MEAN_BYTES.load(Relaxed),
         ..Sites::default()
     };
+    // Forgotten, not freed: a fork from a signal handler may have
+    // interrupted the heap this memory came from in the middle of a change.
+    core::mem::forget(core::mem::replace(&mut s.sites, fresh));
     if MODE.load(Relaxed) == MODE_SAMPLE {
         for slot in &FILTER {
             slot.store(0, Relaxed);

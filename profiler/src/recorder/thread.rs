@@ -6,12 +6,12 @@
 use core::cell::Cell;
 use core::ptr;
 use core::sync::atomic::{
-    AtomicI32, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, Ordering::Relaxed,
+    AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, Ordering::Relaxed,
 };
 
 use super::clock::Tsc;
 use super::counters::Counters;
-use super::lock::SpinLock;
+use super::lock::{AtFork, SpinLock};
 use crate::stats::{FUNC_COUNT, Func, Totals};
 
 /// A thread republishes its live bytes to the global live/peak pair once it
@@ -677,6 +677,7 @@ unsafe extern "C" fn slow<B: Body>(t: &ThreadState, body: B) -> B::Out {
             };
             t.schedule(f, t.next_countdown());
             t.check_peak();
+            periodic_if_due();
             r
         }
         // Only a call that hands out a block registers a thread. A thread
@@ -733,6 +734,77 @@ static THREAD_KEY: AtomicU32 = AtomicU32::new(KEY_UNSET);
 const KEY_UNSET: u32 = u32::MAX;
 const KEY_FAILED: u32 = u32::MAX - 1;
 const KEY_CREATING: u32 = u32::MAX - 2;
+
+/// Work a host of the recorder has done from its allocation calls every
+/// so often (the shim's flush of a single-threaded program's profile: see
+/// `set_periodic`), and when it is next due on the monotonic clock
+/// (`u64::MAX`: never).
+static PERIODIC: AtomicPtr<()> = AtomicPtr::new(ptr::null_mut());
+static PERIODIC_DUE_NS: AtomicU64 = AtomicU64::new(u64::MAX);
+/// A byte whose turning 0 makes the periodic work due at once (see
+/// `set_periodic`); null: none.
+static PERIODIC_WAKE: AtomicPtr<u8> = AtomicPtr::new(ptr::null_mut());
+
+/// Has `work` run from the slow path of an allocation call (one call in
+/// [`time_sample_mean`] or so, after the allocator returned and the call
+/// is recorded) once the monotonic clock reaches the time last set with
+/// [`set_periodic_due`]. It runs on the program's own thread, in the middle
+/// of the program's allocation call: it must not wait on anything, and
+/// must set the next due time (or `u64::MAX`) itself. A call that starts it
+/// while it runs (from a signal handler, or an allocation it makes through
+/// the hooks) does not run it again.
+///
+/// Before it is due, it also runs as soon as the byte at `wake` (if not
+/// null) reads 0: the shim passes glibc's `__libc_single_threaded`, so the
+/// work learns at once that the program has started a thread.
+///
+/// # Safety
+/// `wake`, if not null, must stay valid for reads for the process's life.
+pub unsafe fn set_periodic(work: fn(), wake: *const u8) {
+    PERIODIC.store(work as *mut (), Relaxed);
+    PERIODIC_WAKE.store(wake.cast_mut(), Relaxed);
+}
+
+/// When the periodic work is next due, in monotonic nanoseconds
+/// (`u64::MAX`: not until set again).
+pub fn set_periodic_due(due_ns: u64) {
+    PERIODIC_DUE_NS.store(due_ns, Relaxed);
+}
+
+#[inline(always)]
+fn periodic_if_due() {
+    let due = PERIODIC_DUE_NS.load(Relaxed);
+    if due != u64::MAX {
+        run_periodic(due);
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn run_periodic(due: u64) {
+    static RUNNING: AtomicBool = AtomicBool::new(false);
+    if super::clock::monotonic_ns() < due {
+        let wake = PERIODIC_WAKE.load(Relaxed);
+        // SAFETY: `set_periodic`'s caller keeps it valid.
+        if wake.is_null() || unsafe { wake.read_volatile() } != 0 {
+            return;
+        }
+    }
+    if RUNNING.swap(true, Relaxed) {
+        return;
+    }
+    let work = PERIODIC.load(Relaxed);
+    if !work.is_null() {
+        // SAFETY: only `set_periodic` stores here, a `fn()`.
+        let work: fn() = unsafe { core::mem::transmute::<*mut (), fn()>(work) };
+        work();
+    }
+    RUNNING.store(false, Relaxed);
+}
+
+/// How long a thread's registration waits for the registry (in yields to
+/// the scheduler) before the thread counts on the shared counters instead.
+const REGISTER_YIELDS: u32 = 1000;
 
 /// The default mean number of calls between two timed calls.
 pub const DEFAULT_TIME_SAMPLE_MEAN: u32 = 256;
@@ -867,7 +939,14 @@ fn register(t: &ThreadState, external: Option<[*mut u64; 2]>) -> bool {
     t.rng
         .set(Tsc::now() ^ (t as *const ThreadState as u64).rotate_left(32) | 1);
     {
-        let mut reg = REGISTRY.lock();
+        // Bounded: a thread's first allocation may come while it holds a
+        // lock of the program's (a stream's, in `getline`), so it must not
+        // wait on a registry that a signal handler's interrupted frame
+        // holds. It then counts on the shared counters, still exactly.
+        let Some(mut reg) = REGISTRY.lock_within(REGISTER_YIELDS) else {
+            t.status.set(UNTRACKED);
+            return false;
+        };
         let me = t as *const ThreadState as *mut ThreadState;
         if is_linked(&reg, me) {
             // The shared counters take this thread's calls instead.
@@ -963,7 +1042,16 @@ pub fn snapshot(current: Option<&ThreadState>) -> Totals {
     }
     let mut tot = Totals::default();
     {
-        let reg = REGISTRY.lock();
+        // Held by this very thread only when a signal handler that
+        // interrupted a registration or a retirement takes the snapshot
+        // (on its way to `_exit`): the list is then read without the lock,
+        // which is safe because links are only followed through `next`,
+        // set before a state is published at the head; the thread being
+        // retired may be missed.
+        let _reg = REGISTRY.lock_unless_held_here();
+        // SAFETY: either the lock is held, or only this thread's
+        // interrupted frame changes the list (see above).
+        let reg = unsafe { &*REGISTRY.as_ptr() };
         SHARED.add_to(&mut tot);
         let mut p = reg.head;
         while !p.is_null() {
@@ -992,7 +1080,11 @@ pub fn snapshot(current: Option<&ThreadState>) -> Totals {
 /// block and then sleeps would otherwise look as if it still held it).
 pub fn live_bytes() -> u64 {
     // Under the lock: a retiring thread moves its counts to SHARED there.
-    let reg = REGISTRY.lock();
+    // Without it (0) if this thread holds it: a signal handler's timeline
+    // sample that interrupted a registration.
+    let Some(reg) = REGISTRY.lock_unless_held_here() else {
+        return 0;
+    };
     let (mut allocated, mut freed) = (SHARED.bytes_allocated(), SHARED.bytes_freed());
     let mut p = reg.head;
     while !p.is_null() {
@@ -1007,23 +1099,27 @@ pub fn live_bytes() -> u64 {
     allocated.saturating_sub(freed)
 }
 
-/// `fork` prepare handler: hold the registry so the child gets it consistent.
-pub fn before_fork() {
-    REGISTRY.lock_and_forget();
-}
-
-/// `fork` parent handler.
-pub fn after_fork_parent() {
-    // SAFETY: `before_fork` took the lock in this thread and forgot the guard.
-    unsafe { REGISTRY.force_unlock() };
+/// `fork` child handler of a recorder whose child keeps its parent's
+/// counts as its history (the Rust wrapper): only frees the registry if a
+/// thread that no longer exists held it. The list stays walkable whatever
+/// step of linking or unlinking that thread was at, since it is only
+/// followed through `next`; a thread it was retiring may be missed.
+pub fn after_fork_child_keeping_counts() {
+    // SAFETY: this is the child of a fork, still with one thread.
+    unsafe { REGISTRY.after_fork_in_child() };
 }
 
 /// `fork` child handler: the child starts from zero, with the forking
-/// thread (`current`) as its only thread.
+/// thread (`current`) as its only thread. Nothing is held across the fork
+/// (see [`SpinLock`](super::lock)); if the registry was being changed by
+/// an interrupted frame of this very thread (the fork came from a signal
+/// handler), it is left to that frame, and the child's figures include
+/// its parent's.
 pub fn after_fork_child(current: &ThreadState) {
-    // SAFETY: `before_fork` took the lock and forgot the guard; the child has
-    // no other thread that could hold it.
-    unsafe { REGISTRY.force_unlock() };
+    // SAFETY: this is the child of a fork, still with one thread.
+    if unsafe { REGISTRY.after_fork_in_child() } == AtFork::HeldHere {
+        return;
+    }
     let mut reg = REGISTRY.lock();
     reg.head = ptr::null_mut();
     SHARED.reset();

@@ -474,19 +474,16 @@ fn on_register(inner_type: &'static str) {
     let start = ClockPair::now();
     START_TSC.store(start.tsc, Relaxed);
     START_NS.store(start.mono_ns, Relaxed);
-    // The registry lock must not be held across `fork`, or a child that
-    // registers a thread or takes a snapshot would wait forever. The child
-    // keeps the parent's counts as its history (the other threads' states
-    // are copies that no longer change), so both sides just unlock.
-    unsafe extern "C" fn prepare() {
-        super::before_fork();
+    // Nothing is held across `fork` (see `SpinLock`). The child keeps the
+    // parent's counts as its history (the other threads' states are
+    // copies that no longer change); it only frees the registry if a
+    // thread that is gone held it.
+    unsafe extern "C" fn child() {
+        super::thread::after_fork_child_keeping_counts();
     }
-    unsafe extern "C" fn unlock() {
-        super::after_fork_parent();
-    }
-    // SAFETY: the handlers take and release the registry lock without
-    // allocating; registering them may use glibc's malloc, never ours.
-    unsafe { libc::pthread_atfork(Some(prepare), Some(unlock), Some(unlock)) };
+    // SAFETY: the handler takes no lock and does not allocate; registering
+    // it may use glibc's malloc, never ours.
+    unsafe { libc::pthread_atfork(None, None, Some(child)) };
     INIT.store(INIT_DONE, Release);
 }
 
@@ -527,17 +524,14 @@ pub(crate) fn start_stacks(mode: crate::profile::StackMode) {
     // The recorder's own modules are the program's executable here: no
     // module is skipped; the CLI trims allocmux's frames by name.
     with_stack_thread(|st| st.as_recorder(|| stacks::configure(mode, false)));
-    unsafe extern "C" fn prepare() {
-        stacks::before_fork();
+    // The child keeps the parent's stacks as its history, as it keeps its
+    // counts (see `on_register`).
+    unsafe extern "C" fn child() {
+        stacks::after_fork_child_keeping_stacks();
     }
-    unsafe extern "C" fn unlock() {
-        // The child keeps the parent's stacks as its history, as it keeps
-        // its counts (see `on_register`).
-        stacks::after_fork_parent();
-    }
-    // SAFETY: the handlers take and release the stack lock without
-    // allocating; registering them may use glibc's malloc, never ours.
-    unsafe { libc::pthread_atfork(Some(prepare), Some(unlock), Some(unlock)) };
+    // SAFETY: the handler takes no lock and does not allocate; registering
+    // it may use glibc's malloc, never ours.
+    unsafe { libc::pthread_atfork(None, None, Some(child)) };
 }
 
 /// Calibration spans shorter than this are stretched by waiting, so a

@@ -1,0 +1,35 @@
+//! Whether the program is single-threaded, as glibc sees it.
+//!
+//! glibc's `fork` takes its allocator's and stdio's locks only once the
+//! process has had a second thread (`__libc_single_threaded` false); before
+//! that it takes none, which is what makes `fork` from a signal handler
+//! that interrupted `malloc` work in a single-threaded program. The shim
+//! keeps that guarantee by starting no thread of its own in such a program
+//! (the flusher works inline until the program starts a thread), and by
+//! running jemalloc's fork handlers only when another thread exists.
+
+use core::sync::atomic::{AtomicPtr, Ordering::Relaxed};
+
+/// glibc's `__libc_single_threaded` (since 2.32), found at start-up; null
+/// before that, or with an older glibc.
+static FLAG: AtomicPtr<libc::c_char> = AtomicPtr::new(core::ptr::null_mut());
+
+/// Looks the flag up (at start-up: `dlsym` may allocate).
+pub fn init() {
+    // SAFETY: a lookup by a NUL-terminated name in the global scope.
+    let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"__libc_single_threaded".as_ptr()) };
+    FLAG.store(p.cast(), Relaxed);
+}
+
+/// glibc's flag itself (null if unknown), which reads 0 once the process
+/// has had a second thread.
+pub fn flag() -> *const u8 {
+    FLAG.load(Relaxed).cast_const().cast()
+}
+
+/// Whether the process has never had a second thread (false if unknown).
+pub fn single_threaded() -> bool {
+    let p = FLAG.load(Relaxed);
+    // SAFETY: glibc's flag, a `char` it keeps for the process's life.
+    !p.is_null() && unsafe { p.read_volatile() } != 0
+}
