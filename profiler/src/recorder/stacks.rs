@@ -618,7 +618,7 @@ impl Snapshot {
         if self.mode == StackMode::Off {
             return Ok(());
         }
-        profile::write_stack_mode(w, self.mode, self.lost)?;
+        profile::write_stack_mode(w, self.mode, self.lost, 0)?;
         for m in &self.modules {
             profile::write_module(
                 w,
