@@ -3,13 +3,14 @@
 //! leaves most of its recording.
 
 use core::ffi::c_void;
-use core::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use core::sync::atomic::{AtomicBool, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
 
+use allocmux::Backend;
 use allocmux::profile::State;
 use allocmux::recorder;
 
-use crate::tls;
 use crate::writer::{self, WRITER};
+use crate::{choice, tls};
 
 /// Periodic flush interval: a process killed by SIGKILL loses at most this
 /// much of its recording.
@@ -38,6 +39,13 @@ const SAMPLE_DUTY: u64 = 100;
 const STATS_DUTY: u64 = 1000;
 
 static STOP: AtomicBool = AtomicBool::new(false);
+/// Whether the thread being started makes its first call into jemalloc at
+/// once (see [`thread_main`]), and whether it has.
+static FIRST_CALL_AT_START: AtomicBool = AtomicBool::new(false);
+static FIRST_CALL_MADE: AtomicBool = AtomicBool::new(false);
+/// A writer thread was started in this process image before: a `fork`
+/// child inherits it set.
+static STARTED_BEFORE: AtomicBool = AtomicBool::new(false);
 
 /// Asks the flusher thread to stop (at its next wake-up).
 pub fn stop() {
@@ -48,6 +56,14 @@ pub fn stop() {
 /// not exist there).
 pub fn start() {
     STOP.store(false, Relaxed);
+    // Not in a `fork` child: its handler runs before jemalloc's own child
+    // handler, with jemalloc's locks still held, so a call into jemalloc
+    // from the new thread would wait on them, and be broken when they are
+    // reset. There the first call stays at the first flush.
+    let in_fork_child = STARTED_BEFORE.swap(true, Relaxed);
+    let first_call_at_start = !in_fork_child && choice::current().backend == Backend::Jemalloc;
+    FIRST_CALL_AT_START.store(first_call_at_start, Relaxed);
+    FIRST_CALL_MADE.store(false, Relaxed);
     // SAFETY: plain pthread calls with valid, initialised arguments. All
     // signals are blocked around the creation so the new thread inherits a
     // full mask and never takes a signal meant for the program.
@@ -65,6 +81,18 @@ pub fn start() {
         libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut());
         libc::pthread_attr_destroy(&mut attr);
     }
+    // Under jemalloc, the thread's first call into it must come before the
+    // program can use up memory (see `thread_main`): wait for it, a few
+    // tens of microseconds, boundedly.
+    if first_call_at_start {
+        for _ in 0..10_000 {
+            if FIRST_CALL_MADE.load(Acquire) {
+                break;
+            }
+            // SAFETY: sched_yield has no preconditions.
+            unsafe { libc::sched_yield() };
+        }
+    }
 }
 
 /// The writer thread: samples the timeline at its interval (10 ms, doubling
@@ -78,6 +106,15 @@ extern "C" fn thread_main(_: *mut c_void) -> *mut c_void {
     tls::current().state.ignore();
     // SAFETY: prctl with a NUL-terminated name.
     unsafe { libc::prctl(libc::PR_SET_NAME, c"allocmux-flush".as_ptr()) };
+    // jemalloc sets up a thread's own data (its cache, an arena) at the
+    // thread's first call into it, and crashes if there is no memory for
+    // them (`tcache_arena_associate` with no arena). So at start-up that
+    // call is made now, while `start` waits, not at the first flush, when
+    // the program may have used up its memory.
+    if FIRST_CALL_AT_START.load(Relaxed) {
+        let _ = writer::read_allocator_stats();
+        FIRST_CALL_MADE.store(true, Release);
+    }
     let start = recorder::monotonic_ns();
     let mut next_flush = start + FLUSH_INTERVAL_MS * 1_000_000;
     let mut next_sample = start + allocmux::timeline::BASE_INTERVAL_NS;
