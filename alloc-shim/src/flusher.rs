@@ -19,14 +19,15 @@
 //! its previous flush, and its timeline has no points while it idles.
 
 use core::ffi::c_void;
-use core::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use core::sync::atomic::{AtomicBool, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
 
+use allocmux::Backend;
 use allocmux::profile::State;
 use allocmux::recorder::{self, SpinLock};
 
 use crate::threading::{self, single_threaded};
-use crate::tls;
 use crate::writer::{self, WRITER};
+use crate::{choice, tls};
 
 /// Periodic flush interval: a process killed by SIGKILL loses at most this
 /// much of its recording (see the module's note on single-threaded
@@ -233,13 +234,40 @@ fn start_thread() {
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
         let mut tid: libc::pthread_t = 0;
+        FIRST_CALL_MADE.store(false, Relaxed);
         if libc::pthread_create(&mut tid, &attr, thread_main, core::ptr::null_mut()) != 0 {
             THREAD.store(false, Relaxed);
         }
         libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut());
         libc::pthread_attr_destroy(&mut attr);
     }
+    // Under jemalloc, the thread's first call into it must come before the
+    // program may have used up memory (see `thread_main`): wait for it, a
+    // few tens of microseconds, boundedly.
+    if first_call_at_start() {
+        for _ in 0..10_000 {
+            if FIRST_CALL_MADE.load(Acquire) || !THREAD.load(Relaxed) {
+                break;
+            }
+            // SAFETY: sched_yield has no preconditions.
+            unsafe { libc::sched_yield() };
+        }
+    }
 }
+
+/// Whether the flusher thread makes its first call into the allocator as
+/// it starts: under jemalloc, which sets up a thread's own data (its
+/// cache, an arena) at the thread's first call and crashes if there is no
+/// memory for them (`tcache_arena_associate` with no arena), so that call
+/// must not wait for the first flush, by when the program may have used
+/// up its memory. Not in a `fork` child, where jemalloc's locks may still
+/// be held by its own handlers.
+fn first_call_at_start() -> bool {
+    !IN_FORK_CHILD.load(Relaxed) && choice::current().backend == Backend::Jemalloc
+}
+
+/// Set by the flusher thread once it made its first allocator call.
+static FIRST_CALL_MADE: AtomicBool = AtomicBool::new(false);
 
 /// The flusher thread: runs [`work`] whenever the next part of it is due.
 /// It sleeps until an absolute deadline, so the time it spends working
@@ -251,6 +279,10 @@ extern "C" fn thread_main(_: *mut c_void) -> *mut c_void {
     tls::current().state.ignore();
     // SAFETY: prctl with a NUL-terminated name.
     unsafe { libc::prctl(libc::PR_SET_NAME, c"allocmux-flush".as_ptr()) };
+    if first_call_at_start() {
+        let _ = writer::read_allocator_stats();
+        FIRST_CALL_MADE.store(true, Release);
+    }
     loop {
         let due = SCHEDULE.lock().next_due();
         sleep_until(due);

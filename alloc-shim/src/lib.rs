@@ -11,7 +11,8 @@
 //! written from it), `output` (the profile file), `flusher` (the periodic
 //! timeline samples and profile rewrites), `threading` (whether the
 //! program is single-threaded), `procfs`, `fd` and `fmt` (allocation-free
-//! helpers), `tls` (the per-thread state).
+//! helpers), `tls` (the per-thread state), `heap` (the shim's own Rust
+//! heap, with its emergency reserve).
 //!
 //! The README lists the environment variables; `docs/guarantees.md` says
 //! what the shim promises inside other people's programs,
@@ -29,6 +30,7 @@ mod exports;
 mod fd;
 mod flusher;
 mod fmt;
+mod heap;
 mod hooks;
 mod lifecycle;
 mod output;
@@ -38,35 +40,6 @@ mod threading;
 mod tls;
 mod writer;
 
-/// The shim's own Rust heap (std's internals, should any allocate) goes
-/// straight to glibc, bypassing the hooks, so it can never recurse into
-/// them or show up in the program's figures.
-struct OwnHeap;
-
-unsafe extern "C" {
-    fn __libc_malloc(size: usize) -> *mut core::ffi::c_void;
-    fn __libc_memalign(align: usize, size: usize) -> *mut core::ffi::c_void;
-    fn __libc_free(ptr: *mut core::ffi::c_void);
-}
-
-// SAFETY: glibc's allocator honours size and (via memalign) alignment.
-unsafe impl core::alloc::GlobalAlloc for OwnHeap {
-    unsafe fn alloc(&self, layout: core::alloc::Layout) -> *mut u8 {
-        // SAFETY: plain forwards.
-        unsafe {
-            if layout.align() <= 16 {
-                __libc_malloc(layout.size()).cast()
-            } else {
-                __libc_memalign(layout.align(), layout.size()).cast()
-            }
-        }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, _: core::alloc::Layout) {
-        // SAFETY: `ptr` came from `alloc`.
-        unsafe { __libc_free(ptr.cast()) }
-    }
-}
-
 #[cfg(not(test))]
 #[global_allocator]
-static OWN_HEAP: OwnHeap = OwnHeap;
+static OWN_HEAP: heap::OwnHeap = heap::OwnHeap;

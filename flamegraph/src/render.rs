@@ -26,7 +26,8 @@ pub struct Labels {
 
 /// Labels for a flamegraph of `set` weighed by `w`: the title is
 /// `what — weight (how recorded) — total` (`what` names the command and
-/// allocator), the subtitle counts processes, stacks and lost stacks.
+/// allocator), the subtitle counts processes, stacks and lost stacks, and
+/// says when the recorder ran short of memory.
 pub fn labels(set: &StackSet<'_>, w: Weight, what: String) -> Labels {
     let mode = set.mode_description();
     let total = set.show(w, w.of(&set.total()));
@@ -43,6 +44,9 @@ pub fn labels(set: &StackSet<'_>, w: Weight, what: String) -> Labels {
     );
     if set.lost() > 0 {
         subtitle += &format!(", {} allocations without a stack", set.lost());
+    }
+    if set.degraded().0 > 0 {
+        subtitle += ", incomplete: the recorder ran short of memory";
     }
     Labels {
         title,

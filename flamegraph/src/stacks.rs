@@ -352,6 +352,18 @@ impl<'a> StackSet<'a> {
             .fold(0, u64::saturating_add)
     }
 
+    /// What the recorders dropped for lack of their own memory
+    /// (`stacks_degraded`), summed over all processes, and how many
+    /// processes dropped anything: when not 0, every stack figure may be
+    /// short.
+    pub fn degraded(&self) -> (u64, usize) {
+        self.profiles
+            .iter()
+            .map(|p| p.stacks.degraded)
+            .filter(|&d| d > 0)
+            .fold((0, 0), |(sum, n), d| (sum.saturating_add(d), n + 1))
+    }
+
     /// What a weight's values mean here, for titles: its description, and
     /// for `leaked` a note when some processes were still running.
     pub fn describe(&self, w: Weight) -> String {

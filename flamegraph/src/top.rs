@@ -131,6 +131,9 @@ pub fn write_human(set: &StackSet<'_>, n: usize, w: &mut dyn Write) -> io::Resul
             l => format!(", {l} allocations without a stack"),
         }
     )?;
+    if let Some(warning) = degraded_warning(set) {
+        writeln!(w, "  warning: {warning}")?;
+    }
     for weight in Weight::ALL {
         let rows = top(&merged, weight, n);
         let t = weight.of(&total);
@@ -158,6 +161,20 @@ pub fn write_human(set: &StackSet<'_>, n: usize, w: &mut dyn Write) -> io::Resul
         }
     }
     Ok(())
+}
+
+/// The warning for stacks recorded short of memory, if they were: the
+/// recorder dropped stacks, blocks or lines it had no memory for, so the
+/// figures are incomplete.
+pub fn degraded_warning(set: &StackSet<'_>) -> Option<String> {
+    match set.degraded() {
+        (0, _) => None,
+        (dropped, procs) => Some(format!(
+            "the recorder ran short of memory in {procs} process{} and dropped {dropped} \
+             stacks, blocks or lines: the stack figures are incomplete",
+            if procs == 1 { "" } else { "es" }
+        )),
+    }
 }
 
 /// `top_stacks`: per weight name, the `n` largest stacks with value,

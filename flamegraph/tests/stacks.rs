@@ -91,6 +91,7 @@ fn process(pid: u32, argv: &str, modules: Vec<Module>, stacks: Vec<Stack>) -> Pr
     p.stacks = Stacks {
         mode: StackMode::Exact,
         lost: 0,
+        degraded: 0,
         modules,
         stacks,
     };
@@ -547,6 +548,55 @@ fn report_lists_top_stacks_per_weight_in_order() {
     assert_eq!(top["bytes"][0]["value"], 5000);
     assert_eq!(top["bytes"][0]["frames"][2]["function"], "outer");
     assert_eq!(top["leaked"].as_array().unwrap().len(), 0);
+    assert!(!s.contains("warning"), "{s}");
+}
+
+/// Stacks recorded short of memory: `report` says so in one line, and the
+/// flamegraph's subtitle too.
+#[test]
+fn report_warns_when_the_recorder_ran_short_of_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = fixture();
+    let mut procs = Vec::new();
+    for (pid, degraded) in [(5, 12), (6, 0), (7, 3)] {
+        let mut p = process(
+            pid,
+            "stacks",
+            vec![fixture_module()],
+            vec![stack(&f.middle, counts(100, 1000, 0, 0, 0))],
+        );
+        p.stacks.lost = 2;
+        p.stacks.degraded = degraded;
+        procs.push(p);
+    }
+    let prof = write_profile(dir.path(), "short.prof", &procs);
+    assert!(
+        fs::read_to_string(&prof)
+            .unwrap()
+            .contains("stacks_degraded 12\n")
+    );
+    let out = ok(run(allocmux().args(["report", "--top", "1"]).arg(&prof)));
+    let s = text(&out.stdout);
+    let warnings: Vec<&str> = s.lines().filter(|l| l.contains("warning")).collect();
+    assert_eq!(
+        warnings,
+        [
+            "  warning: the recorder ran short of memory in 2 processes and dropped 15 stacks, \
+          blocks or lines: the stack figures are incomplete"
+        ],
+        "{s}"
+    );
+    assert!(s.contains("6 allocations without a stack"), "{s}");
+    let svg = dir.path().join("short.svg");
+    ok(run(allocmux()
+        .args(["export", "--format", "svg", "-o"])
+        .arg(&svg)
+        .arg(&prof)));
+    let svg = fs::read_to_string(&svg).unwrap();
+    assert!(
+        svg.contains("incomplete: the recorder ran short of memory"),
+        "the subtitle says so"
+    );
 }
 
 /// One line on stderr that names the problem, a non-zero exit, no panic.

@@ -36,6 +36,8 @@
 //! allocator_stat resident 20971520    names them for the process's `allocator` (see below)
 //! stacks sample 524288        stack recording: `sample MEAN_BYTES` or `exact 1` (absent: off)
 //! stacks_lost 0               allocations whose stack could not be recorded
+//! stacks_degraded 3           what the recorder dropped for lack of its own memory (stacks,
+//!                             blocks, modules, stack lines, copies); only written when not 0
 //! module 5581000 5592000 1000 1000 8e1f… /usr/bin/prog
 //!                             an executable mapping: start, end, file offset and load
 //!                             bias (hex), build id (hex, `-` if none), path (escaped)
@@ -241,14 +243,24 @@ pub fn write_allocator_stats<W: Write>(w: &mut W, r: &AllocatorReading) -> fmt::
     Ok(())
 }
 
-/// Writes the stack-recording mode line and the count of lost stacks.
-pub fn write_stack_mode<W: Write>(w: &mut W, mode: StackMode, lost: u64) -> fmt::Result {
+/// Writes the stack-recording mode line, the count of lost stacks and,
+/// when not 0, the count of what was dropped for lack of memory.
+pub fn write_stack_mode<W: Write>(
+    w: &mut W,
+    mode: StackMode,
+    lost: u64,
+    degraded: u64,
+) -> fmt::Result {
     match mode {
         StackMode::Off => return Ok(()),
         StackMode::Sample { mean_bytes } => writeln!(w, "stacks sample {mean_bytes}")?,
         StackMode::Exact => w.write_str("stacks exact 1\n")?,
     }
-    writeln!(w, "stacks_lost {lost}")
+    writeln!(w, "stacks_lost {lost}")?;
+    if degraded > 0 {
+        writeln!(w, "stacks_degraded {degraded}")?;
+    }
+    Ok(())
 }
 
 /// Writes one module line (`build_id` as raw bytes, empty if none).
@@ -498,6 +510,11 @@ pub struct Stacks {
     pub mode: StackMode,
     /// Allocations whose stack could not be recorded.
     pub lost: u64,
+    /// What the recorder dropped for lack of its own memory (stacks not
+    /// stored or not taken, blocks not tracked, modules or stack lines
+    /// left out, copies not refreshed); 0 when recording was whole. Any
+    /// figure of the stacks may then be short.
+    pub degraded: u64,
     /// Executable mappings, to symbolize the addresses.
     pub modules: Vec<Module>,
     /// The stacks, each once.
@@ -609,7 +626,7 @@ impl ProcessProfile {
         }
         write_timeline(w, self.timeline.interval_ns, &self.timeline.points)?;
         let st = &self.stacks;
-        write_stack_mode(w, st.mode, st.lost)?;
+        write_stack_mode(w, st.mode, st.lost, st.degraded)?;
         for m in &st.modules {
             let build_id = decode_hex(&m.build_id).unwrap_or_default();
             write_module(
@@ -752,7 +769,9 @@ fn parse_sections(text: &str) -> Result<Vec<ProcessProfile>, ParseError> {
                 mono_ns: num(b)?,
             })
         };
-        if matches!(key, "stacks_lost" | "module" | "stack") && p.stacks.mode == StackMode::Off {
+        if matches!(key, "stacks_lost" | "stacks_degraded" | "module" | "stack")
+            && p.stacks.mode == StackMode::Off
+        {
             return Err(err(n, format!("a `{key}` line before the `stacks` line")));
         }
         let t = &mut p.totals;
@@ -861,6 +880,7 @@ fn parse_sections(text: &str) -> Result<Vec<ProcessProfile>, ParseError> {
                 }
             }
             "stacks_lost" => p.stacks.lost = num(rest)?,
+            "stacks_degraded" => p.stacks.degraded = num(rest)?,
             "module" => {
                 let f: Vec<&str> = rest.splitn(6, ' ').collect();
                 let [start, end, off, bias, id, path] = f[..] else {
@@ -1029,6 +1049,7 @@ mod tests {
         p.stacks = Stacks {
             mode: StackMode::Sample { mean_bytes: 4096 },
             lost: 2,
+            degraded: 5,
             modules: vec![Module {
                 start: 0x5581_0000,
                 end: 0x5592_0000,
@@ -1059,7 +1080,7 @@ mod tests {
         let p = with_stacks();
         let text = to_string(std::slice::from_ref(&p));
         assert!(
-            text.contains("stacks sample 4096\nstacks_lost 2\n"),
+            text.contains("stacks sample 4096\nstacks_lost 2\nstacks_degraded 5\nmodule "),
             "{text}"
         );
         assert!(
@@ -1073,6 +1094,13 @@ mod tests {
             Some(&p.stacks.modules[0])
         );
         assert_eq!(back[0].stacks.module_of(0x10), None);
+        // Whole recording writes no `stacks_degraded` line, and a profile
+        // without one (all those written before it existed) reads as 0.
+        let mut whole = p.clone();
+        whole.stacks.degraded = 0;
+        let text = to_string(std::slice::from_ref(&whole));
+        assert!(text.contains("stacks_lost 2\nmodule "), "{text}");
+        assert_eq!(parse(&text).unwrap(), vec![whole]);
     }
 
     #[test]
@@ -1086,15 +1114,18 @@ mod tests {
             ("stack 1 2 3", "eight figures"),
             ("stack 1 2 3 4 5 6 7 8", "no addresses"),
             ("stack 1 2 3 4 5 6 7 8 xyz", "bad stack address"),
+            ("stacks_degraded many", "needs a number"),
         ];
-        let unstacked = parse("allocmux-profile 1\nprocess\nstack 1 2 3 4 5 6 7 8 9\nend\n");
-        assert!(
-            unstacked
-                .unwrap_err()
-                .to_string()
-                .contains("before the `stacks` line"),
-            "stacks without a mode are refused"
-        );
+        for line in ["stack 1 2 3 4 5 6 7 8 9", "stacks_degraded 1"] {
+            let unstacked = parse(&format!("allocmux-profile 1\nprocess\n{line}\nend\n"));
+            assert!(
+                unstacked
+                    .unwrap_err()
+                    .to_string()
+                    .contains("before the `stacks` line"),
+                "{line}: stack lines without a mode are refused"
+            );
+        }
         for (line, want) in cases {
             let e = parse(&format!("{base}{line}\nend\n"))
                 .unwrap_err()

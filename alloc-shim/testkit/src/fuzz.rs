@@ -92,6 +92,7 @@ const KEYS: &[&str] = &[
     "size_hist",
     "stacks",
     "stacks_lost",
+    "stacks_degraded",
     "module",
     "stack",
     "timeline",

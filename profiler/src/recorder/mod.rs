@@ -34,6 +34,9 @@ pub mod process;
 mod random;
 pub mod stacks;
 mod switchable;
+mod tables;
+#[cfg(test)]
+mod test_alloc;
 mod thread;
 pub mod unwind;
 mod wrapper;

@@ -19,16 +19,21 @@
 //! Everything else, the unwinder, the stack table and the block map, sits
 //! behind one spin lock, taken only by sampled calls, frees of tracked
 //! blocks and the profile writer.
+//!
+//! The recorder's own memory fails soft: its tables grow in small fallible
+//! steps (see `tables`), a stack or block there is no memory for is
+//! dropped and counted (`stacks_degraded` in the profile), and once the
+//! shim's heap reports that it is short ([`mark_short_of_memory`]) no new
+//! stack is taken at all.
 
 use core::cell::Cell;
 use core::fmt::{self, Write};
-use core::hash::{BuildHasherDefault, Hasher};
 use core::ops::Range;
 use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering::Relaxed};
-use std::collections::HashMap;
 
 use super::clock::Tsc;
 use super::lock::{AtFork, SpinLock};
+use super::tables::{Chunks, Sharded, StackHash, max_shard_bytes};
 use super::thread::{Body, ThreadState, enter};
 use super::unwind::{self, StackUnwinder};
 use crate::profile::{self, ModuleRef, StackMode};
@@ -312,7 +317,13 @@ unsafe extern "C" fn stacked<B: StackBody>(
     // While busy, every allocation comes here (and is counted above).
     let resume = st.countdown.replace(-1);
     let mut buf = unwind::frame_buf();
-    let frames = if sample { capture(st, &mut buf) } else { &[] };
+    // Short of memory, no new stack is taken (it may allocate): dropped.
+    let starved = sample && is_short_of_memory();
+    let frames = if sample && !starved {
+        capture(st, &mut buf)
+    } else {
+        &[]
+    };
     let start = Tsc::now();
     // SAFETY: forwarded from the caller.
     let out = unsafe { enter(t, body) };
@@ -349,6 +360,7 @@ unsafe extern "C" fn stacked<B: StackBody>(
             let size = body.request().unwrap_or(0) as u64;
             if frames.is_empty() {
                 s.sites.lost += 1;
+                s.sites.degraded += starved as u64;
             } else {
                 s.sites.alloc(new, size, frames, ticks);
             }
@@ -385,35 +397,32 @@ fn capture<'b>(st: &StackThread, buf: &'b mut unwind::FrameBuf) -> &'b [u64] {
     s.unwinder.capture(stack, buf)
 }
 
-#[derive(Default)]
-struct AddrHasher(u64);
+/// A growth step of the site table is one chunk of 4,096 sites (352 KiB),
+/// of the frame store one of 65,536 return addresses (512 KiB).
+const SITE_CHUNK: usize = 4096;
+const FRAME_CHUNK: usize = 65_536;
+/// A snapshot's stacks, 4,096 (320 KiB) a chunk.
+const COPY_CHUNK: usize = 4096;
+/// Shards of the stack index and of the block map (see [`Sharded`]): at
+/// most 14.7 million distinct stacks and 117 million tracked blocks.
+const INDEX_SHARDS: usize = 256;
+const BLOCK_SHARDS: usize = 2048;
+/// The end of a chain of sites whose stacks have the same hash.
+const NO_SITE: u32 = u32::MAX;
+/// No growth step of the recorder's tables may allocate more than this.
+const MAX_STEP_BYTES: usize = 4 << 20;
+const _: () = assert!(
+    max_shard_bytes::<usize, Block>() <= MAX_STEP_BYTES
+        && max_shard_bytes::<u64, u32>() <= MAX_STEP_BYTES
+        && SITE_CHUNK * size_of::<Site>() <= MAX_STEP_BYTES
+        && FRAME_CHUNK * 8 <= MAX_STEP_BYTES
+        && COPY_CHUNK * size_of::<Copied>() <= MAX_STEP_BYTES
+        && BLOCK_SHARDS * size_of::<super::tables::FastMap<usize, Block>>() <= MAX_STEP_BYTES
+);
 
-impl Hasher for AddrHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        // A stack key arrives here as one slice of whole words.
-        let mut words = bytes.chunks_exact(8);
-        for w in &mut words {
-            self.write_u64(u64::from_ne_bytes(w.try_into().expect("8 bytes")));
-        }
-        for &b in words.remainder() {
-            self.write_u64(b as u64);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x517C_C1B7_2722_0A95);
-    }
-    fn write_usize(&mut self, v: usize) {
-        self.write_u64(v as u64);
-    }
-}
-
-type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<AddrHasher>>;
-
-/// One distinct stack's running sums (estimates, hence floats).
-#[derive(Default)]
+/// One distinct stack: where its return addresses are, and its running
+/// sums (estimates, hence floats).
+#[derive(Clone, Copy)]
 struct Site {
     samples: u64,
     allocs: f64,
@@ -425,6 +434,30 @@ struct Site {
     peak_bytes: f64,
     /// The operation number of this site's last change (see `Sites::touch`).
     stamp: u64,
+    /// Where its return addresses start in `Sites::frames`, and how many.
+    frames_at: u64,
+    depth: u32,
+    /// The next older site whose stack has the same hash, or `NO_SITE`.
+    next: u32,
+}
+
+impl Site {
+    fn new(frames_at: u64, depth: u32, next: u32) -> Self {
+        Site {
+            samples: 0,
+            allocs: 0.0,
+            bytes: 0.0,
+            ticks: 0.0,
+            live_allocs: 0.0,
+            live_bytes: 0.0,
+            peak_allocs: 0.0,
+            peak_bytes: 0.0,
+            stamp: 0,
+            frames_at,
+            depth,
+            next,
+        }
+    }
 }
 
 /// A tracked live block.
@@ -435,33 +468,104 @@ struct Block {
 }
 
 /// The stacks seen, the tracked blocks, and the peak bookkeeping.
-#[derive(Default)]
+///
+/// Every table grows in small, fallible steps ([`Chunks`], [`Sharded`]), so
+/// the recorder never asks for much memory at once and never aborts for
+/// lack of it: what cannot be stored is dropped and counted in `degraded`
+/// (a new stack also in `lost`). The largest single allocation, at any
+/// size the tables can reach, is a block-map shard at its bound,
+/// `max_shard_bytes::<usize, Block>()` = 3,276,816 bytes (3.1 MiB); then
+/// a stack-index shard (2.1 MiB), a frame chunk (512 KiB), a site chunk
+/// (352 KiB) and the block map's 2,048 shard headers (64 KiB). The
+/// `sites_never_allocate_more_than_a_shard_at_once` test holds them to it.
+///
+/// Each stack's return addresses are stored once, in the frame store; the
+/// index maps a stack's hash to its newest site, and sites with the same
+/// hash are chained.
 struct Sites {
-    index: FastMap<Box<[u64]>, u32>,
-    frames: Vec<Box<[u64]>>,
-    sites: Vec<Site>,
-    blocks: FastMap<usize, Block>,
+    index: Sharded<u64, u32, INDEX_SHARDS>,
+    frames: Chunks<u64, FRAME_CHUNK>,
+    sites: Chunks<Site, SITE_CHUNK>,
+    blocks: Sharded<usize, Block, BLOCK_SHARDS>,
     /// Estimated live bytes of all tracked blocks, and their highest value.
     live: f64,
     peak: f64,
     /// Operations so far, and the number of the one that set the peak.
     ops: u64,
     peak_op: u64,
+    /// Allocations recorded without a stack.
     lost: u64,
+    /// What was dropped for lack of memory: stacks not stored (or not
+    /// taken once the shim's heap was short), blocks not tracked, modules
+    /// not kept, snapshots not refreshed.
+    degraded: u64,
     /// Mean bytes between samples (0: exact).
     mean: u64,
 }
 
+impl Default for Sites {
+    fn default() -> Self {
+        Sites::new()
+    }
+}
+
 impl Sites {
-    fn site(&mut self, frames: &[u64]) -> u32 {
-        if let Some(&i) = self.index.get(frames) {
-            return i;
+    const fn new() -> Self {
+        Sites {
+            index: Sharded::new(),
+            frames: Chunks::new(),
+            sites: Chunks::new(),
+            blocks: Sharded::new(),
+            live: 0.0,
+            peak: 0.0,
+            ops: 0,
+            peak_op: 0,
+            lost: 0,
+            degraded: 0,
+            mean: 0,
         }
-        let i = self.sites.len() as u32;
-        self.frames.push(frames.into());
-        self.index.insert(frames.into(), i);
-        self.sites.push(Site::default());
-        i
+    }
+
+    /// The site of `frames` (at most `MAX_FRAMES`), added if it is new;
+    /// `None` if it is new and there is no memory to store it.
+    fn site(&mut self, frames: &[u64]) -> Option<u32> {
+        let hash = StackHash::of(frames);
+        let head = self.index.get(hash).copied();
+        let mut i = head.unwrap_or(NO_SITE);
+        while i != NO_SITE {
+            let s = self.sites.get(i as usize);
+            if s.depth as usize == frames.len() {
+                let (a, b) = self.frames.slices(s.frames_at as usize, frames.len());
+                if *a == frames[..a.len()] && *b == frames[a.len()..] {
+                    return Some(i);
+                }
+            }
+            i = s.next;
+        }
+        let new = self.sites.len();
+        let room = if may_grow() {
+            self.sites.try_reserve(1)
+                && self.frames.try_reserve(frames.len())
+                && (head.is_some() || self.index.make_room(hash))
+        } else {
+            self.sites.has_room(1)
+                && self.frames.has_room(frames.len())
+                && (head.is_some() || self.index.has_room(hash))
+        };
+        if !room || new >= NO_SITE as usize {
+            return None;
+        }
+        let at = self.frames.len() as u64;
+        self.frames.extend_from_slice(frames);
+        let next = head.unwrap_or(NO_SITE);
+        self.sites.push(Site::new(at, frames.len() as u32, next));
+        match self.index.get_mut(hash) {
+            Some(head) => *head = new as u32,
+            None => {
+                self.index.insert(hash, new as u32);
+            }
+        }
+        Some(new as u32)
     }
 
     /// Prepares site `i` for a change of its live figures, keeping the
@@ -471,7 +575,7 @@ impl Sites {
     fn touch(&mut self, i: u32) -> &mut Site {
         self.ops += 1;
         let peak_op = self.peak_op;
-        let s = &mut self.sites[i as usize];
+        let s = self.sites.get_mut(i as usize);
         if s.stamp <= peak_op {
             s.peak_allocs = s.live_allocs;
             s.peak_bytes = s.live_bytes;
@@ -481,13 +585,30 @@ impl Sites {
     }
 
     fn alloc(&mut self, addr: usize, size: u64, frames: &[u64], ticks: u64) {
-        let i = self.site(frames);
+        let Some(i) = self.site(frames) else {
+            // No memory for a new stack: the allocation goes without one.
+            self.lost += 1;
+            self.degraded += 1;
+            return;
+        };
+        // A block that cannot be tracked (no memory for its entry) counts
+        // as an allocation of its stack but not as live: its free would
+        // not be seen.
+        let tracked = if may_grow() {
+            self.blocks.make_room(addr)
+        } else {
+            self.blocks.has_room(addr)
+        };
         let w = weight(size, self.mean);
         let s = self.touch(i);
         s.samples += 1;
         s.allocs += w;
         s.bytes += w * size as f64;
         s.ticks += w * ticks as f64;
+        if !tracked {
+            self.degraded += 1;
+            return;
+        }
         s.live_allocs += w;
         s.live_bytes += w * size as f64;
         self.live += w * size as f64;
@@ -510,7 +631,7 @@ impl Sites {
     }
 
     fn free(&mut self, addr: usize, ticks: u64) {
-        let Some(b) = self.blocks.remove(&addr) else {
+        let Some(b) = self.blocks.remove(addr) else {
             return; // a filter false positive, or an untracked block
         };
         if MODE.load(Relaxed) == MODE_SAMPLE {
@@ -533,7 +654,7 @@ impl Sites {
     }
 
     fn counts(&self, i: usize) -> SiteCounts {
-        let s = &self.sites[i];
+        let s = self.sites.get(i);
         let at_peak = s.stamp <= self.peak_op;
         let (pa, pb) = if at_peak {
             (s.live_allocs, s.live_bytes)
@@ -554,6 +675,13 @@ impl Sites {
     }
 }
 
+/// Whether the stack table and block map may allocate: not once the
+/// shim's heap is short (see [`mark_short_of_memory`]).
+#[inline]
+fn may_grow() -> bool {
+    !is_short_of_memory()
+}
+
 /// Everything behind the stack lock.
 struct State {
     unwinder: StackUnwinder,
@@ -564,49 +692,110 @@ struct State {
 }
 
 impl State {
+    /// Adds the modules not seen yet; one that cannot be copied for lack
+    /// of memory is left out (and counted), to be tried again at the next
+    /// change of the loaded modules.
     fn remember_modules(&mut self, found: &[unwind::ModuleInfo]) {
         for m in found {
-            if !self
+            if self
                 .modules
                 .iter()
                 .any(|k| k.range == m.range && k.path == m.path)
             {
-                self.modules.push(m.clone());
+                continue;
+            }
+            match try_clone_module(m) {
+                Some(copy) if self.modules.try_reserve(1).is_ok() => self.modules.push(copy),
+                _ => self.sites.degraded += 1,
             }
         }
     }
 }
 
+/// A copy of `bytes`, or `None` if there is no memory for it.
+fn try_copy(bytes: &[u8]) -> Option<Vec<u8>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(bytes.len()).ok()?;
+    v.extend_from_slice(bytes);
+    Some(v)
+}
+
+/// A copy of `m`, or `None` if there is no memory for it.
+fn try_clone_module(m: &unwind::ModuleInfo) -> Option<unwind::ModuleInfo> {
+    Some(unwind::ModuleInfo {
+        range: m.range.clone(),
+        file_offset: m.file_offset,
+        bias: m.bias,
+        build_id: try_copy(&m.build_id)?,
+        path: try_copy(&m.path)?,
+    })
+}
+
+/// Copies of `modules`, or `None` if there is no memory for them.
+fn try_clone_modules(modules: &[unwind::ModuleInfo]) -> Option<Vec<unwind::ModuleInfo>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(modules.len()).ok()?;
+    for m in modules {
+        v.push(try_clone_module(m)?);
+    }
+    Some(v)
+}
+
 static STATE: SpinLock<State> = SpinLock::new(State {
     unwinder: StackUnwinder::new(false),
-    sites: Sites {
-        index: HashMap::with_hasher(BuildHasherDefault::new()),
-        frames: Vec::new(),
-        sites: Vec::new(),
-        blocks: HashMap::with_hasher(BuildHasherDefault::new()),
-        live: 0.0,
-        peak: 0.0,
-        ops: 0,
-        peak_op: 0,
-        lost: 0,
-        mean: 0,
-    },
+    sites: Sites::new(),
     modules: Vec::new(),
 });
 
+/// Set once the shim's heap had to draw on its emergency reserve (see
+/// [`mark_short_of_memory`]).
+static SHORT_OF_MEMORY: AtomicBool = AtomicBool::new(false);
+
+/// Tells the stack recorder that the memory it allocates from has run
+/// out: the shim's heap calls it when it has to draw on its emergency
+/// reserve. From then on no new stack is taken (taking one may allocate:
+/// the unwinder's module list), each counted as dropped, and the stack
+/// table and block map use only the room they have, so the reserve is
+/// left to the allocations that cannot fail soft. Lock-free and
+/// allocation-free: callable from inside an allocator.
+pub fn mark_short_of_memory() {
+    SHORT_OF_MEMORY.store(true, Relaxed);
+}
+
+/// Whether [`mark_short_of_memory`] was called.
+#[inline]
+pub fn is_short_of_memory() -> bool {
+    SHORT_OF_MEMORY.load(Relaxed)
+}
+
+/// One stack of a [`Snapshot`]: its figures, and where its return
+/// addresses are in the snapshot's frame store.
+#[derive(Clone, Copy, Debug)]
+struct Copied {
+    counts: SiteCounts,
+    frames_at: u64,
+    depth: u32,
+}
+
 /// A copy of the stack table, taken under the lock and written out after
 /// it is released, so a large profile never stalls the allocating threads
-/// while it is formatted. Keep one and reuse it: its buffers stay allocated.
+/// while it is formatted. Keep one and reuse it: its buffers stay
+/// allocated. They are chunked like the recorder's tables, so a copy of
+/// any size allocates at most 512 KiB at a time, and fallibly: a copy
+/// there is no memory for keeps the previous one.
 #[derive(Debug, Default)]
 pub struct Snapshot {
     mode: StackMode,
     lost: u64,
+    degraded: u64,
     modules: Vec<unwind::ModuleInfo>,
-    counts: Vec<SiteCounts>,
-    /// Each stack's frames, one after the other; `ends[i]` closes stack `i`.
-    frames: Vec<u64>,
-    ends: Vec<usize>,
+    stacks: Chunks<Copied, COPY_CHUNK>,
+    frames: Chunks<u64, FRAME_CHUNK>,
 }
+
+/// Room for the `stacks`, `stacks_lost` and `stacks_degraded` lines and
+/// the section's `end`, which are written even when nothing else fits.
+const HEAD_ROOM: usize = 128;
 
 impl Snapshot {
     /// An empty copy.
@@ -614,10 +803,10 @@ impl Snapshot {
         Snapshot {
             mode: StackMode::Off,
             lost: 0,
+            degraded: 0,
             modules: Vec::new(),
-            counts: Vec::new(),
-            frames: Vec::new(),
-            ends: Vec::new(),
+            stacks: Chunks::new(),
+            frames: Chunks::new(),
         }
     }
 
@@ -625,55 +814,157 @@ impl Snapshot {
     /// very thread holds the stack lock (the caller is a signal handler
     /// that interrupted it inside the recorder, on its way to `_exit`),
     /// the previous copy is kept rather than waiting forever.
+    /// So it is if there is no memory for the copy: its room is reserved
+    /// before anything is copied, and then only the counts of lost and
+    /// degraded recording are brought up to date (the stale copy counted
+    /// as degraded). The room is asked for even once the recorder is short
+    /// of memory: by the exit profile the program may have given much
+    /// back, and the copy's chunks are larger than anything the shim's
+    /// emergency reserve serves, so they cannot empty it.
     pub fn take(&mut self) {
         self.mode = mode();
         if self.mode == StackMode::Off {
             return; // `write` writes nothing then
         }
-        let Some(s) = STATE.lock_unless_held_here() else {
+        let Some(mut s) = STATE.lock_unless_held_here() else {
             return;
         };
-        self.counts.clear();
-        self.frames.clear();
-        self.ends.clear();
-        self.lost = s.sites.lost + UNSTACKED.load(Relaxed) + UNRECORDED.load(Relaxed);
+        let mut modules = None;
+        let mut room = true;
         if self.modules.len() != s.modules.len() {
-            self.modules.clone_from(&s.modules);
+            modules = try_clone_modules(&s.modules);
+            room = modules.is_some();
         }
-        for (i, frames) in s.sites.frames.iter().enumerate() {
-            self.counts.push(s.sites.counts(i));
-            self.frames.extend_from_slice(frames);
-            self.ends.push(self.frames.len());
+        room = room
+            && self.stacks.try_reserve_total(s.sites.sites.len())
+            && self.frames.try_reserve_total(s.sites.frames.len());
+        if !room {
+            s.sites.degraded += 1;
+        }
+        self.lost = s.sites.lost + UNSTACKED.load(Relaxed) + UNRECORDED.load(Relaxed);
+        self.degraded = s.sites.degraded + is_short_of_memory() as u64;
+        if !room {
+            return;
+        }
+        if let Some(m) = modules {
+            self.modules = m;
+        }
+        self.stacks.clear();
+        self.frames.clear();
+        for chunk in s.sites.frames.as_slices() {
+            self.frames.extend_from_slice(chunk);
+        }
+        for i in 0..s.sites.sites.len() {
+            let site = s.sites.sites.get(i);
+            self.stacks.push(Copied {
+                counts: s.sites.counts(i),
+                frames_at: site.frames_at,
+                depth: site.depth,
+            });
         }
     }
 
-    /// Writes the stack lines of the profile (mode, modules, one line per
-    /// stack).
-    pub fn write<W: Write>(&self, w: &mut W) -> fmt::Result {
+    /// The length of `c`'s line.
+    fn line_len(&self, c: &Copied) -> usize {
+        let (a, b) = self.frames.slices(c.frames_at as usize, c.depth as usize);
+        stack_line_len(&c.counts, a.iter().chain(b))
+    }
+
+    /// The return addresses of `c`, gathered into `buf`.
+    fn frames_of<'b>(&self, c: &Copied, buf: &'b mut [u64; unwind::MAX_FRAMES]) -> &'b [u64] {
+        let (a, b) = self.frames.slices(c.frames_at as usize, c.depth as usize);
+        buf[..a.len()].copy_from_slice(a);
+        buf[a.len()..a.len() + b.len()].copy_from_slice(b);
+        &buf[..a.len() + b.len()]
+    }
+
+    /// Appends the stack lines of the profile to `out`: the mode, the
+    /// counts of lost and degraded recording, the modules, one line per
+    /// stack.
+    ///
+    /// Their room is reserved first, fallibly. If there is not enough
+    /// memory, what fits in the room `out` has already is written (the
+    /// modules, then the stacks, in order) and what does not is left out
+    /// and counted in `stacks_degraded`: the profile stays whole and says
+    /// it is short. Only the first lines and the section's `end`, some
+    /// hundred bytes, may allocate then.
+    pub fn write(&self, out: &mut String) -> fmt::Result {
         if self.mode == StackMode::Off {
             return Ok(());
         }
-        profile::write_stack_mode(w, self.mode, self.lost)?;
-        for m in &self.modules {
-            profile::write_module(
-                w,
-                &ModuleRef {
-                    start: m.range.start,
-                    end: m.range.end,
-                    file_offset: m.file_offset,
-                    bias: m.bias,
-                    build_id: &m.build_id,
-                    path: &m.path,
-                },
-            )?;
+        let module_lens = || self.modules.iter().map(module_line_len);
+        let stack_lens = || (0..self.stacks.len()).map(|i| self.line_len(self.stacks.get(i)));
+        let need = HEAD_ROOM + module_lens().sum::<usize>() + stack_lens().sum::<usize>();
+        let (mut modules, mut stacks) = (self.modules.len(), self.stacks.len());
+        if out.try_reserve(need).is_err() && out.try_reserve_exact(need).is_err() {
+            // Whatever fits in the room there is, in order, after the
+            // first lines and the `end` (which get their room if it can
+            // be had).
+            let _ = out.try_reserve_exact(HEAD_ROOM);
+            let mut room = (out.capacity() - out.len()).saturating_sub(HEAD_ROOM);
+            let mut fits = |len: usize| {
+                let yes = len <= room;
+                if yes {
+                    room -= len;
+                }
+                yes
+            };
+            modules = module_lens().take_while(|&len| fits(len)).count();
+            stacks = if modules < self.modules.len() {
+                0
+            } else {
+                stack_lens().take_while(|&len| fits(len)).count()
+            };
         }
-        let mut start = 0;
-        for (c, &end) in self.counts.iter().zip(&self.ends) {
-            profile::write_stack(w, c, &self.frames[start..end])?;
-            start = end;
+        let left_out = (self.modules.len() - modules + self.stacks.len() - stacks) as u64;
+        profile::write_stack_mode(out, self.mode, self.lost, self.degraded + left_out)?;
+        for m in &self.modules[..modules] {
+            profile::write_module(out, &module_ref(m))?;
+        }
+        let mut buf = [0u64; unwind::MAX_FRAMES];
+        for i in 0..stacks {
+            let c = self.stacks.get(i);
+            profile::write_stack(out, &c.counts, self.frames_of(c, &mut buf))?;
         }
         Ok(())
     }
+}
+
+/// A module as the profile writer takes it.
+fn module_ref(m: &unwind::ModuleInfo) -> ModuleRef<'_> {
+    ModuleRef {
+        start: m.range.start,
+        end: m.range.end,
+        file_offset: m.file_offset,
+        bias: m.bias,
+        build_id: &m.build_id,
+        path: &m.path,
+    }
+}
+
+/// The length of a module's line, as written.
+fn module_line_len(m: &unwind::ModuleInfo) -> usize {
+    struct Count(usize);
+    impl Write for Count {
+        fn write_str(&mut self, s: &str) -> fmt::Result {
+            self.0 += s.len();
+            Ok(())
+        }
+    }
+    let mut n = Count(0);
+    let _ = profile::write_module(&mut n, &module_ref(m));
+    n.0
+}
+
+/// The length of a stack's line, as [`profile::write_stack`] writes it:
+/// `stack`, its figures in decimal and its addresses in hex, each after a
+/// space, and the newline.
+fn stack_line_len<'f>(c: &SiteCounts, frames: impl Iterator<Item = &'f u64>) -> usize {
+    let dec = |v: u64| v.checked_ilog10().map_or(1, |l| l as usize + 1);
+    let hex = |v: u64| (64 - v.leading_zeros() as usize).div_ceil(4).max(1);
+    5 + c.fields().iter().map(|&v| 1 + dec(v)).sum::<usize>()
+        + frames.map(|&f| 1 + hex(f)).sum::<usize>()
+        + 1
 }
 
 /// `fork` child handler of a recorder whose child keeps its parent's
@@ -736,6 +1027,8 @@ pub fn after_fork_child() {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tables::Spread;
+    use super::super::test_alloc;
     use super::*;
 
     #[test]
@@ -769,7 +1062,241 @@ mod tests {
         assert_eq!((cb.allocs, cb.bytes, cb.ticks), (2, 35, 8));
         assert_eq!((cb.peak_allocs, cb.peak_bytes), (1, 20));
         assert_eq!((cb.live_allocs, cb.live_bytes), (1, 15));
-        assert_eq!(s.frames.len(), 2);
+        assert_eq!((s.sites.len(), s.frames.len()), (2, 3));
+        assert_eq!((s.lost, s.degraded), (0, 0));
+    }
+
+    /// Stacks of `depth` frames, distinct for distinct `i`.
+    fn stack(i: u64, depth: usize) -> Vec<u64> {
+        (0..depth as u64)
+            .map(|d| 0x5555_0000_1000 + d * 0x40 + (i << 12) * (d == 0) as u64)
+            .collect()
+    }
+
+    #[test]
+    fn stacks_are_found_again_and_kept_once() {
+        let mut s = Sites::default();
+        let stacks: Vec<Vec<u64>> = (0..3000)
+            .map(|i| stack(i, 1 + (i % 128) as usize))
+            .collect();
+        for round in 0..2 {
+            for (i, f) in stacks.iter().enumerate() {
+                assert_eq!(s.site(f), Some(i as u32), "round {round}");
+            }
+        }
+        // Prefixes of a stack are other stacks.
+        assert_eq!(s.site(&stacks[200][..3]), Some(3000));
+        assert_eq!(s.sites.len(), 3001);
+        let words: usize = stacks.iter().map(|f| f.len()).sum();
+        assert_eq!(s.frames.len(), words + 3);
+        // Sites whose stacks share a hash are told apart by their frames:
+        // chain `a` behind `b` under `a`'s hash, as a collision would.
+        let (a, b) = (stack(5, 4), stack(6, 4));
+        let (ia, ib) = (s.site(&a).unwrap(), s.site(&b).unwrap());
+        assert_eq!((ia, ib), (3001, 3002));
+        *s.index.get_mut(StackHash::of(&a)).unwrap() = ib;
+        s.sites.get_mut(ib as usize).next = ia;
+        assert_eq!(s.site(&a), Some(ia));
+        assert_eq!(s.site(&b), Some(ib));
+        assert_eq!(s.sites.len(), 3003);
+    }
+
+    /// The tables' largest single allocation stays within a shard's bound
+    /// (3.1 MiB) however many blocks and stacks there are; one doubling
+    /// table of 300,000 blocks would ask for 13 MB at once.
+    #[test]
+    fn sites_never_allocate_more_than_a_shard_at_once() {
+        let mut s = Sites::default();
+        let stacks: Vec<Vec<u64>> = (0..5000).map(|i| stack(i, 40)).collect();
+        let ((), largest) = test_alloc::largest_allocation(|| {
+            for b in 0..300_000usize {
+                s.alloc(0x7f00_0000_0000 + b * 32, 24, &stacks[b % 5000], 10);
+            }
+            for b in (0..300_000usize).step_by(2) {
+                s.free(0x7f00_0000_0000 + b * 32, 10);
+            }
+        });
+        assert!(largest <= MAX_STEP_BYTES, "{largest}");
+        assert_eq!(
+            largest,
+            FRAME_CHUNK * 8,
+            "the largest step is a frame chunk"
+        );
+        assert_eq!((s.blocks.len(), s.sites.len()), (150_000, 5000));
+        assert_eq!((s.lost, s.degraded), (0, 0));
+    }
+
+    /// Measures what the tables allocate for 10 million live blocks (slow:
+    /// run with `cargo test --release -p allocmux --lib -- --ignored
+    /// ten_million --nocapture`).
+    #[test]
+    #[ignore]
+    fn ten_million_blocks() {
+        let mut s = Sites::default();
+        let stacks: Vec<Vec<u64>> = (0..100_000).map(|i| stack(i, 30)).collect();
+        let n = 10_000_000usize;
+        let ((), largest) = test_alloc::largest_allocation(|| {
+            for b in 0..n {
+                s.alloc(0x7f00_0000_0000 + b * 48, 32, &stacks[b % stacks.len()], 10);
+            }
+        });
+        println!(
+            "{n} blocks, {} stacks: largest single allocation {largest} bytes",
+            s.sites.len()
+        );
+        assert!(largest <= MAX_STEP_BYTES);
+        assert_eq!((s.blocks.len(), s.degraded), (n, 0));
+    }
+
+    /// Without memory, a new stack is lost and a block that needs room is
+    /// untracked, each counted as degraded; the figures stay consistent
+    /// and nothing aborts.
+    #[test]
+    fn without_memory_stacks_and_blocks_are_dropped_and_counted() {
+        let mut s = Sites::default();
+        let (a, b) = (stack(1, 5), stack(2, 5));
+        s.alloc(0x1000, 100, &a, 1);
+        // Addresses in the block's shard, until that shard must grow.
+        let shard = |addr: usize| addr.spread() >> (64 - BLOCK_SHARDS.trailing_zeros());
+        let same: Vec<usize> = (1..)
+            .map(|i| 0x1000 + i * 16)
+            .filter(|&x| shard(x) == shard(0x1000))
+            .take(8)
+            .collect();
+        test_alloc::without_memory(|| {
+            s.alloc(0x2000, 100, &b, 1); // a new stack: no room
+            for &addr in &same {
+                s.alloc(addr, 10, &a, 1);
+            }
+        });
+        assert_eq!(s.sites.len(), 1);
+        assert_eq!(s.lost, 1);
+        let untracked = s.degraded - 1;
+        assert!((1..8).contains(&untracked), "{untracked}");
+        let tracked = 8 - untracked;
+        let c = s.counts(0);
+        assert_eq!((c.allocs, c.bytes), (9, 180));
+        assert_eq!(
+            (c.live_allocs, c.live_bytes),
+            (1 + tracked, 100 + 10 * tracked)
+        );
+        // Freeing them all leaves only the first block live.
+        for &addr in &same {
+            s.free(addr, 0);
+        }
+        let c = s.counts(0);
+        assert_eq!((c.live_allocs, c.live_bytes), (1, 100));
+        assert_eq!(s.live, 100.0);
+    }
+
+    fn snapshot_of(sites: &mut Sites, modules: Vec<unwind::ModuleInfo>) -> Snapshot {
+        let mut snap = Snapshot::new();
+        snap.mode = StackMode::Exact;
+        snap.lost = sites.lost;
+        snap.degraded = sites.degraded;
+        snap.modules = modules;
+        assert!(snap.stacks.try_reserve_total(sites.sites.len()));
+        assert!(snap.frames.try_reserve_total(sites.frames.len()));
+        for c in sites.frames.as_slices() {
+            snap.frames.extend_from_slice(c);
+        }
+        for i in 0..sites.sites.len() {
+            let site = sites.sites.get(i);
+            snap.stacks.push(Copied {
+                counts: sites.counts(i),
+                frames_at: site.frames_at,
+                depth: site.depth,
+            });
+        }
+        snap
+    }
+
+    fn module(path: &str) -> unwind::ModuleInfo {
+        unwind::ModuleInfo {
+            range: 0x5555_0000_0000..0x5555_0010_0000,
+            file_offset: 0x1000,
+            bias: 0x5555_0000_0000,
+            build_id: vec![0xab; 20],
+            path: path.as_bytes().to_vec(),
+        }
+    }
+
+    #[test]
+    fn line_lengths_are_exact() {
+        for (counts, frames) in [
+            (SiteCounts::default(), vec![1u64]),
+            (
+                SiteCounts {
+                    samples: 9,
+                    allocs: 10,
+                    bytes: u64::MAX,
+                    ticks: 99,
+                    peak_allocs: 100,
+                    peak_bytes: 1,
+                    live_allocs: 999_999,
+                    live_bytes: 1_000_000,
+                },
+                vec![0xf, 0x10, u64::MAX, 0x5555_0000_1234],
+            ),
+        ] {
+            let mut text = String::new();
+            profile::write_stack(&mut text, &counts, &frames).unwrap();
+            assert_eq!(stack_line_len(&counts, frames.iter()), text.len(), "{text}");
+        }
+        let m = module("/usr/lib/with space/%odd\n");
+        let mut text = String::new();
+        profile::write_module(&mut text, &module_ref(&m)).unwrap();
+        assert_eq!(module_line_len(&m), text.len(), "{text}");
+    }
+
+    /// A snapshot writes what `profile` reads back; without memory for all
+    /// its lines it writes those that fit in the room it has, and counts
+    /// the rest as degraded.
+    #[test]
+    fn snapshots_write_whole_or_what_fits() {
+        let mut sites = Sites::default();
+        for i in 0..40 {
+            sites.alloc(0x1000 + i * 64, 8 + i as u64, &stack(i as u64, 20 + i), 1);
+        }
+        let snap = snapshot_of(&mut sites, vec![module("/bin/a"), module("/lib/b.so")]);
+        let section = |stack_lines: &str| {
+            format!(
+                "allocmux-profile 1
+process
+{stack_lines}end
+"
+            )
+        };
+        let mut whole = String::new();
+        snap.write(&mut whole).unwrap();
+        let p = &profile::parse(&section(&whole)).unwrap()[0];
+        assert_eq!((p.stacks.stacks.len(), p.stacks.modules.len()), (40, 2));
+        assert_eq!((p.stacks.lost, p.stacks.degraded), (0, 0));
+        assert!(
+            !whole.contains("stacks_degraded"),
+            "written only when not 0"
+        );
+        for (i, st) in p.stacks.stacks.iter().enumerate() {
+            assert_eq!(st.frames, stack(i as u64, 20 + i));
+            assert_eq!(st.counts, sites.counts(i));
+        }
+        // Room for the first lines, the modules and five stacks only.
+        let lines: Vec<&str> = whole.lines().collect();
+        let fits: usize = lines[2..2 + 2 + 5].iter().map(|l| l.len() + 1).sum();
+        let mut out = String::with_capacity(fits + HEAD_ROOM);
+        test_alloc::without_memory(|| snap.write(&mut out)).unwrap();
+        let p = &profile::parse(&section(&out)).unwrap()[0];
+        assert_eq!((p.stacks.stacks.len(), p.stacks.modules.len()), (5, 2));
+        assert_eq!(p.stacks.degraded, 35, "{out}");
+        assert_eq!(
+            p.stacks.stacks[..],
+            profile::parse(&section(&whole)).unwrap()[0].stacks.stacks[..5]
+        );
+        // Room for nothing but the first lines: still a readable section.
+        let mut out = String::with_capacity(HEAD_ROOM);
+        test_alloc::without_memory(|| snap.write(&mut out)).unwrap();
+        let p = &profile::parse(&section(&out)).unwrap()[0];
+        assert_eq!((p.stacks.stacks.len(), p.stacks.degraded), (0, 42));
     }
 
     #[test]
