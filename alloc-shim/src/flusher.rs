@@ -1,22 +1,12 @@
-//! The flusher: samples the memory timeline and rewrites the running
-//! profile periodically, so a process killed by SIGKILL still leaves most
-//! of its recording.
+//! The flusher thread: samples the memory timeline and rewrites the
+//! running profile periodically, so a process killed by SIGKILL still
+//! leaves most of its recording.
 //!
-//! Where it runs depends on the program. While the program has a single
-//! thread, it runs inline, from the program's own allocation calls (one in
-//! a few hundred, once due: `recorder::set_periodic`), and never waits
-//! for a lock there: a thread of the shim's own would make the process
-//! multi-threaded, and glibc's `fork` then takes its allocator's locks,
-//! which hangs a signal handler's `fork` that interrupted `malloc` (and
-//! `unshare(CLONE_NEWUSER)` refuses multi-threaded callers). Once the
-//! program has a thread of its own, none of that holds any more, and the
-//! work moves to a thread of the shim's (at the program's next allocation
-//! call that takes the slow path, one in a few hundred), which also
-//! samples while the program does not allocate. So a single-threaded program killed by
-//! SIGKILL keeps what was recorded up to its last flush, which comes at
-//! its first allocation call after the interval: one that then stops
-//! allocating for long (and is killed meanwhile) loses what came since
-//! its previous flush, and its timeline has no points while it idles.
+//! It is started only when a profile is written. Its existence makes the
+//! process multi-threaded, and glibc's `fork` then takes its allocator's
+//! locks, so a single-threaded program whose signal handler forks while
+//! `malloc` runs on glibc's heap hangs under it (see `docs/guarantees.md`):
+//! avoiding that needs the periodic flush to run outside the process.
 
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicBool, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
@@ -25,7 +15,6 @@ use allocmux::Backend;
 use allocmux::profile::State;
 use allocmux::recorder::{self, SpinLock};
 
-use crate::threading::{self, single_threaded};
 use crate::writer::{self, WRITER};
 use crate::{choice, tls};
 
@@ -57,8 +46,7 @@ const SAMPLE_DUTY: u64 = 100;
 const STATS_DUTY: u64 = 1000;
 
 /// When each part of the periodic work is next due (monotonic ns), and
-/// what the last took. Used by whichever runs the work: inline calls, or
-/// the thread once it has started.
+/// what the last took.
 struct Schedule {
     next_flush: u64,
     next_sample: u64,
@@ -85,56 +73,27 @@ static SCHEDULE: SpinLock<Schedule> = SpinLock::new(Schedule::starting_at(0));
 static STOP: AtomicBool = AtomicBool::new(false);
 /// The flusher thread runs (or is starting).
 static THREAD: AtomicBool = AtomicBool::new(false);
-/// This process image is a `fork` child (see [`program_has_threads`]).
+/// This process image is a `fork` child (see [`first_call_at_start`]).
 static IN_FORK_CHILD: AtomicBool = AtomicBool::new(false);
 
-/// Starts the periodic work for this process image (at start-up, and in a
-/// `fork` child): inline while the program is single-threaded, else on
-/// the flusher thread.
+/// Starts the flusher thread for this process image (at start-up, and in
+/// a `fork` child: the parent's does not exist there).
 pub fn start() {
     STOP.store(false, Relaxed);
     let now = recorder::monotonic_ns();
     // Held here only in a `fork` child of a signal handler that
-    // interrupted the inline work: that frame sets the next due time.
+    // interrupted the flusher's work on this thread: none is started.
     let Some(mut s) = SCHEDULE.lock_unless_held_here() else {
         return;
     };
     *s = Schedule::starting_at(now);
-    let due = s.next_due();
     drop(s);
-    if program_has_threads() {
-        start_thread();
-    } else {
-        // Woken by glibc's flag, unless this is a `fork` child, where the
-        // flag stays as the parent left it.
-        let wake = if IN_FORK_CHILD.load(Relaxed) {
-            core::ptr::null()
-        } else {
-            threading::flag()
-        };
-        // SAFETY: glibc's flag lives as long as the process.
-        unsafe { recorder::set_periodic(inline_work, wake) };
-        recorder::set_periodic_due(due);
-    }
+    start_thread();
 }
 
-/// Whether the program runs threads besides the one calling. In the image
-/// that started, glibc's flag says; a `fork` child starts with one thread
-/// however many its parent had (and glibc leaves the flag as it was), so
-/// there a second thread that allocated says: short-lived children (a
-/// `fork` then `exec` or `_exit`) never start a flusher thread.
-fn program_has_threads() -> bool {
-    if IN_FORK_CHILD.load(Relaxed) {
-        recorder::threads_seen() >= 2
-    } else {
-        !single_threaded()
-    }
-}
-
-/// Stops the periodic work (the thread at its next wake-up).
+/// Asks the flusher thread to stop (at its next wake-up).
 pub fn stop() {
     STOP.store(true, Relaxed);
-    recorder::set_periodic_due(u64::MAX);
 }
 
 /// In a `fork` child, before [`start`]: the parent's thread does not exist
@@ -142,39 +101,13 @@ pub fn stop() {
 pub fn after_fork_child() {
     IN_FORK_CHILD.store(true, Relaxed);
     THREAD.store(false, Relaxed);
-    recorder::set_periodic_due(u64::MAX);
     // SAFETY: this is the child of a fork, still with one thread; the
     // schedule is plain numbers, whole whoever held it.
     unsafe { SCHEDULE.after_fork_in_child() };
 }
 
-/// The periodic work, inline from an allocation call of the program (see
-/// `recorder::set_periodic`): a step of [`work`], without waiting for
-/// any lock, unless the program has started a thread: then the flusher
-/// thread takes over.
-fn inline_work() {
-    let errno = tls::current().errno();
-    // SAFETY: this thread's errno, saved so the program never sees the
-    // flush's system calls in it.
-    let saved = unsafe { *errno };
-    if STOP.load(Relaxed) {
-        recorder::set_periodic_due(u64::MAX);
-    } else if program_has_threads() {
-        recorder::set_periodic_due(u64::MAX);
-        start_thread();
-    } else if let Some(mut s) = SCHEDULE.try_lock() {
-        if work(&mut s, false) {
-            recorder::set_periodic_due(s.next_due());
-        }
-    }
-    // SAFETY: as above.
-    unsafe { *errno = saved };
-}
-
 /// Samples the timeline and rewrites the profile, whichever is due.
-/// Waits for `WRITER` if `wait`, else returns false at once if it is taken
-/// (the due time stays, so the next call tries again).
-fn work(s: &mut Schedule, wait: bool) -> bool {
+fn work(s: &mut Schedule) {
     // Before taking `WRITER`: see `writer::read_allocator_stats`.
     let t0 = recorder::monotonic_ns();
     let reading = if t0 >= s.next_flush && t0 >= s.next_stats {
@@ -184,20 +117,13 @@ fn work(s: &mut Schedule, wait: bool) -> bool {
     } else {
         None
     };
-    let mut w = if wait {
-        WRITER.lock()
-    } else {
-        match WRITER.try_lock() {
-            Some(w) => w,
-            None => return false,
-        }
-    };
+    let mut w = WRITER.lock();
     if w.finished {
         // The exit profile, or an `exec`'s, which comes back to a running
         // one if the `exec` fails: wait for that or the stop.
         s.next_flush = recorder::monotonic_ns() + FLUSH_INTERVAL_MS * 1_000_000;
         s.next_sample = s.next_flush;
-        return true;
+        return;
     }
     let now = recorder::monotonic_ns();
     if now >= s.next_sample {
@@ -213,7 +139,6 @@ fn work(s: &mut Schedule, wait: bool) -> bool {
         s.next_flush = recorder::monotonic_ns()
             + (FLUSH_INTERVAL_MS * 1_000_000).max(w.staging.last_write_ns * FLUSH_DUTY);
     }
-    true
 }
 
 /// Starts the flusher thread, once per process image.
@@ -289,7 +214,7 @@ extern "C" fn thread_main(_: *mut c_void) -> *mut c_void {
         if STOP.load(Relaxed) {
             break;
         }
-        work(&mut SCHEDULE.lock(), true);
+        work(&mut SCHEDULE.lock());
     }
     core::ptr::null_mut()
 }

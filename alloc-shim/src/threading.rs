@@ -4,9 +4,7 @@
 //! process has had a second thread (`__libc_single_threaded` false); before
 //! that it takes none, which is what makes `fork` from a signal handler
 //! that interrupted `malloc` work in a single-threaded program. The shim
-//! keeps that guarantee by starting no thread of its own in such a program
-//! (the flusher works inline until the program starts a thread), and by
-//! running jemalloc's fork handlers only when another thread exists.
+//! runs jemalloc's fork handlers by the same rule.
 
 use core::sync::atomic::{AtomicPtr, Ordering::Relaxed};
 
@@ -19,12 +17,6 @@ pub fn init() {
     // SAFETY: a lookup by a NUL-terminated name in the global scope.
     let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"__libc_single_threaded".as_ptr()) };
     FLAG.store(p.cast(), Relaxed);
-}
-
-/// glibc's flag itself (null if unknown), which reads 0 once the process
-/// has had a second thread.
-pub fn flag() -> *const u8 {
-    FLAG.load(Relaxed).cast_const().cast()
 }
 
 /// Whether the process has never had a second thread (false if unknown).

@@ -281,25 +281,13 @@ fn fork_right_after_threads_start_does_not_hang(backend: &str) {
 
 // ---- (b) the periodic flush survives SIGKILL --------------------------------
 
-/// SIGKILL after "ready" keeps what the periodic flush wrote: in a
-/// multi-threaded program whose threads then stop allocating (the flusher
-/// has a thread of its own), and in a single-threaded one that keeps
-/// allocating (the flush runs from its allocation calls; one that stops
-/// allocating keeps only what was flushed before: see the shim's
-/// `flusher`).
 fn periodic_flush_survives_sigkill(backend: &str) {
-    for shape in ["thread", "busy"] {
-        flush_survives_sigkill(backend, shape);
-    }
-}
-
-fn flush_survives_sigkill(backend: &str, shape: &str) {
     const BLOCKS: u64 = 1000;
     const SIZE: u64 = 64;
     let exe = compile_c("sleeper.c");
     let dir = tempfile::tempdir().unwrap();
     let mut cmd = Command::new(&exe);
-    cmd.args([BLOCKS.to_string(), SIZE.to_string(), shape.to_string()]);
+    cmd.args([BLOCKS.to_string(), SIZE.to_string()]);
     preload(&mut cmd, backend, Some(&dir.path().join("%p.prof")));
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -325,7 +313,7 @@ fn flush_survives_sigkill(backend: &str, shape: &str) {
     assert_eq!(
         status.signal(),
         Some(libc::SIGKILL),
-        "sleeper ({shape}) under {backend}: {status}"
+        "sleeper under {backend}: {status}"
     );
 
     let prof = read_profile(&path);
@@ -358,7 +346,7 @@ fn flush_survives_sigkill(backend: &str, shape: &str) {
     ]);
     assert!(
         problems.is_empty(),
-        "the profile of sleeper ({shape}) killed under {backend} should show: {}\nprofile: {}",
+        "the profile of sleeper killed under {backend} should show: {}\nprofile: {}",
         problems.join("; "),
         summary(&prof)
     );

@@ -50,7 +50,7 @@ pub use switchable::Switchable;
 pub use thread::{
     Body, DEFAULT_TIME_SAMPLE_MEAN, EXACT_TIMING_BYTES, MAX_SAMPLED_TICKS, PUBLISH_BYTES, Scope,
     ThreadState, after_fork_child, enter, live_bytes, prepare_thread_key, retire_thread,
-    set_periodic, set_periodic_due, set_time_sample_mean, snapshot, threads_seen, time_sample_mean,
+    set_time_sample_mean, snapshot, threads_seen, time_sample_mean,
 };
 pub use wrapper::Counting;
 pub(crate) use wrapper::{

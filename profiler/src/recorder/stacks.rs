@@ -163,8 +163,8 @@ const MODE_EXACT: u8 = 2;
 /// be held by the very thread that makes them.
 static UNSTACKED: AtomicU64 = AtomicU64::new(0);
 
-/// Sampled calls and frees of tracked blocks left out of the stack table
-/// because its lock stayed taken (see `WAIT_YIELDS`).
+/// Sampled allocations left out of the stack table because its lock
+/// stayed taken (see `WAIT_YIELDS`), counted as lost.
 static UNRECORDED: AtomicU64 = AtomicU64::new(0);
 
 /// How long a hooked call waits for the stack table's lock, in yields to
@@ -341,8 +341,12 @@ unsafe extern "C" fn stacked<B: StackBody>(
     let new = if sample { body.handed_out(&out) } else { 0 };
     if released != 0 || new != 0 {
         let Some(mut s) = STATE.lock_within(WAIT_YIELDS) else {
-            // Not recorded rather than waited for (see `WAIT_YIELDS`).
-            UNRECORDED.fetch_add(1, Relaxed);
+            // Not recorded rather than waited for (see `WAIT_YIELDS`): a
+            // new block's stack is lost; a freed tracked block stays in
+            // the table until its address is handed out again.
+            if new != 0 {
+                UNRECORDED.fetch_add(1, Relaxed);
+            }
             if sample {
                 st.rearm(MEAN_BYTES.load(Relaxed));
             } else {

@@ -6,7 +6,7 @@
 use core::cell::Cell;
 use core::ptr;
 use core::sync::atomic::{
-    AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, Ordering::Relaxed,
+    AtomicI32, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, Ordering::Relaxed,
 };
 
 use super::clock::Tsc;
@@ -677,7 +677,6 @@ unsafe extern "C" fn slow<B: Body>(t: &ThreadState, body: B) -> B::Out {
             };
             t.schedule(f, t.next_countdown());
             t.check_peak();
-            periodic_if_due();
             r
         }
         // Only a call that hands out a block registers a thread. A thread
@@ -734,73 +733,6 @@ static THREAD_KEY: AtomicU32 = AtomicU32::new(KEY_UNSET);
 const KEY_UNSET: u32 = u32::MAX;
 const KEY_FAILED: u32 = u32::MAX - 1;
 const KEY_CREATING: u32 = u32::MAX - 2;
-
-/// Work a host of the recorder has done from its allocation calls every
-/// so often (the shim's flush of a single-threaded program's profile: see
-/// `set_periodic`), and when it is next due on the monotonic clock
-/// (`u64::MAX`: never).
-static PERIODIC: AtomicPtr<()> = AtomicPtr::new(ptr::null_mut());
-static PERIODIC_DUE_NS: AtomicU64 = AtomicU64::new(u64::MAX);
-/// A byte whose turning 0 makes the periodic work due at once (see
-/// `set_periodic`); null: none.
-static PERIODIC_WAKE: AtomicPtr<u8> = AtomicPtr::new(ptr::null_mut());
-
-/// Has `work` run from the slow path of an allocation call (one call in
-/// [`time_sample_mean`] or so, after the allocator returned and the call
-/// is recorded) once the monotonic clock reaches the time last set with
-/// [`set_periodic_due`]. It runs on the program's own thread, in the middle
-/// of the program's allocation call: it must not wait on anything, and
-/// must set the next due time (or `u64::MAX`) itself. A call that starts it
-/// while it runs (from a signal handler, or an allocation it makes through
-/// the hooks) does not run it again.
-///
-/// Before it is due, it also runs as soon as the byte at `wake` (if not
-/// null) reads 0: the shim passes glibc's `__libc_single_threaded`, so the
-/// work learns at once that the program has started a thread.
-///
-/// # Safety
-/// `wake`, if not null, must stay valid for reads for the process's life.
-pub unsafe fn set_periodic(work: fn(), wake: *const u8) {
-    PERIODIC.store(work as *mut (), Relaxed);
-    PERIODIC_WAKE.store(wake.cast_mut(), Relaxed);
-}
-
-/// When the periodic work is next due, in monotonic nanoseconds
-/// (`u64::MAX`: not until set again).
-pub fn set_periodic_due(due_ns: u64) {
-    PERIODIC_DUE_NS.store(due_ns, Relaxed);
-}
-
-#[inline(always)]
-fn periodic_if_due() {
-    let due = PERIODIC_DUE_NS.load(Relaxed);
-    if due != u64::MAX {
-        run_periodic(due);
-    }
-}
-
-#[cold]
-#[inline(never)]
-fn run_periodic(due: u64) {
-    static RUNNING: AtomicBool = AtomicBool::new(false);
-    if super::clock::monotonic_ns() < due {
-        let wake = PERIODIC_WAKE.load(Relaxed);
-        // SAFETY: `set_periodic`'s caller keeps it valid.
-        if wake.is_null() || unsafe { wake.read_volatile() } != 0 {
-            return;
-        }
-    }
-    if RUNNING.swap(true, Relaxed) {
-        return;
-    }
-    let work = PERIODIC.load(Relaxed);
-    if !work.is_null() {
-        // SAFETY: only `set_periodic` stores here, a `fn()`.
-        let work: fn() = unsafe { core::mem::transmute::<*mut (), fn()>(work) };
-        work();
-    }
-    RUNNING.store(false, Relaxed);
-}
 
 /// How long a thread's registration waits for the registry (in yields to
 /// the scheduler) before the thread counts on the shared counters instead.
