@@ -113,18 +113,7 @@ impl<T> SpinLock<T> {
     /// signal handler that interrupted a holder), where waiting would never
     /// end.
     pub fn lock_unless_held_here(&self) -> Option<SpinGuard<'_, T>> {
-        let me = this_thread();
-        let mut spins = 0u32;
-        loop {
-            if let Some(g) = self.try_as(me) {
-                return Some(g);
-            }
-            if self.holder.load(Ordering::Relaxed) == me {
-                return None;
-            }
-            spins = spins.saturating_add(1);
-            pause(spins);
-        }
+        self.lock_within(u32::MAX)
     }
 
     /// Takes the lock within about `yields` yields to the scheduler (after
@@ -143,7 +132,7 @@ impl<T> SpinLock<T> {
                 return None;
             }
             spins = spins.saturating_add(1);
-            if spins > SPINS + yields {
+            if spins > SPINS.saturating_add(yields) {
                 return None;
             }
             pause(spins);
