@@ -240,8 +240,7 @@ extern "C" fn fork_child() {
         writer::start_process(&mut w);
         w.has_output
     };
-    // The parent's flusher thread, if it had one, does not exist here.
-    flusher::after_fork_child();
+    // The parent's flusher thread does not exist here.
     if has_output {
         flusher::start();
     }
