@@ -173,8 +173,10 @@ static UNRECORDED: AtomicU64 = AtomicU64::new(0);
 /// stream's, inside `getline`), and the lock's holder may be a frame this
 /// very thread's signal handler interrupted (then the call gives up at
 /// once): an unbounded wait could close a cycle with the program's locks.
-/// Normally the lock is held for microseconds and the bound is never hit.
-const WAIT_YIELDS: u32 = 1000;
+/// Normally the lock is held for microseconds; the bound is high enough
+/// that threads contending in exact mode on a loaded machine never hit it
+/// (1,000 yields did, and lost stacks).
+const WAIT_YIELDS: u32 = 100_000;
 
 /// Whether the unwinder leaves the recorder's own module out of stacks,
 /// as configured: a `fork` child that rebuilds the unwinder needs it.
