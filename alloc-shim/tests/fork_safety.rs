@@ -183,62 +183,30 @@ fn fork_racing_getline_and_fflush(backend: &str, mode: &str) {
     eprintln!("{backend}, stacks {mode}: {runs} runs of forkrace 500");
 }
 
-/// One test per backend and stack mode for each case.
-macro_rules! per_backend_and_mode {
-    ($($name:ident),* $(,)?) => {$(
+/// One test per stack mode for each backend listed, for a case.
+macro_rules! per_mode {
+    ($name:ident, [$($backend:ident),*]) => {
         mod $name {
-            macro_rules! modes {
-                ($backend:ident) => {
-                    mod $backend {
-                        #[test]
-                        fn off() {
-                            super::super::$name(stringify!($backend), "off")
-                        }
-                        #[test]
-                        fn sample() {
-                            super::super::$name(stringify!($backend), "sample")
-                        }
-                        #[test]
-                        fn exact() {
-                            super::super::$name(stringify!($backend), "exact")
-                        }
+            $(
+                mod $backend {
+                    #[test]
+                    fn off() {
+                        super::super::$name(stringify!($backend), "off")
                     }
-                };
-            }
-            modes!(system);
-            modes!(jemalloc);
-            modes!(mimalloc);
+                    #[test]
+                    fn sample() {
+                        super::super::$name(stringify!($backend), "sample")
+                    }
+                    #[test]
+                    fn exact() {
+                        super::super::$name(stringify!($backend), "exact")
+                    }
+                }
+            )*
         }
-    )*};
+    };
 }
 
-per_backend_and_mode!(fork_in_a_signal_handler, fork_racing_getline_and_fflush);
-
-/// [`fork_in_a_signal_handler_with_threads`] under glibc.
-mod fork_in_a_signal_handler_with_threads {
-    macro_rules! modes {
-        ($backend:ident) => {
-            mod $backend {
-                #[test]
-                fn off() {
-                    super::super::fork_in_a_signal_handler_with_threads(stringify!($backend), "off")
-                }
-                #[test]
-                fn sample() {
-                    super::super::fork_in_a_signal_handler_with_threads(
-                        stringify!($backend),
-                        "sample",
-                    )
-                }
-                #[test]
-                fn exact() {
-                    super::super::fork_in_a_signal_handler_with_threads(
-                        stringify!($backend),
-                        "exact",
-                    )
-                }
-            }
-        };
-    }
-    modes!(system);
-}
+per_mode!(fork_in_a_signal_handler, [system, jemalloc, mimalloc]);
+per_mode!(fork_racing_getline_and_fflush, [system, jemalloc, mimalloc]);
+per_mode!(fork_in_a_signal_handler_with_threads, [system]);
