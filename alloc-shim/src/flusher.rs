@@ -83,7 +83,11 @@ pub fn start() {
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
         let mut tid: libc::pthread_t = 0;
-        libc::pthread_create(&mut tid, &attr, thread_main, core::ptr::null_mut());
+        // glibc allocates the new thread's TLS block (its DTV) here,
+        // through the hooks: allocmux's memory, not the program's.
+        crate::tls::current().unrecorded(|| {
+            libc::pthread_create(&mut tid, &attr, thread_main, core::ptr::null_mut())
+        });
         libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut());
         libc::pthread_attr_destroy(&mut attr);
     }

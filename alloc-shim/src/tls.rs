@@ -36,6 +36,17 @@ impl ShimThread {
         }
     }
 
+    /// Runs `f` with this thread's calls unrecorded (no counts, no
+    /// stacks): for allocmux's own allocations on a program thread.
+    pub fn unrecorded<R>(&self, f: impl FnOnce() -> R) -> R {
+        let state = self.state.pause();
+        let stacks = self.stacks.pause();
+        let r = f();
+        self.stacks.resume(stacks);
+        self.state.resume(state);
+        r
+    }
+
     /// The address of this thread's `errno`.
     #[inline(always)]
     pub fn errno(&self) -> *mut libc::c_int {

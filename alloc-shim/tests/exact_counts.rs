@@ -313,3 +313,43 @@ fn threads_that_never_allocate_or_only_free() {
         );
     }
 }
+
+// ---- noalloc.c ------------------------------------------------------------
+
+/// A program that allocates nothing has a profile that says so, under every
+/// backend and stack mode: the shim's own allocations on the program's
+/// thread (its writer thread's TLS block, which glibc allocates inside
+/// `pthread_create` through the hooks) are neither counted nor stacked.
+#[test]
+fn the_shims_own_allocations_are_not_the_programs() {
+    let exe = compile_c("noalloc.c");
+    for backend in BACKENDS {
+        for mode in ["off", "sample", "exact"] {
+            let (out, profiles) = run_under(
+                backend,
+                &mut Command::new(&exe),
+                &[("ALLOCMUX_STACKS", mode)],
+            );
+            assert!(
+                out.status.success(),
+                "noalloc under {backend}: {}",
+                out.status
+            );
+            let [p] = &profiles[..] else {
+                panic!("noalloc is one process: {} profiles", profiles.len())
+            };
+            let t = &p.totals;
+            let calls: u64 = Func::ALL.iter().map(|&f| t.calls_of(f)).sum();
+            assert!(
+                calls == 0
+                    && t.bytes_requested == 0
+                    && t.bytes_allocated == 0
+                    && p.stacks.stacks.is_empty(),
+                "under {backend}, stacks {mode}: a program that allocates nothing shows allocations \
+                 ({calls} calls, {} stacks): {}",
+                p.stacks.stacks.len(),
+                summary(p)
+            );
+        }
+    }
+}

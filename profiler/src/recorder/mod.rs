@@ -48,8 +48,8 @@ pub use counters::Counters;
 pub use lock::{AtFork, SpinLock};
 pub use switchable::Switchable;
 pub use thread::{
-    Body, DEFAULT_TIME_SAMPLE_MEAN, EXACT_TIMING_BYTES, MAX_SAMPLED_TICKS, PUBLISH_BYTES, Scope,
-    ThreadState, after_fork_child, enter, live_bytes, prepare_thread_key, retire_thread,
+    Body, DEFAULT_TIME_SAMPLE_MEAN, EXACT_TIMING_BYTES, MAX_SAMPLED_TICKS, PUBLISH_BYTES, Paused,
+    Scope, ThreadState, after_fork_child, enter, live_bytes, prepare_thread_key, retire_thread,
     set_time_sample_mean, snapshot, threads_seen, time_sample_mean,
 };
 pub use wrapper::Counting;

@@ -102,6 +102,18 @@ impl StackThread {
         c < 0
     }
 
+    /// Takes no sample until [`resume`](Self::resume): returns the byte
+    /// countdown, which is kept out of reach meanwhile (see
+    /// [`ThreadState::pause`](super::ThreadState::pause)). Owner only.
+    pub fn pause(&self) -> i64 {
+        self.countdown.replace(i64::MAX)
+    }
+
+    /// Samples again, from the countdown [`pause`](Self::pause) returned.
+    pub fn resume(&self, countdown: i64) {
+        self.countdown.set(countdown);
+    }
+
     /// Whether the countdown has been drawn for this thread yet.
     fn armed(&self) -> bool {
         self.rng.get() != 0

@@ -170,6 +170,30 @@ impl ThreadState {
         }
     }
 
+    /// Leaves this thread's calls unrecorded until [`resume`](Self::resume),
+    /// for allocmux's own work on a program thread (the shim creating its
+    /// writer thread, whose TLS block glibc allocates through the hooks):
+    /// those blocks are not the program's. Every call goes to the slow path,
+    /// which forwards it unrecorded; the countdowns are saved, so the exact
+    /// call counts (`issued - countdown`) do not see the paused calls.
+    /// Owner only; not nested.
+    pub fn pause(&self) -> Paused {
+        let saved = Paused {
+            status: self.status.get(),
+            countdown: core::array::from_fn(|f| self.countdown[f].swap(0, Relaxed)),
+        };
+        self.status.set(IGNORED);
+        saved
+    }
+
+    /// Records this thread's calls again, as before [`pause`](Self::pause).
+    pub fn resume(&self, saved: Paused) {
+        for (c, v) in self.countdown.iter().zip(saved.countdown) {
+            c.store(v, Relaxed);
+        }
+        self.status.set(saved.status);
+    }
+
     /// Whether calls of this thread are counted on its own counters (it
     /// registered and has not run its exit hook). Owner only.
     pub fn is_active(&self) -> bool {
@@ -704,6 +728,14 @@ unsafe extern "C" fn slow<B: Body>(t: &ThreadState, body: B) -> B::Out {
             unsafe { body.run(&Shared) }
         }
     }
+}
+
+/// A thread's recording state while paused (see [`ThreadState::pause`]).
+#[derive(Debug)]
+#[must_use = "pass it to `resume`, or the thread stays unrecorded"]
+pub struct Paused {
+    status: u8,
+    countdown: [i32; FUNC_COUNT],
 }
 
 struct Registry {
