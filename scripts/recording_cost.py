@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""What default recording and sampled stacks cost, per backend, measured side by side.
+
+For each backend (glibc, jemalloc, mimalloc) and each workload, the same
+program runs in interleaved rounds under:
+
+  bare       the allocator without allocmux: glibc itself; Debian's
+             libjemalloc.so.2 / libmimalloc.so.2 preloaded
+  in-code    (Rust workloads only) the program built with that allocator
+             as its #[global_allocator], the crates and versions the shim
+             links (scripts/incode-allocators)
+  shim       under the shim, default recording (stacks off)
+  sampled    under the shim with ALLOCMUX_STACKS=sample (default rate)
+
+and the script reports per-round ratios (median [min, max]): shim / bare,
+shim / in-code, and sampled - shim (in units of the bare run). Interleaving
+spreads the drift of a shared machine over all configurations alike.
+
+With --callgrind it also counts instructions (valgrind --tool=callgrind),
+which do not move with the machine's load: the difference between a run
+of 2N and of N units of work, so start-up cancels out.
+
+Workloads: the malloc/free churn (scripts/churn.c, 2 threads; the worst
+case, a program that does nothing but allocate) and the bundled
+edit-distance workload (allocation-bound Rust: Vec<char> per call).
+
+Usage:
+  python3 scripts/recording_cost.py [--rounds 15] [--callgrind] [--out FILE.md]
+
+Needs gcc, cargo, Debian's libjemalloc2 and libmimalloc2.0.
+"""
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LIB = "/usr/lib/x86_64-linux-gnu"
+DEBIAN = {"jemalloc": f"{LIB}/libjemalloc.so.2", "mimalloc": f"{LIB}/libmimalloc.so.2"}
+BACKENDS = ["system", "jemalloc", "mimalloc"]
+INCODE = {"system": "glibc", "jemalloc": "jemalloc", "mimalloc": "mimalloc"}
+
+
+def build(tmp):
+    churn = os.path.join(tmp, "churn")
+    subprocess.run(["gcc", "-O2", "-g", "-pthread", os.path.join(ROOT, "scripts", "churn.c"), "-o", churn], check=True)
+    subprocess.run(["cargo", "build", "--release", "-q", "-p", "allocmux-shim", "-p", "incode-allocators"], cwd=ROOT, check=True)
+    release = os.path.join(ROOT, "target", "release")
+    return churn, os.path.join(release, "liballocmux_shim.so"), release
+
+
+def configs(backend, workload, shim, release, churn, out, base):
+    """name -> (argv builder for a size, environment)."""
+    rust = workload != "churn"
+
+    def cmd(binary):
+        if rust:
+            return lambda n: [os.path.join(release, f"workload-{binary}"), workload, str(n)]
+        return lambda n: [churn, "2", str(n)]
+
+    plain = cmd("glibc")
+    c = {}
+    if backend == "system":
+        c["bare"] = (plain, dict(base))
+    else:
+        c["bare"] = (plain, dict(base, LD_PRELOAD=DEBIAN[backend]))
+    if rust:
+        c["in-code"] = (cmd(INCODE[backend]), dict(base))
+    shim_env = dict(base, LD_PRELOAD=shim, ALLOCMUX_ALLOCATOR=backend, ALLOCMUX_OUTPUT=out)
+    c["shim"] = (plain, shim_env)
+    c["sampled"] = (plain, dict(shim_env, ALLOCMUX_STACKS="sample"))
+    return c
+
+
+def timed(argv, env):
+    start = time.perf_counter()
+    r = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    elapsed = time.perf_counter() - start
+    if r.returncode != 0:
+        sys.exit(f"{' '.join(argv)} failed ({r.returncode}): {r.stderr.decode()}")
+    return elapsed, r.stdout
+
+
+def instructions(argv, env, tmp):
+    """Instructions of the whole process tree (callgrind)."""
+    pattern = os.path.join(tmp, "cg.%p.out")
+    subprocess.run(["valgrind", "--tool=callgrind", "--trace-children=yes", f"--callgrind-out-file={pattern}", *argv],
+                   env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    total = 0
+    for f in os.listdir(tmp):
+        if f.startswith("cg.") and f.endswith(".out"):
+            path = os.path.join(tmp, f)
+            with open(path) as fh:
+                for line in fh:
+                    if line.startswith("summary:"):
+                        total = max(total, int(line.split()[1]))
+            os.remove(path)
+    return total
+
+
+def fmt(rs):
+    return f"{statistics.median(rs):.3f} [{min(rs):.3f}, {max(rs):.3f}]"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--churn-iterations", type=int, default=2_000_000, help="per thread")
+    ap.add_argument("--edit-distance", type=int, default=40_000, help="word pairs")
+    ap.add_argument("--callgrind", action="store_true")
+    ap.add_argument("--out", help="also write the tables as Markdown to this file")
+    a = ap.parse_args()
+    for lib in DEBIAN.values():
+        if not os.path.exists(lib):
+            sys.exit(f"{lib} is missing: apt-get install libjemalloc2 libmimalloc2.0")
+    sizes = {"churn": a.churn_iterations, "edit-distance": a.edit_distance}
+    # Callgrind sizes: small, since it runs 50x slower; doubled for the difference.
+    cg_sizes = {"churn": 100_000, "edit-distance": 3_000}
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("LD_PRELOAD", "ALLOCMUX_"))}
+    lines = [
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores, {platform.platform()}; "
+        f"load average at start {os.getloadavg()[0]:.2f}",
+        f"{a.rounds} interleaved rounds; churn: 2 threads x {a.churn_iterations:,} malloc/free pairs; "
+        f"edit-distance: {a.edit_distance:,} word pairs",
+        "",
+        "| workload | backend | shim / bare | shim / in-code | sampled - shim (of bare) |",
+        "|---|---|---|---|---|",
+    ]
+    cg_lines = [
+        "",
+        "| instructions (callgrind, 2N - N) | backend | bare | in-code | shim | sampled | shim / bare | shim / in-code | sampled / shim |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    with tempfile.TemporaryDirectory() as tmp:
+        churn, shim, release = build(tmp)
+        out = os.path.join(tmp, "%p.prof")
+        for workload, n in sizes.items():
+            for backend in BACKENDS:
+                c = configs(backend, workload, shim, release, churn, out, base)
+                times = {name: [] for name in c}
+                outputs = set()
+                timed(c["bare"][0](n), c["bare"][1])  # warm up
+                for _ in range(a.rounds):
+                    for name, (argv, env) in c.items():
+                        t, stdout = timed(argv(n), env)
+                        times[name].append(t)
+                        outputs.add(stdout)
+                if len(outputs) != 1:
+                    sys.exit(f"{workload}: output differed between configurations")
+                per_round = lambda num, den: [x / y for x, y in zip(times[num], times[den])]
+                vs_incode = fmt(per_round("shim", "in-code")) if "in-code" in times else "n/a (C)"
+                sampled = [(s - m) / b for s, m, b in zip(times["sampled"], times["shim"], times["bare"])]
+                lines.append(f"| {workload} | {backend} | {fmt(per_round('shim', 'bare'))} | {vs_incode} | "
+                             f"{statistics.median(sampled):+.3f} [{min(sampled):+.3f}, {max(sampled):+.3f}] |")
+                print(lines[-1], flush=True)
+                if a.callgrind:
+                    m = cg_sizes[workload]
+                    ir = {}
+                    for name, (argv, env) in c.items():
+                        ir[name] = instructions(argv(2 * m), env, tmp) - instructions(argv(m), env, tmp)
+                    incode = ir.get("in-code")
+                    incode_ir = f"{incode:,}" if incode else "n/a"
+                    shim_incode = f"{ir['shim'] / incode:.3f}" if incode else "n/a"
+                    cg_lines.append(
+                        f"| {workload} | {backend} | {ir['bare']:,} | {incode_ir} | "
+                        f"{ir['shim']:,} | {ir['sampled']:,} | {ir['shim'] / ir['bare']:.3f} | "
+                        f"{shim_incode} | {ir['sampled'] / ir['shim']:.3f} |")
+                    print(cg_lines[-1], flush=True)
+    text = "\n".join(lines + (cg_lines if a.callgrind else []))
+    print(text)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
