@@ -155,7 +155,7 @@ macro_rules! bench_variant {
     }};
 }
 use bench_variant;
-static MIMALLOC: Hooks = recorded_hooks!(Mimalloc);
+static MIMALLOC: Hooks = bench_variant!(recorded_hooks!(Mimalloc), Mimalloc);
 static SYSTEM_STACKS: Hooks = recorded_hooks!(System, with_stacks);
 static JEMALLOC_STACKS: Hooks = recorded_hooks!(Jemalloc, with_stacks);
 static MIMALLOC_STACKS: Hooks = recorded_hooks!(Mimalloc, with_stacks);

@@ -130,6 +130,9 @@ pub struct ProcessJson {
     pub state: &'static str,
     /// Estimated time inside the allocator.
     pub allocator_ns: u64,
+    /// Half the width of its 95% confidence interval (null for a profile
+    /// written without what it needs).
+    pub allocator_ns_margin: Option<u64>,
     /// `allocator_ns` over `cpu_ns`.
     pub allocator_time_share: f64,
     /// CPU time.
@@ -176,6 +179,9 @@ pub struct TotalJson {
     pub processes: usize,
     /// Allocator time summed.
     pub allocator_ns: u64,
+    /// Half the width of its 95% confidence interval (the processes'
+    /// margins combined as independent; null if one is unknown).
+    pub allocator_ns_margin: Option<u64>,
     /// `allocator_ns` over `cpu_ns`.
     pub allocator_time_share: f64,
     /// CPU time: the kernel's for a run, else summed.
@@ -199,6 +205,7 @@ impl From<&Report> for ReportJson {
                 allocator: r.allocator_name(),
                 processes: r.processes.len(),
                 allocator_ns: t.allocator_ns,
+                allocator_ns_margin: t.allocator_ns_margin,
                 allocator_time_share: share(t.allocator_ns, t.cpu_ns),
                 cpu_ns: t.cpu_ns,
                 wall_ns: t.wall_ns,
@@ -262,6 +269,7 @@ impl From<&ProcessFigures> for ProcessJson {
                 "running"
             },
             allocator_ns: p.allocator_ns,
+            allocator_ns_margin: p.allocator_ns_margin,
             allocator_time_share: p.allocator_share(),
             cpu_ns: pr.cpu_ns,
             wall_ns: pr.wall_ns(),

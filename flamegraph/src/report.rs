@@ -17,6 +17,9 @@ pub struct ProcessFigures {
     pub profile: ProcessProfile,
     /// Estimated time inside the allocator.
     pub allocator_ns: u64,
+    /// Half the width of its 95% confidence interval, if the profile
+    /// carries what it needs.
+    pub allocator_ns_margin: Option<u64>,
 }
 
 impl ProcessFigures {
@@ -87,6 +90,10 @@ pub struct TotalFigures {
     pub totals: Totals,
     /// Allocator time summed.
     pub allocator_ns: u64,
+    /// Half the width of its 95% confidence interval: the processes'
+    /// margins combined as independent estimates (root of the sum of
+    /// squares); `None` if one is unknown.
+    pub allocator_ns_margin: Option<u64>,
     /// CPU time: the kernel's for a run (all waited-for processes), else summed.
     pub cpu_ns: u64,
     /// Wall time: measured around a run, else the longest process.
@@ -125,12 +132,13 @@ impl Report {
         let processes = profiles
             .into_iter()
             .map(|p| {
-                let allocator_ns = rate
-                    .or_else(|| p.ticks_per_ns())
-                    .map_or(0, |r| p.allocator_ns(r));
+                let rate = rate.or_else(|| p.ticks_per_ns());
+                let allocator_ns = rate.map_or(0, |r| p.allocator_ns(r));
+                let allocator_ns_margin = rate.and_then(|r| p.allocator_ns_margin(r));
                 ProcessFigures {
                     profile: p,
                     allocator_ns,
+                    allocator_ns_margin,
                 }
             })
             .collect();
@@ -147,6 +155,10 @@ impl Report {
         TotalFigures {
             totals,
             allocator_ns: sum(procs().map(|p| p.allocator_ns)),
+            allocator_ns_margin: procs()
+                .map(|p| p.allocator_ns_margin.map(|m| (m as f64).powi(2)))
+                .sum::<Option<f64>>()
+                .map(|v| v.sqrt() as u64),
             cpu_ns: match &self.run {
                 Some(r) => r.exit.user_ns + r.exit.sys_ns,
                 None => sum(procs().map(|p| p.profile.cpu_ns)),
@@ -292,6 +304,16 @@ impl Report {
             .map(|&f| format!("{} {}", f.name(), Count(t.totals.calls_of(f))))
             .collect();
         writeln!(w, "\n  calls: {}", calls.join(", "))?;
+        if let Some(m) = t.allocator_ns_margin {
+            let timed = t.totals.timed_calls + t.totals.exact_calls;
+            writeln!(
+                w,
+                "  allocator time: {} ± {} (95% interval, from {} timed calls)",
+                Dur(t.allocator_ns),
+                Dur(m),
+                Count(timed)
+            )?;
+        }
         let with_stats: Vec<&&ProcessFigures> = order
             .iter()
             .take(SHOWN)

@@ -26,6 +26,7 @@
 //! peak_live_bytes 480
 //! timed_calls 1               calls timed by the random sample ...
 //! timed_ticks 25              ... and their durations in TSC ticks (each stands for time_sample_mean calls)
+//! timed_ticks_sq 625          ... and the sum of their squares (ticks²), for the estimate's interval
 //! exact_calls 2               calls always timed (large blocks, each thread's first calls) ...
 //! exact_ticks 900             ... and their durations in TSC ticks (each stands for itself)
 //! size_hist 7 10              request-size bucket (see `stats::SIZE_BUCKETS`) and count
@@ -187,6 +188,7 @@ pub fn write_counters<W: Write>(w: &mut W, h: &Header<'_>, t: &Totals) -> fmt::R
     writeln!(w, "peak_live_bytes {}", t.peak_live_bytes)?;
     writeln!(w, "timed_calls {}", t.timed_calls)?;
     writeln!(w, "timed_ticks {}", t.timed_ticks)?;
+    writeln!(w, "timed_ticks_sq {}", t.timed_ticks_sq)?;
     writeln!(w, "exact_calls {}", t.exact_calls)?;
     writeln!(w, "exact_ticks {}", t.exact_ticks)?;
     for (b, &n) in t.size_hist.iter().enumerate() {
@@ -599,6 +601,17 @@ impl ProcessProfile {
         (ticks / ticks_per_ns) as u64
     }
 
+    /// Half the width of a 95% interval of [`allocator_ns`](Self::allocator_ns),
+    /// in ns (see [`Totals::allocator_ticks_margin`]); `None` for a profile
+    /// that does not carry what it needs.
+    pub fn allocator_ns_margin(&self, ticks_per_ns: f64) -> Option<u64> {
+        if ticks_per_ns <= 0.0 {
+            return None;
+        }
+        let ticks = self.totals.allocator_ticks_margin(self.time_sample_mean)?;
+        Some((ticks / ticks_per_ns) as u64)
+    }
+
     /// Writes this process back as a profile section.
     pub fn write<W: Write>(&self, w: &mut W) -> fmt::Result {
         let mut cmdline = Vec::new();
@@ -856,6 +869,7 @@ fn parse_sections(text: &str) -> Result<Vec<ProcessProfile>, ParseError> {
             "peak_live_bytes" => t.peak_live_bytes = num(rest)?,
             "timed_calls" => t.timed_calls = num(rest)?,
             "timed_ticks" => t.timed_ticks = num(rest)?,
+            "timed_ticks_sq" => t.timed_ticks_sq = num(rest)?,
             "exact_calls" => t.exact_calls = num(rest)?,
             "exact_ticks" => t.exact_ticks = num(rest)?,
             "size_hist" => {
@@ -1015,6 +1029,7 @@ mod tests {
         t.peak_live_bytes = 480;
         t.timed_calls = 2;
         t.timed_ticks = 50;
+        t.timed_ticks_sq = 1300;
         t.exact_calls = 1;
         t.exact_ticks = 300;
         t.size_hist[7] = 10;

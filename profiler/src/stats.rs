@@ -128,6 +128,9 @@ pub struct Totals {
     pub timed_calls: u64,
     /// Sum of those calls' durations, in TSC ticks.
     pub timed_ticks: u64,
+    /// Sum of the squares of those durations (ticks²), for the estimate's
+    /// interval; 0 in profiles written before it was recorded.
+    pub timed_ticks_sq: u64,
     /// Calls timed because every call of their kind is (blocks of at least
     /// `EXACT_TIMING_BYTES`, each thread's first calls): each stands for itself.
     pub exact_calls: u64,
@@ -155,6 +158,7 @@ impl Default for Totals {
             peak_live_bytes: 0,
             timed_calls: 0,
             timed_ticks: 0,
+            timed_ticks_sq: 0,
             exact_calls: 0,
             exact_ticks: 0,
             size_hist: [0; SIZE_BUCKETS],
@@ -171,6 +175,25 @@ impl Totals {
     /// for nanoseconds.
     pub fn estimated_allocator_ticks(&self, time_sample_mean: u32) -> f64 {
         self.exact_ticks as f64 + self.timed_ticks as f64 * time_sample_mean as f64
+    }
+
+    /// Half the width of a 95% confidence interval of
+    /// [`estimated_allocator_ticks`](Self::estimated_allocator_ticks), in
+    /// TSC ticks: `1.96 * sqrt((1 - q) * sum(t²)) / q` over the sampled
+    /// calls' ticks `t`, with `q = 1 / time_sample_mean` the probability
+    /// that a call is timed (the variance of a Horvitz-Thompson total under
+    /// independent sampling; the always-timed calls add none). 0 when every
+    /// call is timed; `None` when the profile carries no sum of squares
+    /// (written before it was recorded) although calls were sampled.
+    pub fn allocator_ticks_margin(&self, time_sample_mean: u32) -> Option<f64> {
+        if time_sample_mean <= 1 {
+            return Some(0.0);
+        }
+        if self.timed_ticks_sq == 0 && self.timed_ticks > 0 {
+            return None;
+        }
+        let m = time_sample_mean as f64;
+        Some(1.96 * ((1.0 - 1.0 / m) * self.timed_ticks_sq as f64).sqrt() * m)
     }
 
     /// Calls of one function.
@@ -214,6 +237,7 @@ impl Totals {
         self.peak_live_bytes = self.peak_live_bytes.saturating_add(o.peak_live_bytes);
         self.timed_calls = self.timed_calls.saturating_add(o.timed_calls);
         self.timed_ticks = self.timed_ticks.saturating_add(o.timed_ticks);
+        self.timed_ticks_sq = self.timed_ticks_sq.saturating_add(o.timed_ticks_sq);
         self.exact_calls = self.exact_calls.saturating_add(o.exact_calls);
         self.exact_ticks = self.exact_ticks.saturating_add(o.exact_ticks);
         self.reallocs_in_place = self.reallocs_in_place.saturating_add(o.reallocs_in_place);

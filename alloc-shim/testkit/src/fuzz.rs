@@ -87,6 +87,7 @@ const KEYS: &[&str] = &[
     "peak_live_bytes",
     "timed_calls",
     "timed_ticks",
+    "timed_ticks_sq",
     "exact_calls",
     "exact_ticks",
     "size_hist",

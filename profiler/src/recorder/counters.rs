@@ -23,6 +23,10 @@ pub struct Counters {
     bytes_freed: AtomicU64,
     timed_calls: AtomicU64,
     timed_ticks: AtomicU64,
+    /// Sum of the squares of the sampled calls' ticks, for the estimate's
+    /// interval (a sampled call counts at most `MAX_SAMPLED_TICKS`, so a
+    /// square fits in 36 bits).
+    timed_ticks_sq: AtomicU64,
     exact_calls: AtomicU64,
     exact_ticks: AtomicU64,
     size_hist: [AtomicU64; RAW_BUCKETS],
@@ -59,6 +63,7 @@ impl Counters {
             bytes_freed: Z,
             timed_calls: Z,
             timed_ticks: Z,
+            timed_ticks_sq: Z,
             exact_calls: Z,
             exact_ticks: Z,
             size_hist: [Z; RAW_BUCKETS],
@@ -148,6 +153,7 @@ impl Counters {
     pub fn sampled<const SHARED: bool>(&self, ticks: u64) {
         bump::<SHARED>(&self.timed_calls, 1);
         bump::<SHARED>(&self.timed_ticks, ticks);
+        bump::<SHARED>(&self.timed_ticks_sq, ticks.saturating_mul(ticks));
     }
 
     /// Adds one call of `ticks` TSC ticks that was timed because every call
@@ -173,6 +179,9 @@ impl Counters {
         t.bytes_freed += self.bytes_freed.load(Relaxed);
         t.timed_calls += self.timed_calls.load(Relaxed);
         t.timed_ticks += self.timed_ticks.load(Relaxed);
+        t.timed_ticks_sq = t
+            .timed_ticks_sq
+            .saturating_add(self.timed_ticks_sq.load(Relaxed));
         t.exact_calls += self.exact_calls.load(Relaxed);
         t.exact_ticks += self.exact_ticks.load(Relaxed);
         t.reallocs_in_place += self.reallocs_in_place.load(Relaxed);
@@ -195,6 +204,7 @@ impl Counters {
         self.bytes_freed.fetch_add(t.bytes_freed, Relaxed);
         self.timed_calls.fetch_add(t.timed_calls, Relaxed);
         self.timed_ticks.fetch_add(t.timed_ticks, Relaxed);
+        self.timed_ticks_sq.fetch_add(t.timed_ticks_sq, Relaxed);
         self.exact_calls.fetch_add(t.exact_calls, Relaxed);
         self.exact_ticks.fetch_add(t.exact_ticks, Relaxed);
         self.reallocs_in_place
@@ -213,6 +223,7 @@ impl Counters {
             &self.bytes_freed,
             &self.timed_calls,
             &self.timed_ticks,
+            &self.timed_ticks_sq,
             &self.exact_calls,
             &self.exact_ticks,
             &self.reallocs_in_place,
