@@ -690,6 +690,12 @@ def write_report(a, started, load_before, body, charts, results, done):
     head += [f"| {w} | {size_of(a, w):,} | {WORKLOADS[w][1]} |" for w in a.workloads]
     head += [""]
     head += goals(results)
+    head += ["Measured by their own scripts, each with its results file: default recording and sampled",
+             "stacks per backend, against the bare, preloaded and in-code allocator "
+             "([scripts/results/recording-cost.md](scripts/results/recording-cost.md), "
+             "`python3 scripts/recording_cost.py`); the shim against its floors "
+             "([scripts/results/shim-overhead.md](scripts/results/shim-overhead.md)); "
+             "stack modes against heaptrack ([scripts/results/stacks-overhead.md](scripts/results/stacks-overhead.md)).", ""]
     if charts:
         os.makedirs(a.svg_dir, exist_ok=True)
         rel = os.path.relpath(a.svg_dir, os.path.dirname(os.path.abspath(a.out)))

@@ -106,9 +106,32 @@ def fmt(rs):
     return f"{statistics.median(rs):.3f} [{min(rs):.3f}, {max(rs):.3f}]"
 
 
+def wall(rounds, n, c, workload, backend, lines):
+    """Interleaved timed rounds of the configurations `c`; appends a row."""
+    times = {name: [] for name in c}
+    outputs = set()
+    timed(c["bare"][0](n), c["bare"][1])  # warm up
+    for _ in range(rounds):
+        for name, (argv, env) in c.items():
+            t, stdout = timed(argv(n), env)
+            times[name].append(t)
+            outputs.add(stdout)
+    if len(outputs) != 1:
+        sys.exit(f"{workload}: output differed between configurations")
+
+    def per_round(num, den):
+        return [x / y for x, y in zip(times[num], times[den])]
+
+    vs_incode = fmt(per_round("shim", "in-code")) if "in-code" in times else "n/a (C)"
+    sampled = [(s - m) / b for s, m, b in zip(times["sampled"], times["shim"], times["bare"])]
+    lines.append(f"| {workload} | {backend} | {fmt(per_round('shim', 'bare'))} | {vs_incode} | "
+                 f"{statistics.median(sampled):+.3f} [{min(sampled):+.3f}, {max(sampled):+.3f}] |")
+    print(lines[-1], flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--rounds", type=int, default=15, help="0: instructions only (with --callgrind)")
     ap.add_argument("--churn-iterations", type=int, default=2_000_000, help="per thread")
     ap.add_argument("--edit-distance", type=int, default=40_000, help="word pairs")
     ap.add_argument("--callgrind", action="store_true")
@@ -141,22 +164,8 @@ def main():
         for workload, n in sizes.items():
             for backend in BACKENDS:
                 c = configs(backend, workload, shim, release, churn, out, base)
-                times = {name: [] for name in c}
-                outputs = set()
-                timed(c["bare"][0](n), c["bare"][1])  # warm up
-                for _ in range(a.rounds):
-                    for name, (argv, env) in c.items():
-                        t, stdout = timed(argv(n), env)
-                        times[name].append(t)
-                        outputs.add(stdout)
-                if len(outputs) != 1:
-                    sys.exit(f"{workload}: output differed between configurations")
-                per_round = lambda num, den: [x / y for x, y in zip(times[num], times[den])]
-                vs_incode = fmt(per_round("shim", "in-code")) if "in-code" in times else "n/a (C)"
-                sampled = [(s - m) / b for s, m, b in zip(times["sampled"], times["shim"], times["bare"])]
-                lines.append(f"| {workload} | {backend} | {fmt(per_round('shim', 'bare'))} | {vs_incode} | "
-                             f"{statistics.median(sampled):+.3f} [{min(sampled):+.3f}, {max(sampled):+.3f}] |")
-                print(lines[-1], flush=True)
+                if a.rounds > 0:
+                    wall(a.rounds, n, c, workload, backend, lines)
                 if a.callgrind:
                     m = cg_sizes[workload]
                     ir = {}
@@ -170,7 +179,7 @@ def main():
                         f"{ir['shim']:,} | {ir['sampled']:,} | {ir['shim'] / ir['bare']:.3f} | "
                         f"{shim_incode} | {ir['sampled'] / ir['shim']:.3f} |")
                     print(cg_lines[-1], flush=True)
-    text = "\n".join(lines + (cg_lines if a.callgrind else []))
+    text = "\n".join((lines if a.rounds > 0 else lines[:2]) + (cg_lines if a.callgrind else []))
     print(text)
     if a.out:
         with open(a.out, "w") as f:
