@@ -199,7 +199,11 @@
 
 mod allocator_stats;
 mod backend;
+#[cfg(feature = "budget")]
+mod budget;
 mod counting;
+#[cfg(feature = "criterion")]
+pub mod criterion;
 pub mod profile;
 mod profiler;
 // Internal to allocmux's own shim and command line (see its module docs).
@@ -211,6 +215,8 @@ pub mod timeline;
 
 pub use allocator_stats::{AllocatorStats, GlibcStats, JemallocStats, MimallocStats};
 pub use backend::{Backend, UnknownBackend};
+#[cfg(feature = "budget")]
+pub use budget::{BLESS_ENV, BUDGETS_FILE, Budget, Exceeded};
 pub use counting::{Stats, measure, snapshot};
 pub use profiler::{DEFAULT_FILE, DEFAULT_SAMPLE_BYTES, Profiler, ProfilerBuilder};
 pub use recorder::{Counting, Switchable};
