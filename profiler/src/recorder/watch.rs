@@ -9,7 +9,7 @@
 //! [`watching`], and the wrapper, seeing [`is_on`], hands each call of a
 //! watching thread, after it was counted, to the thread's watcher function.
 //!
-//! The cost for every other call is one relaxed load of [`WATCHING`]
+//! The cost for every other call is one relaxed load of `WATCHING`
 //! (besides the stack recorder's own), on the same line as the rest of
 //! the wrapper's statics.
 
