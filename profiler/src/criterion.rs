@@ -33,7 +33,7 @@
 //! threads, criterion's own bookkeeping between samples and the inputs of
 //! `iter_batched` are not counted; allocations of threads the routine
 //! spawns are not either. Criterion records one measurement per
-//! [`Criterion`](criterion::Criterion); to see time, allocations and bytes
+//! [`Criterion`]; to see time, allocations and bytes
 //! of the same benchmarks side by side, write the benchmark function
 //! generic over the measurement and let
 //! [`criterion_main_with_allocs!`](crate::criterion_main_with_allocs) run
