@@ -221,6 +221,33 @@ pub fn measure<R>(f: impl FnOnce() -> R) -> (R, Stats) {
     (r, stats)
 }
 
+/// The calling thread's own counts so far, and its allocator time in TSC
+/// ticks (estimated): the start and end of a span the criterion
+/// measurements take without a closure around it.
+#[cfg(feature = "criterion")]
+pub(crate) fn thread_counts() -> (Stats, u64) {
+    Stats::from_totals(&with_thread(|t| t.own_totals()))
+}
+
+/// Panics, saying how to fix it, unless a [`Counting`](crate::Counting) is
+/// the global allocator: without one every count reads 0, which a
+/// benchmark or a budget would take for a real result.
+#[cfg(any(feature = "criterion", feature = "budget"))]
+#[track_caller]
+pub(crate) fn require_counting(what: &str) {
+    // An allocation, so that a `Counting` global allocator has certainly
+    // registered by the check below.
+    drop(std::hint::black_box(Box::new(0u64)));
+    assert!(
+        recorder::is_counting(),
+        "allocmux: {what} counts through allocmux::Counting, which is not the global \
+         allocator here, so every count would read 0; add to the benchmark or test crate:\n\
+         #[global_allocator]\n\
+         static ALLOC: allocmux::Counting<std::alloc::System> = \
+         allocmux::Counting::new(std::alloc::System);"
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -157,6 +157,121 @@
 //! A read takes a few microseconds and some of the allocator's locks: call
 //! it now and then, not per allocation.
 //!
+//! # Allocations in criterion benchmarks (feature `criterion`)
+//!
+//! `allocmux::criterion::{Allocations, BytesAllocated, AllocatorTime}`
+//! are criterion 0.8 measurements: allocation
+//! calls, bytes and time inside the allocator per iteration, counted
+//! exactly on the benchmark's thread, with criterion's statistics, change
+//! detection and `estimates.json`. One line switches a benchmark to one:
+//!
+//! ```no_run
+//! # #[cfg(feature = "criterion")] mod bench {
+//! use std::hint::black_box;
+//! use criterion::{Criterion, criterion_group, criterion_main};
+//! use allocmux::criterion::Allocations;
+//!
+//! #[global_allocator]
+//! static ALLOC: allocmux::Counting<std::alloc::System> =
+//!     allocmux::Counting::new(std::alloc::System);
+//!
+//! fn bench(c: &mut Criterion<Allocations>) {
+//!     c.bench_function("to_owned", |b| b.iter(|| black_box("a name").to_owned()));
+//! }
+//!
+//! criterion_group! {
+//!     name = benches;
+//!     config = Criterion::default().with_measurement(Allocations);
+//!     targets = bench
+//! }
+//! criterion_main!(benches);
+//! # }
+//! # fn main() {}
+//! ```
+//!
+//! To see time, allocation calls and bytes of the same benchmarks side by
+//! side, write the benchmark function once, generic over the measurement,
+//! and let `allocmux::criterion_main_with_allocs!` run it under each and print a
+//! table after criterion's report:
+//!
+//! ```no_run
+//! # #[cfg(feature = "criterion")] mod bench {
+//! use std::hint::black_box;
+//! use criterion::{Criterion, measurement::Measurement};
+//!
+//! #[global_allocator]
+//! static ALLOC: allocmux::Counting<std::alloc::System> =
+//!     allocmux::Counting::new(std::alloc::System);
+//!
+//! fn names<M: Measurement + 'static>(c: &mut Criterion<M>) {
+//!     c.bench_function("to_owned", |b| b.iter(|| black_box("a name").to_owned()));
+//!     c.bench_function("len", |b| b.iter(|| black_box("a name").len()));
+//! }
+//!
+//! allocmux::criterion_main_with_allocs!(names);
+//! # }
+//! # fn main() {}
+//! ```
+//!
+//! ```text
+//! $ cargo bench --bench names -- --quick
+//! ...
+//! allocmux: per iteration, as criterion estimated it (allocation calls and bytes are exact, ...)
+//! benchmark          time        allocs         bytes
+//! len              0.6 ns          0.00           0 B
+//! to_owned        16.8 ns          1.00           6 B
+//! ```
+//!
+//! Use [`std::hint::black_box`], not the volatile-read `black_box` of
+//! criterion's past, which copied values through memory and distorted
+//! comparisons between values of different sizes.
+//!
+//! # Allocation budgets in tests (feature `budget`)
+//!
+//! `Budget` runs a closure and fails when it allocates more than allowed:
+//! allocation calls, bytes, peak live bytes, or bytes still live when it
+//! returns. Counts are the test thread's own, so budgets in tests that
+//! `cargo test` runs in parallel never see each other's allocations:
+//!
+//! ```no_run
+//! # #[cfg(feature = "budget")] mod test {
+//! #[global_allocator]
+//! static ALLOC: allocmux::Counting<std::alloc::System> =
+//!     allocmux::Counting::new(std::alloc::System);
+//!
+//! fn key(id: u32) -> String {
+//!     format!("user:{id}")
+//! }
+//!
+//! #[test]
+//! fn key_allocates_once_and_keeps_nothing() {
+//!     allocmux::Budget::new().allocs(1).leaked_bytes(0).check(|| key(7));
+//! }
+//!
+//! #[test]
+//! fn key_stays_within_its_baseline() {
+//!     // Compared with [key] in allocmux-budgets.toml, next to Cargo.toml;
+//!     // `ALLOCMUX_BLESS=1 cargo test` records it.
+//!     allocmux::Budget::baseline("key").check(|| key(7));
+//! }
+//! # }
+//! # fn main() {}
+//! ```
+//!
+//! A failing budget runs the closure again with call stacks on (that
+//! thread's only) and panics with what went over and where it was
+//! allocated, in about 20 lines at most; with `.allocs(0)` above:
+//!
+//! ```text
+//! allocmux: allocation budget exceeded
+//!   allocation calls: 1 call, budget 0 calls
+//! 1 block allocated, by call stack (yours first):
+//!          1 × 10 B  app::key (src/lib.rs:6)
+//!                    <- app::key_allocates_once_and_keeps_nothing::{{closure}} (src/lib.rs:11)
+//! ```
+//!
+//! The repository's `docs/rust-workflow.md` has the details of both.
+//!
 //! # How it counts
 //!
 //! Each thread counts on its own thread-local state with plain loads and
@@ -189,6 +304,7 @@
 //! $ cargo run -p allocmux --example counting
 //! $ ALLOCMUX_ALLOCATOR=mimalloc cargo run -p allocmux --example switchable
 //! $ cargo run -p allocmux --example profiler -- exact    # writes allocmux-example.prof
+//! $ cargo bench -p allocmux --bench allocations          # time, allocations, bytes
 //! ```
 //!
 //! What `Counting` costs per allocation and free, in instructions and in
@@ -199,7 +315,11 @@
 
 mod allocator_stats;
 mod backend;
+#[cfg(feature = "budget")]
+mod budget;
 mod counting;
+#[cfg(feature = "criterion")]
+pub mod criterion;
 pub mod profile;
 mod profiler;
 // Internal to allocmux's own shim and command line (see its module docs).
@@ -211,6 +331,8 @@ pub mod timeline;
 
 pub use allocator_stats::{AllocatorStats, GlibcStats, JemallocStats, MimallocStats};
 pub use backend::{Backend, UnknownBackend};
+#[cfg(feature = "budget")]
+pub use budget::{BLESS_ENV, BUDGETS_FILE, Budget, Exceeded};
 pub use counting::{Stats, measure, snapshot};
 pub use profiler::{DEFAULT_FILE, DEFAULT_SAMPLE_BYTES, Profiler, ProfilerBuilder};
 pub use recorder::{Counting, Switchable};

@@ -39,6 +39,7 @@ mod tables;
 mod test_alloc;
 mod thread;
 pub mod unwind;
+pub mod watch;
 mod wrapper;
 
 pub use crate::Backend;

@@ -24,3 +24,32 @@ pub fn max_rss_bytes() -> u64 {
     };
     (ru.ru_maxrss.max(0) as u64) * 1024
 }
+
+/// An exclusive `flock` on a directory, held until dropped: what lets
+/// processes that rewrite a file in it (by renaming a new one over it)
+/// take turns, since a lock on the file itself would stay with the file
+/// that was renamed away. Not used on any allocator path.
+#[derive(Debug)]
+pub struct DirLock {
+    _held: std::fs::File,
+}
+
+impl DirLock {
+    /// Waits for, and takes, the lock on `dir`.
+    pub fn exclusive(dir: &std::path::Path) -> std::io::Result<DirLock> {
+        use std::os::fd::AsRawFd;
+        let f = std::fs::File::open(dir)?;
+        loop {
+            // SAFETY: `flock` on a descriptor this function owns; it
+            // reads and writes no memory of ours.
+            if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } == 0 {
+                return Ok(DirLock { _held: f });
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+}
+// Closing the descriptor (dropping the `File`) releases the lock.

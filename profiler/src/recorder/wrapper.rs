@@ -56,6 +56,7 @@ use std::sync::OnceLock;
 use super::clock::{ClockPair, monotonic_ns};
 use super::stacks::{self, StackBody, StackThread, enter_stacks};
 use super::thread::{Body, Scope, ThreadState, enter, set_time_sample_mean, time_sample_mean};
+use super::watch;
 use crate::stats::Func;
 
 thread_local! {
@@ -91,14 +92,15 @@ pub(crate) fn with_stack_thread<R>(f: impl FnOnce(&StackThread) -> R) -> R {
 }
 
 /// Runs one call through the recorder: with its stack when a profiler
-/// records stacks, else on the plain path (one relaxed load decides).
+/// records stacks or a thread watches its calls (see [`watch`]), else on
+/// the plain path (two relaxed loads decide).
 ///
 /// # Safety
 /// As for [`enter`]: `t` is the calling thread's state and `body` upholds
 /// its allocator call's contract.
 #[inline(always)]
 unsafe fn record<B: StackBody>(t: &ThreadState, body: B) -> B::Out {
-    if stacks::is_on() {
+    if stacks::is_on() || watch::is_on() {
         // SAFETY: forwarded from the caller.
         unsafe { record_with_stack(t, body) }
     } else {
@@ -107,17 +109,35 @@ unsafe fn record<B: StackBody>(t: &ThreadState, body: B) -> B::Out {
     }
 }
 
-/// [`record`] while a profiler is on, out of line, so the stack
-/// recorder's code does not grow every `alloc` and `dealloc` of programs
-/// that never start a profiler.
+/// [`record`] while a profiler is on or a thread watches, out of line, so
+/// the stack recorder's code does not grow every `alloc` and `dealloc` of
+/// programs that never start a profiler.
 ///
 /// # Safety
 /// As for [`record`].
 #[cold]
 #[inline(never)]
 unsafe fn record_with_stack<B: StackBody>(t: &ThreadState, body: B) -> B::Out {
-    // SAFETY: forwarded; the stack state is this thread's own.
-    with_stack_thread(|st| unsafe { enter_stacks(t, st, body) })
+    let out = if stacks::is_on() {
+        // SAFETY: forwarded; the stack state is this thread's own.
+        with_stack_thread(|st| unsafe { enter_stacks(t, st, body) })
+    } else {
+        // SAFETY: forwarded from the caller.
+        unsafe { enter(t, body) }
+    };
+    if watch::is_on() {
+        let old = body.released();
+        watch::tell(watch::Event {
+            new: body.handed_out(&out),
+            size: body.request().unwrap_or(0),
+            old: if old != 0 && body.did_release(&out) {
+                old
+            } else {
+                0
+            },
+        });
+    }
+    out
 }
 
 /// A [`GlobalAlloc`] that counts what passes through it to the allocator
