@@ -127,59 +127,9 @@ fn calls() -> u64 {
     s.allocs + s.reallocs
 }
 
-impl Measurement for Allocations {
-    type Intermediate = u64;
-    type Value = u64;
-
-    fn start(&self) -> u64 {
-        check_counting("allocmux::criterion::Allocations");
-        calls()
-    }
-    fn end(&self, start: u64) -> u64 {
-        calls().saturating_sub(start)
-    }
-    fn add(&self, a: &u64, b: &u64) -> u64 {
-        a + b
-    }
-    fn zero(&self) -> u64 {
-        0
-    }
-    fn to_f64(&self, value: &u64) -> f64 {
-        sample(*value)
-    }
-    fn formatter(&self) -> &dyn ValueFormatter {
-        &CountFormatter
-    }
-}
-
 /// The calling thread's bytes allocated so far.
 fn bytes() -> u64 {
     thread_counts().0.bytes_allocated
-}
-
-impl Measurement for BytesAllocated {
-    type Intermediate = u64;
-    type Value = u64;
-
-    fn start(&self) -> u64 {
-        check_counting("allocmux::criterion::BytesAllocated");
-        bytes()
-    }
-    fn end(&self, start: u64) -> u64 {
-        bytes().saturating_sub(start)
-    }
-    fn add(&self, a: &u64, b: &u64) -> u64 {
-        a + b
-    }
-    fn zero(&self) -> u64 {
-        0
-    }
-    fn to_f64(&self, value: &u64) -> f64 {
-        sample(*value)
-    }
-    fn formatter(&self) -> &dyn ValueFormatter {
-        &BytesFormatter
-    }
 }
 
 /// The calling thread's allocator time so far, in TSC ticks (estimated).
@@ -187,31 +137,48 @@ fn ticks() -> u64 {
     thread_counts().1
 }
 
-impl Measurement for AllocatorTime {
-    /// TSC ticks at the start; the value is in nanoseconds.
-    type Intermediate = u64;
-    type Value = u64;
+/// A `Measurement` of one of the calling thread's running totals: `$read`
+/// gives the total so far (the intermediate value, at the start), and
+/// `$finish` turns the difference at the end into the value criterion
+/// gets, shown by `$formatter`.
+macro_rules! thread_total_measurement {
+    ($ty:ident, $read:expr, $finish:expr, $formatter:expr) => {
+        impl Measurement for $ty {
+            type Intermediate = u64;
+            type Value = u64;
 
-    fn start(&self) -> u64 {
-        check_counting("allocmux::criterion::AllocatorTime");
-        ticks()
-    }
-    fn end(&self, start: u64) -> u64 {
-        ticks_to_ns(ticks().saturating_sub(start))
-    }
-    fn add(&self, a: &u64, b: &u64) -> u64 {
-        a + b
-    }
-    fn zero(&self) -> u64 {
-        0
-    }
-    fn to_f64(&self, value: &u64) -> f64 {
-        sample(*value)
-    }
-    fn formatter(&self) -> &dyn ValueFormatter {
-        &NanosFormatter
-    }
+            fn start(&self) -> u64 {
+                check_counting(concat!("allocmux::criterion::", stringify!($ty)));
+                $read()
+            }
+            fn end(&self, start: u64) -> u64 {
+                $finish($read().saturating_sub(start))
+            }
+            fn add(&self, a: &u64, b: &u64) -> u64 {
+                a + b
+            }
+            fn zero(&self) -> u64 {
+                0
+            }
+            fn to_f64(&self, value: &u64) -> f64 {
+                sample(*value)
+            }
+            fn formatter(&self) -> &dyn ValueFormatter {
+                &$formatter
+            }
+        }
+    };
 }
+
+/// The value of a count is the difference itself.
+fn as_is(n: u64) -> u64 {
+    n
+}
+
+thread_total_measurement!(Allocations, calls, as_is, CountFormatter);
+thread_total_measurement!(BytesAllocated, bytes, as_is, BytesFormatter);
+// Ticks at the start; the value is in nanoseconds.
+thread_total_measurement!(AllocatorTime, ticks, ticks_to_ns, NanosFormatter);
 
 /// Per-unit-of-throughput values: `value / n`, with the unit's suffix.
 fn per_throughput(throughput: &Throughput, values: &mut [f64]) -> &'static str {
