@@ -36,7 +36,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
+
+from shim_overhead import timed  # one process, timed; exits if it fails
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIB = "/usr/lib/x86_64-linux-gnu"
@@ -74,15 +75,6 @@ def configs(backend, workload, shim, release, churn, out, base):
     c["shim"] = (plain, shim_env)
     c["sampled"] = (plain, dict(shim_env, ALLOCMUX_STACKS="sample"))
     return c
-
-
-def timed(argv, env):
-    start = time.perf_counter()
-    r = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    elapsed = time.perf_counter() - start
-    if r.returncode != 0:
-        sys.exit(f"{' '.join(argv)} failed ({r.returncode}): {r.stderr.decode()}")
-    return elapsed, r.stdout
 
 
 def instructions(argv, env, tmp):
