@@ -199,28 +199,30 @@ pub fn after_failed_exec(written: bool) {
 /// own locks, which the forking thread waits for inside `fork` (stdio's,
 /// glibc's allocator's), and one a signal handler's `fork` may find held
 /// by the very frame it interrupted. The child sorts out what the fork
-/// left instead (see `allocmux::recorder::SpinLock`). jemalloc's own
-/// handlers run from here when it is the backend.
+/// left instead (see `allocmux::recorder::SpinLock`). The backend's own
+/// locks are its handlers' (jemalloc's, or the shim's for mimalloc, which
+/// has none), run from here.
 extern "C" fn fork_prepare() {
-    if jemalloc() {
-        backend::jemalloc_fork::prepare();
+    match choice::current().backend {
+        Backend::Jemalloc => backend::jemalloc_fork::prepare(),
+        Backend::Mimalloc => backend::mimalloc_fork::prepare(),
+        _ => {} // glibc's `fork` handles its own allocator
     }
 }
 
 extern "C" fn fork_parent() {
-    if jemalloc() {
-        backend::jemalloc_fork::parent();
+    match choice::current().backend {
+        Backend::Jemalloc => backend::jemalloc_fork::parent(),
+        Backend::Mimalloc => backend::mimalloc_fork::parent(),
+        _ => {}
     }
 }
 
-/// Whether jemalloc is the backend (its fork handlers are the shim's to run).
-fn jemalloc() -> bool {
-    choice::current().backend == Backend::Jemalloc
-}
-
 extern "C" fn fork_child() {
-    if jemalloc() {
-        backend::jemalloc_fork::child();
+    match choice::current().backend {
+        Backend::Jemalloc => backend::jemalloc_fork::child(),
+        Backend::Mimalloc => backend::mimalloc_fork::child(),
+        _ => {}
     }
     recorder::stacks::after_fork_child();
     recorder::after_fork_child(&tls::current().state);

@@ -11,6 +11,7 @@
 
 use core::cell::Cell;
 
+use crate::backend::mimalloc_fork::Held;
 use allocmux::recorder::ThreadState;
 use allocmux::recorder::stacks::StackThread;
 
@@ -24,6 +25,9 @@ pub struct ShimThread {
     /// This thread's `errno`, cached: `free` saves and restores it, and
     /// `__errno_location()` is a call into libc.
     errno: Cell<*mut libc::c_int>,
+    /// What this thread's `fork` did with mimalloc's locks, from the
+    /// prepare handler to the parent or child one.
+    pub mimalloc_fork: Cell<[Held; 2]>,
 }
 
 impl ShimThread {
@@ -33,6 +37,7 @@ impl ShimThread {
             state: ThreadState::new(),
             stacks: StackThread::new(),
             errno: Cell::new(core::ptr::null_mut()),
+            mimalloc_fork: Cell::new([Held::ByThisThread; 2]),
         }
     }
 

@@ -250,13 +250,16 @@ fn fork_while_threads_allocate(backend: &str) {
 /// A fork right after threads start allocating must not leave the child
 /// hanging on an allocator lock that another thread of the parent held.
 ///
-/// The window is short (while the allocator sets up shared state, e.g.
-/// mimalloc reserving an arena under its `arena_reserve_lock`), so this runs
-/// `forkstress 1 4` (one fork at once) up to RUNS times and stops at the
-/// first child that hangs (forkstress kills it after 5 s and says so).
-/// Under mimalloc about 3 runs in 100 hang here, so 200 runs find it with
-/// a probability above 99%; glibc and jemalloc (which registers fork
-/// handlers for its locks) never hang.
+/// The window is short (while the allocator sets up or walks shared state:
+/// mimalloc 3.x reserving an arena under its `arena_reserve_lock`, 2.x
+/// walking its abandoned-segment list, whose lock a child's `exit` waits
+/// for), so this runs `forkstress 1 4` (one fork at once) up to RUNS times
+/// and stops at the first child that hangs (forkstress kills it after 5 s
+/// and says so). Under mimalloc 3.x about 3 runs in 100 hung here; 2.x
+/// without the shim's handling of its locks hung in CI once in some
+/// thousands of forks (the shim's unit tests cover that deterministically).
+/// glibc and jemalloc (which registers fork handlers for its locks) never
+/// hang.
 fn fork_right_after_threads_start_does_not_hang(backend: &str) {
     const RUNS: usize = 200;
     const BUDGET: std::time::Duration = Duration::from_secs(40);
@@ -271,7 +274,7 @@ fn fork_right_after_threads_start_does_not_hang(backend: &str) {
             "SHIM BUG (fork safety): under {backend}, run {runs} of forkstress 1 4 failed ({}): {}\n\
              A child forked while other threads allocate blocked forever inside the allocator: \
              a lock held by another thread at the fork stays held in the child (mimalloc has no \
-             pthread_atfork handlers, and the shim's fork handlers cover only its own locks).",
+             pthread_atfork handlers: the shim's take its locks, see backend/mimalloc.rs).",
             out.status,
             text(&out.stdout).trim_end()
         );

@@ -134,3 +134,255 @@ fn init_size_table() {
     // malloc(0): mimalloc hands out its smallest block.
     SMALL_SIZES[0].store(SMALL_SIZES[1].load(Relaxed), Relaxed);
 }
+
+/// mimalloc's locks across `fork`.
+///
+/// mimalloc registers no `fork` handlers. Its allocation paths are
+/// lock-free, but two mutexes of its (only) sub-process guard the list of
+/// abandoned segments that live outside its arenas: `abandoned_os_visit_lock`
+/// (one thread at a time walks that list; every reclaim try-locks it) and
+/// `abandoned_os_lock` (the list itself). A child forked while another
+/// thread held one keeps it held forever, and the child's `exit` waits for
+/// it: `mi_process_done` collects with `force`, which takes the visit lock
+/// without trying (seen in gdb on a hung child of `forkstress`).
+///
+/// So, as glibc and jemalloc do for their own locks, the forking thread
+/// takes both, in mimalloc's order, and the parent and child release them;
+/// glibc's stdio list lock is taken first, for the reason
+/// `jemalloc_fork::prepare` gives. Their holders only walk or splice the
+/// list, so the wait is short, but it is bounded all the same, so that a
+/// `fork` never waits on a thread that cannot go on (a signal handler's
+/// `fork` on another thread, say): a lock not taken in time is reset in
+/// the child, where its holder no longer exists. A lock held by the forking
+/// thread itself (a signal handler's `fork` interrupting mimalloc) is left
+/// to the frame that holds it, as mimalloc alone leaves it. Only while the
+/// process has threads: before, no other thread can hold either lock.
+pub mod fork {
+    use core::ffi::c_void;
+
+    use crate::tls;
+    use allocmux::recorder::monotonic_ns;
+
+    unsafe extern "C" {
+        /// mimalloc's own sub-process for a null id (`mi_subproc_main()`
+        /// returns null, not the address).
+        fn _mi_subproc_from_id(id: *mut c_void) -> *mut SubprocLocks;
+        fn _IO_list_lock();
+        fn _IO_list_unlock();
+    }
+
+    /// The start of mimalloc 2.2's `mi_subproc_t` (`include/mimalloc/types.h`
+    /// of the `libmimalloc-sys` version the workspace pins), where
+    /// `mi_lock_t` is a `pthread_mutex_t` on Linux.
+    #[repr(C)]
+    struct SubprocLocks {
+        abandoned_count: usize,
+        abandoned_os_list_count: usize,
+        abandoned_os_lock: libc::pthread_mutex_t,
+        abandoned_os_visit_lock: libc::pthread_mutex_t,
+    }
+
+    /// How long `prepare` tries a lock held by another thread, yielding in
+    /// between. A holder only splices a list, so it lets go within
+    /// microseconds unless it is preempted; on a loaded machine a yield
+    /// can cost a whole time slice (1000 yields measured 2.9 s here), so
+    /// the bound is on time, not on tries.
+    const PATIENCE_NS: u64 = 20_000_000;
+
+    /// What `prepare` did with one lock, for `parent` and `child`.
+    /// (All-zero, the value in a new thread's TLS, is "leave it alone".)
+    #[derive(Clone, Copy, PartialEq, Eq)]
+    #[repr(u8)]
+    pub enum Held {
+        /// Already held by this thread (the frame a signal handler
+        /// interrupted), or not looked at: left alone.
+        ByThisThread = 0,
+        /// Taken by this thread's `prepare`: released after the `fork`.
+        ByPrepare,
+        /// Held by another thread throughout: reset in the child.
+        Elsewhere,
+    }
+
+    pub(super) fn locks() -> [*mut libc::pthread_mutex_t; 2] {
+        // SAFETY: returns the address of mimalloc's static sub-process.
+        let sub = unsafe { _mi_subproc_from_id(core::ptr::null_mut()) };
+        // SAFETY: `sub` points to a live `mi_subproc_t`, whose start
+        // `SubprocLocks` mirrors; no reference is made.
+        unsafe {
+            [
+                &raw mut (*sub).abandoned_os_visit_lock,
+                &raw mut (*sub).abandoned_os_lock,
+            ]
+        }
+    }
+
+    /// The thread id glibc records in a locked mutex (`__data.__owner`,
+    /// the third `int` on every glibc target), 0 when unlocked.
+    fn owner(lock: *mut libc::pthread_mutex_t) -> i32 {
+        // SAFETY: a glibc `pthread_mutex_t` starts with `__lock`, `__count`
+        // and `__owner`, each an `int`; a racy read of another thread's
+        // lock can only be wrong about that thread, never equal our id.
+        unsafe { lock.cast::<i32>().add(2).read_volatile() }
+    }
+
+    fn take(lock: *mut libc::pthread_mutex_t, me: i32) -> Held {
+        if owner(lock) == me {
+            return Held::ByThisThread;
+        }
+        let deadline = monotonic_ns() + PATIENCE_NS;
+        loop {
+            // SAFETY: mimalloc's initialised mutex, not held by this
+            // thread; released in `parent` or `child`.
+            if unsafe { libc::pthread_mutex_trylock(lock) } == 0 {
+                return Held::ByPrepare;
+            }
+            if monotonic_ns() > deadline {
+                break;
+            }
+            // SAFETY: sched_yield has no preconditions.
+            unsafe { libc::sched_yield() };
+        }
+        Held::Elsewhere
+    }
+
+    fn needed() -> bool {
+        !crate::threading::single_threaded()
+    }
+
+    /// From the shim's prepare handler.
+    pub fn prepare() {
+        if !needed() {
+            return;
+        }
+        // SAFETY: glibc's recursive stdio list lock, released in `parent`
+        // (and reset by glibc in the child).
+        unsafe { _IO_list_lock() };
+        // SAFETY: a system call without arguments.
+        let me = unsafe { libc::gettid() };
+        let [visit, list] = locks();
+        let held = [take(visit, me), take(list, me)];
+        tls::current().mimalloc_fork.set(held);
+    }
+
+    /// From the shim's parent handler.
+    pub fn parent() {
+        if needed() {
+            for (lock, held) in locks()
+                .into_iter()
+                .zip(tls::current().mimalloc_fork.get())
+                .rev()
+            {
+                if held == Held::ByPrepare {
+                    // SAFETY: locked by this thread in `prepare`.
+                    unsafe { libc::pthread_mutex_unlock(lock) };
+                }
+            }
+            // SAFETY: taken in `prepare` by this thread.
+            unsafe { _IO_list_unlock() };
+        }
+    }
+
+    /// From the shim's child handler.
+    pub fn child() {
+        if needed() {
+            for (lock, held) in locks()
+                .into_iter()
+                .zip(tls::current().mimalloc_fork.get())
+                .rev()
+            {
+                match held {
+                    // SAFETY: locked by the parent thread this one
+                    // continues, in `prepare`.
+                    Held::ByPrepare => unsafe {
+                        libc::pthread_mutex_unlock(lock);
+                    },
+                    // SAFETY: the child has one thread, and the lock's
+                    // holder is not it: what `mi_lock_init` writes.
+                    Held::Elsewhere => unsafe {
+                        lock.write(libc::PTHREAD_MUTEX_INITIALIZER);
+                    },
+                    Held::ByThisThread => {}
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fork;
+    use std::sync::mpsc;
+    use std::time::{Duration, Instant};
+
+    /// Forks (running the shim's mimalloc handlers where `pthread_atfork`
+    /// would) while another thread holds mimalloc's visit lock, either for
+    /// `hold` or until the fork is over; returns whether both of
+    /// mimalloc's locks were free in the child. (A child's `exit` on the
+    /// main thread waits for the visit lock; this checks the lock itself,
+    /// from whichever thread the test harness runs on.)
+    fn child_has_the_locks_free_while_a_thread_holds_one(hold: Option<Duration>) -> bool {
+        let (locked_tx, locked_rx) = mpsc::channel();
+        let (done_tx, done_rx) = mpsc::channel::<()>();
+        let holder = std::thread::spawn(move || {
+            let visit = fork::locks()[0];
+            // SAFETY: mimalloc's initialised mutex, unlocked below.
+            unsafe { libc::pthread_mutex_lock(visit) };
+            locked_tx.send(()).unwrap();
+            match hold {
+                Some(d) => std::thread::sleep(d),
+                None => done_rx.recv().unwrap(),
+            }
+            // SAFETY: locked above by this thread.
+            unsafe { libc::pthread_mutex_unlock(visit) };
+        });
+        locked_rx.recv().unwrap();
+        fork::prepare();
+        // SAFETY: the child only runs the child handler, two try-locks and
+        // `_exit`.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            fork::child();
+            // SAFETY: mimalloc's initialised mutexes; `_exit` ends the child.
+            unsafe {
+                let free = fork::locks()
+                    .into_iter()
+                    .all(|lock| libc::pthread_mutex_trylock(lock) == 0);
+                libc::_exit(if free { 0 } else { 1 });
+            }
+        }
+        fork::parent();
+        assert!(pid > 0, "fork failed");
+        let start = Instant::now();
+        let mut status = 0;
+        let finished = loop {
+            // SAFETY: waits for our own child without blocking.
+            if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == pid {
+                break true;
+            }
+            if start.elapsed() > Duration::from_secs(10) {
+                // SAFETY: our own child, then reaped.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                    libc::waitpid(pid, &mut status, 0);
+                }
+                break false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let _ = done_tx.send(());
+        holder.join().unwrap();
+        finished && libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0
+    }
+
+    /// Both ways a lock can be held at a fork, one after the other (they
+    /// share the lock): a holder that lets go soon, for whom `prepare`
+    /// waits, taking the lock that the child then releases; and one that
+    /// does not let go before the fork is over, where `prepare` gives up
+    /// and the child, in which the holder is gone, resets the lock.
+    #[test]
+    fn a_child_does_not_inherit_mimallocs_visit_lock() {
+        let soon = Some(Duration::from_millis(5));
+        assert!(child_has_the_locks_free_while_a_thread_holds_one(soon));
+        assert!(child_has_the_locks_free_while_a_thread_holds_one(None));
+    }
+}

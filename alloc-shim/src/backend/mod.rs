@@ -10,6 +10,7 @@ mod system;
 pub use jemalloc::Jemalloc;
 pub use jemalloc::fork as jemalloc_fork;
 pub use mimalloc::Mimalloc;
+pub use mimalloc::fork as mimalloc_fork;
 pub use mimalloc::init as init_mimalloc;
 pub use system::System;
 
