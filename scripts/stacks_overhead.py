@@ -15,9 +15,14 @@ reports median wall times and the median per-round ratios:
   heaptrack+print   record, then `heaptrack_print -F stacks.txt` (analysis)
 
 Workloads: a 1-thread malloc/free churn (scripts/churn.c, shallow stacks),
-python3 building and serialising a dict with PYTHONMALLOC=malloc (every
-object through malloc, ~45-frame stacks), and the same without it (pymalloc:
-few mallocs).
+the edit-distance workload (allocation-bound Rust, deep stacks with inlined
+frames; scripts/incode-allocators' glibc build), python3 building and
+serialising a dict with PYTHONMALLOC=malloc (every object through malloc,
+~45-frame stacks), and the same without it (pymalloc: few mallocs).
+
+For each, the end-to-end overhead ratio: heaptrack's (record + print,
+minus bare) over allocmux's (exact + export folded, minus bare), the
+median of per-round ratios; the goal is at least 3.
 
 It also reports, for a run of ten million allocations in exact mode, the
 profile's size and the time `allocmux flame` takes to render it, against the
@@ -52,7 +57,7 @@ print(len(json.loads(t)))
 def build(tmp):
     churn = os.path.join(tmp, "churn")
     subprocess.run(["gcc", "-O2", "-g", "-pthread", os.path.join(ROOT, "scripts", "churn.c"), "-o", churn], check=True)
-    subprocess.run(["cargo", "build", "--release", "-q", "-p", "allocmux-cli"], cwd=ROOT, check=True)
+    subprocess.run(["cargo", "build", "--release", "-q", "-p", "allocmux-cli", "-p", "incode-allocators"], cwd=ROOT, check=True)
     exe = os.path.join(ROOT, "target", "release", "allocmux")
     shim = os.path.join(ROOT, "target", "allocmux-shim", "release", "liballocmux_shim.so")
     if not os.path.exists(shim):
@@ -144,6 +149,13 @@ def measure(name, prog, exe, shim, tmp, rounds, extra_env):
     lines.append(f"| shim exact + export folded (record + analysis) | {med['exact+fold']:.2f} | |")
     lines.append(f"| heaptrack (record) | {med['heaptrack']:.2f} | {ratio('heaptrack', 'exact'):.2f}x allocmux exact |")
     lines.append(f"| heaptrack + heaptrack_print (record + analysis) | {med['heaptrack+print']:.2f} | {ratio('heaptrack+print', 'exact+fold'):.2f}x allocmux exact + export |")
+    ours = statistics.median([(a - b) / b for a, b in zip(times["exact+fold"], times["bare"])])
+    if ours < 0.05:
+        lines += ["", "End to end, allocmux's overhead is within the noise: no ratio."]
+    else:
+        overhead = [(h - b) / (a - b) for h, a, b in zip(times["heaptrack+print"], times["exact+fold"], times["bare"])]
+        lines += ["", f"End to end, heaptrack's overhead over allocmux's: **{statistics.median(overhead):.2f}x** "
+                  f"[{min(overhead):.2f}, {max(overhead):.2f}] (goal: at least 3)."]
     return "\n".join(lines) + "\n"
 
 
@@ -214,7 +226,8 @@ def main():
         with open(script, "w") as f:
             f.write(PY_SCRIPT)
         out = ["# Stack recording overhead", "",
-               f"`python3 scripts/stacks_overhead.py {' '.join(sys.argv[1:])}` on {os.cpu_count()} CPUs.", ""]
+               f"`python3 scripts/stacks_overhead.py {' '.join(sys.argv[1:])}` on {os.cpu_count()} CPUs; "
+               f"load average at start {os.getloadavg()[0]:.2f}.", ""]
         out += ["### Sampling against stacks off", "",
                 f"{args.sampling_rounds} interleaved rounds; ratio: median [min, max] of per-round ratios.", "",
                 "| workload | stacks off, median s | sample, median s | ratio |", "|---|---|---|---|",
@@ -229,6 +242,8 @@ def main():
                     f.write(text)
             return
         out.append(measure("churn: 1 thread, 2,000,000 malloc/free pairs", [churn, "1", "2000000"], exe, shim, tmp, args.rounds, {}))
+        edit = [os.path.join(ROOT, "target", "release", "workload-glibc"), "edit-distance", "400000"]
+        out.append(measure("edit-distance: 400,000 word pairs (Rust, glibc)", edit, exe, shim, tmp, args.rounds, {}))
         out.append(measure("python3 dict + json, PYTHONMALLOC=malloc (6.7M mallocs)", [py, script], exe, shim, tmp, args.rounds, {"PYTHONMALLOC": "malloc"}))
         out.append(measure("python3 dict + json, pymalloc (default)", [py, script], exe, shim, tmp, args.rounds, {}))
         out.append(size_and_render(churn, exe, tmp, [1_000_000, 10_000_000]))
