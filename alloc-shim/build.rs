@@ -21,6 +21,12 @@ fn main() {
     ) {
         println!("cargo::rustc-link-arg-cdylib=-Wl,--wrap=pthread_atfork");
     }
+    // The unit tests check the shim's mirror of a mimalloc struct against
+    // mimalloc's own header (see `backend::mimalloc::fork`).
+    if let Ok(include) = std::env::var("DEP_MIMALLOC_INCLUDE_DIR") {
+        println!("cargo::rustc-env=ALLOCMUX_MIMALLOC_INCLUDE={include}");
+    }
+    println!("cargo::rerun-if-env-changed=DEP_MIMALLOC_INCLUDE_DIR");
     // Nothing else needs to rerun it.
     println!("cargo::rerun-if-changed=build.rs");
 }

@@ -153,7 +153,9 @@ fn init_size_table() {
 /// list, so the wait is short, but it is bounded all the same, so that a
 /// `fork` never waits on a thread that cannot go on (a signal handler's
 /// `fork` on another thread, say): a lock not taken in time is reset in
-/// the child, where its holder no longer exists. A lock held by the forking
+/// the child, where its holder no longer exists (if that holder was
+/// splicing the list, the child may lose track of some abandoned segments,
+/// where mimalloc alone would hang). A lock held by the forking
 /// thread itself (a signal handler's `fork` interrupting mimalloc) is left
 /// to the frame that holds it, as mimalloc alone leaves it. Only while the
 /// process has threads: before, no other thread can hold either lock.
@@ -173,13 +175,14 @@ pub mod fork {
 
     /// The start of mimalloc 2.2's `mi_subproc_t` (`include/mimalloc/types.h`
     /// of the `libmimalloc-sys` version the workspace pins), where
-    /// `mi_lock_t` is a `pthread_mutex_t` on Linux.
+    /// `mi_lock_t` is a `pthread_mutex_t` on Linux. A unit test compiles
+    /// the offsets from that header and compares.
     #[repr(C)]
-    struct SubprocLocks {
+    pub(super) struct SubprocLocks {
         abandoned_count: usize,
         abandoned_os_list_count: usize,
-        abandoned_os_lock: libc::pthread_mutex_t,
-        abandoned_os_visit_lock: libc::pthread_mutex_t,
+        pub(super) abandoned_os_lock: libc::pthread_mutex_t,
+        pub(super) abandoned_os_visit_lock: libc::pthread_mutex_t,
     }
 
     /// How long `prepare` tries a lock held by another thread, yielding in
@@ -372,6 +375,40 @@ mod tests {
         let _ = done_tx.send(());
         holder.join().unwrap();
         finished && libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0
+    }
+
+    /// `SubprocLocks` has the offsets mimalloc's own header gives, compiled
+    /// by the C compiler from the `libmimalloc-sys` sources the shim links.
+    #[test]
+    fn the_mirror_of_mimallocs_sub_process_matches_its_header() {
+        // From build.rs: libmimalloc-sys's include directory.
+        let include = env!("ALLOCMUX_MIMALLOC_INCLUDE");
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("probe.c");
+        let exe = dir.path().join("probe");
+        std::fs::write(
+            &src,
+            "#include <stddef.h>\n#include <stdio.h>\n#include \"mimalloc/types.h\"\n\
+             int main(void) { printf(\"%zu %zu\", offsetof(mi_subproc_t, abandoned_os_lock), \
+             offsetof(mi_subproc_t, abandoned_os_visit_lock)); return 0; }\n",
+        )
+        .unwrap();
+        let built = std::process::Command::new("gcc")
+            .arg(format!("-I{include}"))
+            .arg(&src)
+            .arg("-o")
+            .arg(&exe)
+            .status()
+            .expect("gcc runs");
+        assert!(built.success(), "the probe compiles against {include}");
+        let out = std::process::Command::new(&exe).output().unwrap();
+        let header = String::from_utf8(out.stdout).unwrap();
+        let mirror = format!(
+            "{} {}",
+            core::mem::offset_of!(fork::SubprocLocks, abandoned_os_lock),
+            core::mem::offset_of!(fork::SubprocLocks, abandoned_os_visit_lock)
+        );
+        assert_eq!(mirror, header, "offsets of the two locks in mi_subproc_t");
     }
 
     /// Both ways a lock can be held at a fork, one after the other (they
