@@ -194,35 +194,74 @@ pub fn after_failed_exec(written: bool) {
     }
 }
 
-/// `fork` handlers. None takes a lock: a lock held across `fork` is one
-/// the program's other threads can wait on while they hold the program's
-/// own locks, which the forking thread waits for inside `fork` (stdio's,
-/// glibc's allocator's), and one a signal handler's `fork` may find held
-/// by the very frame it interrupted. The child sorts out what the fork
-/// left instead (see `allocmux::recorder::SpinLock`). The backend's own
-/// locks are its handlers' (jemalloc's, or the shim's for mimalloc, which
-/// has none), run from here.
+/// `fork` handlers. None takes a lock of the shim's: a lock held across
+/// `fork` is one the program's other threads can wait on while they hold
+/// the program's own locks, which the forking thread waits for inside
+/// `fork` (stdio's, glibc's allocator's), and one a signal handler's `fork`
+/// may find held by the very frame it interrupted. The child sorts out
+/// what the fork left instead (see `allocmux::recorder::SpinLock`).
+///
+/// The backend's own locks are taken, as glibc takes its allocator's:
+/// jemalloc's through its own handlers, mimalloc's (it has none) by the
+/// shim's, both only when [`backend_locks`] says so. glibc's stdio list
+/// lock comes first. glibc's `fork` takes it itself, but only after the
+/// prepare handlers, so a `fork` holding the allocator's locks would wait
+/// for it; a thread in `fflush(NULL)` holds it and waits for a stream's
+/// lock, held by a thread in `getline` that waits inside `malloc` for an
+/// allocator lock (glibc bug 19431's cycle, in which jemalloc alone hangs).
+/// Taken first, the `getline` thread gets its allocator lock, and glibc's
+/// own take of the list lock is a recursive one by the same thread. glibc
+/// releases it once after the `fork` in the parent (the parent handler
+/// releases the other), and resets it in the child.
 extern "C" fn fork_prepare() {
-    match choice::current().backend {
-        Backend::Jemalloc => backend::jemalloc_fork::prepare(),
-        Backend::Mimalloc => backend::mimalloc_fork::prepare(),
-        _ => {} // glibc's `fork` handles its own allocator
+    if let Some(b) = backend_locks() {
+        // SAFETY: glibc's recursive stdio list lock, released in
+        // `fork_parent` (and reset by glibc in the child).
+        unsafe { _IO_list_lock() };
+        match b {
+            Backend::Jemalloc => backend::jemalloc_fork::prepare(),
+            _ => backend::mimalloc_fork::prepare(),
+        }
     }
 }
 
 extern "C" fn fork_parent() {
-    match choice::current().backend {
-        Backend::Jemalloc => backend::jemalloc_fork::parent(),
-        Backend::Mimalloc => backend::mimalloc_fork::parent(),
-        _ => {}
+    if let Some(b) = backend_locks() {
+        match b {
+            Backend::Jemalloc => backend::jemalloc_fork::parent(),
+            _ => backend::mimalloc_fork::parent(),
+        }
+        // SAFETY: taken in `fork_prepare` by this thread.
+        unsafe { _IO_list_unlock() };
     }
 }
 
+unsafe extern "C" {
+    fn _IO_list_lock();
+    fn _IO_list_unlock();
+}
+
+/// The backend whose locks this `fork` takes: jemalloc or mimalloc (glibc's
+/// `fork` handles its own allocator), when another thread may hold one of
+/// them. In a process that has never had a second thread none can, so, as
+/// glibc does for its own allocator, nothing is taken: a signal handler's
+/// `fork` then works as under glibc, where jemalloc alone hangs. The
+/// answer is the same in all three handlers of one `fork` (a
+/// single-threaded process cannot become multi-threaded while its one
+/// thread forks, and the child's flag is the parent's), which matters
+/// because glibc runs the handlers of concurrent forks concurrently.
+fn backend_locks() -> Option<Backend> {
+    let b = choice::current().backend;
+    (matches!(b, Backend::Jemalloc | Backend::Mimalloc) && !threading::single_threaded())
+        .then_some(b)
+}
+
 extern "C" fn fork_child() {
-    match choice::current().backend {
-        Backend::Jemalloc => backend::jemalloc_fork::child(),
-        Backend::Mimalloc => backend::mimalloc_fork::child(),
-        _ => {}
+    if let Some(b) = backend_locks() {
+        match b {
+            Backend::Jemalloc => backend::jemalloc_fork::child(),
+            _ => backend::mimalloc_fork::child(),
+        }
     }
     recorder::stacks::after_fork_child();
     recorder::after_fork_child(&tls::current().state);

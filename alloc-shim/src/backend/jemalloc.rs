@@ -123,11 +123,8 @@ unsafe impl Backend for Jemalloc {
 /// a signal handler forks. The shim is linked with
 /// `--wrap=pthread_atfork`, so jemalloc's registration comes here and is
 /// kept; the shim's own `fork` handlers run jemalloc's only when jemalloc
-/// is the backend and the process has another thread (see
-/// [`crate::threading`]). In a single-threaded process no other thread can
-/// hold a jemalloc lock, so, as glibc does for its own allocator, nothing
-/// needs taking: a signal handler's `fork` then works as under glibc,
-/// where jemalloc alone hangs.
+/// is the backend and another thread may hold one of its locks (see
+/// `lifecycle::backend_locks`).
 pub mod fork {
     use core::ffi::{c_int, c_void};
     use core::sync::atomic::{AtomicUsize, Ordering::Relaxed};
@@ -143,8 +140,6 @@ pub mod fork {
             dso_handle: *mut c_void,
         ) -> c_int;
         static __dso_handle: u8;
-        fn _IO_list_lock();
-        fn _IO_list_unlock();
     }
 
     /// jemalloc's prepare, parent and child handlers (0: none registered).
@@ -212,53 +207,18 @@ pub mod fork {
         }
     }
 
-    /// Whether this `fork` runs jemalloc's handlers (the shim's handlers
-    /// ask only when jemalloc is the backend): when another thread may
-    /// hold a jemalloc lock. The answer is the same in all three handlers
-    /// of one `fork` (a single-threaded process cannot become
-    /// multi-threaded while its one thread forks, and the child's flag is
-    /// the parent's), which matters because glibc runs the handlers of
-    /// concurrent forks concurrently: a flag set in one `fork`'s prepare
-    /// handler could be cleared by another's.
-    fn needed() -> bool {
-        !crate::threading::single_threaded()
-    }
-
-    /// From the shim's prepare handler: glibc's stdio list lock, then
-    /// jemalloc's locks.
-    ///
-    /// glibc's `fork` takes the list lock itself, but only after the
-    /// prepare handlers, so under jemalloc alone a `fork` holds every
-    /// jemalloc lock while it waits for the list lock; a thread in
-    /// `fflush(NULL)` holds that and waits for a stream's lock, held by a
-    /// thread in `getline` that waits inside `malloc` for a jemalloc lock
-    /// (glibc bug 19431's cycle). Taking the list lock first breaks it: the
-    /// `getline` thread gets its jemalloc lock, and glibc's own take of the
-    /// list lock is then a recursive one by the same thread. glibc releases
-    /// it once after the `fork` in the parent (the parent handler releases
-    /// the other), and resets it in the child.
+    /// From the shim's prepare handler: jemalloc's prepare handler.
     pub fn prepare() {
-        if needed() {
-            // SAFETY: glibc's recursive stdio list lock, released in
-            // `parent` (and reset by glibc in the child).
-            unsafe { _IO_list_lock() };
-            run(0);
-        }
+        run(0);
     }
 
     /// From the shim's parent handler.
     pub fn parent() {
-        if needed() {
-            run(1);
-            // SAFETY: taken in `prepare` by this thread.
-            unsafe { _IO_list_unlock() };
-        }
+        run(1);
     }
 
     /// From the shim's child handler.
     pub fn child() {
-        if needed() {
-            run(2);
-        }
+        run(2);
     }
 }

@@ -147,18 +147,17 @@ fn init_size_table() {
 /// without trying (seen in gdb on a hung child of `forkstress`).
 ///
 /// So, as glibc and jemalloc do for their own locks, the forking thread
-/// takes both, in mimalloc's order, and the parent and child release them;
-/// glibc's stdio list lock is taken first, for the reason
-/// `jemalloc_fork::prepare` gives. Their holders only walk or splice the
-/// list, so the wait is short, but it is bounded all the same, so that a
-/// `fork` never waits on a thread that cannot go on (a signal handler's
-/// `fork` on another thread, say): a lock not taken in time is reset in
-/// the child, where its holder no longer exists (if that holder was
-/// splicing the list, the child may lose track of some abandoned segments,
-/// where mimalloc alone would hang). A lock held by the forking
+/// takes both, in mimalloc's order, and the parent and child release them
+/// (the shim's handlers call these when another thread may hold one, after
+/// glibc's stdio list lock: see `lifecycle`). Their holders only walk or
+/// splice the list, so the wait is short, but it is bounded all the same,
+/// so that a `fork` never waits on a thread that cannot go on (a signal
+/// handler's `fork` on another thread, say): a lock not taken in time is
+/// reset in the child, where its holder no longer exists (if that holder
+/// was splicing the list, the child may lose track of some abandoned
+/// segments, where mimalloc alone would hang). A lock held by the forking
 /// thread itself (a signal handler's `fork` interrupting mimalloc) is left
-/// to the frame that holds it, as mimalloc alone leaves it. Only while the
-/// process has threads: before, no other thread can hold either lock.
+/// to the frame that holds it, as mimalloc alone leaves it.
 pub mod fork {
     use core::ffi::c_void;
 
@@ -169,8 +168,6 @@ pub mod fork {
         /// mimalloc's own sub-process for a null id (`mi_subproc_main()`
         /// returns null, not the address).
         fn _mi_subproc_from_id(id: *mut c_void) -> *mut SubprocLocks;
-        fn _IO_list_lock();
-        fn _IO_list_unlock();
     }
 
     /// The start of mimalloc 2.2's `mi_subproc_t` (`include/mimalloc/types.h`
@@ -248,18 +245,8 @@ pub mod fork {
         Held::Elsewhere
     }
 
-    fn needed() -> bool {
-        !crate::threading::single_threaded()
-    }
-
     /// From the shim's prepare handler.
     pub fn prepare() {
-        if !needed() {
-            return;
-        }
-        // SAFETY: glibc's recursive stdio list lock, released in `parent`
-        // (and reset by glibc in the child).
-        unsafe { _IO_list_lock() };
         // SAFETY: a system call without arguments.
         let me = unsafe { libc::gettid() };
         let [visit, list] = locks();
@@ -269,43 +256,37 @@ pub mod fork {
 
     /// From the shim's parent handler.
     pub fn parent() {
-        if needed() {
-            for (lock, held) in locks()
-                .into_iter()
-                .zip(tls::current().mimalloc_fork.get())
-                .rev()
-            {
-                if held == Held::ByPrepare {
-                    // SAFETY: locked by this thread in `prepare`.
-                    unsafe { libc::pthread_mutex_unlock(lock) };
-                }
+        for (lock, held) in locks()
+            .into_iter()
+            .zip(tls::current().mimalloc_fork.get())
+            .rev()
+        {
+            if held == Held::ByPrepare {
+                // SAFETY: locked by this thread in `prepare`.
+                unsafe { libc::pthread_mutex_unlock(lock) };
             }
-            // SAFETY: taken in `prepare` by this thread.
-            unsafe { _IO_list_unlock() };
         }
     }
 
     /// From the shim's child handler.
     pub fn child() {
-        if needed() {
-            for (lock, held) in locks()
-                .into_iter()
-                .zip(tls::current().mimalloc_fork.get())
-                .rev()
-            {
-                match held {
-                    // SAFETY: locked by the parent thread this one
-                    // continues, in `prepare`.
-                    Held::ByPrepare => unsafe {
-                        libc::pthread_mutex_unlock(lock);
-                    },
-                    // SAFETY: the child has one thread, and the lock's
-                    // holder is not it: what `mi_lock_init` writes.
-                    Held::Elsewhere => unsafe {
-                        lock.write(libc::PTHREAD_MUTEX_INITIALIZER);
-                    },
-                    Held::ByThisThread => {}
-                }
+        for (lock, held) in locks()
+            .into_iter()
+            .zip(tls::current().mimalloc_fork.get())
+            .rev()
+        {
+            match held {
+                // SAFETY: locked by the parent thread this one continues,
+                // in `prepare`.
+                Held::ByPrepare => unsafe {
+                    libc::pthread_mutex_unlock(lock);
+                },
+                // SAFETY: the child has one thread, and the lock's holder
+                // is not it: what `mi_lock_init` writes.
+                Held::Elsewhere => unsafe {
+                    lock.write(libc::PTHREAD_MUTEX_INITIALIZER);
+                },
+                Held::ByThisThread => {}
             }
         }
     }
