@@ -220,7 +220,8 @@ extern "C" fn fork_prepare() {
         unsafe { _IO_list_lock() };
         match b {
             Backend::Jemalloc => backend::jemalloc_fork::prepare(),
-            _ => backend::mimalloc_fork::prepare(),
+            Backend::Mimalloc => backend::mimalloc_fork::prepare(),
+            _ => {}
         }
     }
 }
@@ -229,7 +230,8 @@ extern "C" fn fork_parent() {
     if let Some(b) = backend_locks() {
         match b {
             Backend::Jemalloc => backend::jemalloc_fork::parent(),
-            _ => backend::mimalloc_fork::parent(),
+            Backend::Mimalloc => backend::mimalloc_fork::parent(),
+            _ => {}
         }
         // SAFETY: taken in `fork_prepare` by this thread.
         unsafe { _IO_list_unlock() };
@@ -260,7 +262,8 @@ extern "C" fn fork_child() {
     if let Some(b) = backend_locks() {
         match b {
             Backend::Jemalloc => backend::jemalloc_fork::child(),
-            _ => backend::mimalloc_fork::child(),
+            Backend::Mimalloc => backend::mimalloc_fork::child(),
+            _ => {}
         }
     }
     recorder::stacks::after_fork_child();
