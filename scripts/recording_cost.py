@@ -37,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 
-from shim_overhead import timed  # one process, timed; exits if it fails
+from shim_overhead import report, timed  # timed: one process, timed; exits if it fails
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIB = "/usr/lib/x86_64-linux-gnu"
@@ -171,11 +171,7 @@ def main():
                         f"{ir['shim']:,} | {ir['sampled']:,} | {ir['shim'] / ir['bare']:.3f} | "
                         f"{shim_incode} | {ir['sampled'] / ir['shim']:.3f} |")
                     print(cg_lines[-1], flush=True)
-    text = "\n".join((lines if a.rounds > 0 else lines[:2]) + (cg_lines if a.callgrind else []))
-    print(text)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(text + "\n")
+    report("\n".join((lines if a.rounds > 0 else lines[:2]) + (cg_lines if a.callgrind else [])), a.out)
 
 
 if __name__ == "__main__":

@@ -80,6 +80,14 @@ def build_ideal(tmp):
     return out
 
 
+def report(text, out):
+    """Prints a results table, and writes it to `out` if given."""
+    print(text)
+    if out:
+        with open(out, "w") as f:
+            f.write(text + "\n")
+
+
 def timed(cmd, env):
     start = time.perf_counter()
     r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -225,11 +233,7 @@ def main():
         for name, n in instructions.items():
             extra = f"{(n - instructions[bare[name]]) / 200_000:+.1f}" if name in bare else ""
             lines.append(f"| {name} | {n:,} | {extra} |")
-    text = "\n".join(lines)
-    print(text)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(text + "\n")
+    report("\n".join(lines), a.out)
 
 
 if __name__ == "__main__":

@@ -45,6 +45,8 @@ import sys
 import tempfile
 import time
 
+from shim_overhead import report  # prints a table, writes it to --out
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY_SCRIPT = """
 import json
@@ -235,11 +237,7 @@ def main():
                 sampling("python3 dict + json, PYTHONMALLOC=malloc", [py, script], shim, tmp, args.sampling_rounds,
                          {"PYTHONMALLOC": "malloc"}), ""]
         if args.only == "sampling":
-            text = "\n".join(out)
-            print(text)
-            if args.out:
-                with open(args.out, "w") as f:
-                    f.write(text)
+            report("\n".join(out), args.out)
             return
         out.append(measure("churn: 1 thread, 2,000,000 malloc/free pairs", [churn, "1", "2000000"], exe, shim, tmp, args.rounds, {}))
         edit = [os.path.join(ROOT, "target", "release", "workload-glibc"), "edit-distance", "400000"]
@@ -247,11 +245,7 @@ def main():
         out.append(measure("python3 dict + json, PYTHONMALLOC=malloc (6.7M mallocs)", [py, script], exe, shim, tmp, args.rounds, {"PYTHONMALLOC": "malloc"}))
         out.append(measure("python3 dict + json, pymalloc (default)", [py, script], exe, shim, tmp, args.rounds, {}))
         out.append(size_and_render(churn, exe, tmp, [1_000_000, 10_000_000]))
-        text = "\n".join(out)
-        print(text)
-        if args.out:
-            with open(args.out, "w") as f:
-                f.write(text)
+        report("\n".join(out), args.out)
 
 
 if __name__ == "__main__":
