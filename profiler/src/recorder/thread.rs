@@ -796,7 +796,9 @@ pub fn time_sample_mean() -> u32 {
     TIME_SAMPLE_MEAN.load(Relaxed)
 }
 
-/// Threads that have registered (made an allocation call) in this process.
+/// Threads of the program that have made an allocation call in this
+/// process, including those counting on the shared counters because they
+/// could not register.
 pub fn threads_seen() -> u64 {
     THREADS_SEEN.load(Relaxed)
 }
@@ -890,6 +892,9 @@ pub fn prepare_thread_key() -> bool {
 
 fn register(t: &ThreadState, external: Option<[*mut u64; 2]>) -> bool {
     t.status.set(BUSY);
+    // Counted whether or not registration succeeds: a thread that falls
+    // back to the shared counters is still one of the program's threads.
+    THREADS_SEEN.fetch_add(1, Relaxed);
     if let Some(ext) = external {
         for (slot, p) in t.external.iter().zip(ext) {
             slot.store(p, Relaxed);
@@ -925,7 +930,6 @@ fn register(t: &ThreadState, external: Option<[*mut u64; 2]>) -> bool {
         }
         reg.head = me;
     }
-    THREADS_SEEN.fetch_add(1, Relaxed);
     // SAFETY: `key` is a live key; a non-NULL value arms the destructor.
     if unsafe { libc::pthread_setspecific(key, t as *const ThreadState as *const libc::c_void) }
         != 0
@@ -1089,13 +1093,14 @@ pub fn after_fork_child(current: &ThreadState) {
     SHARED.reset();
     GLOBAL_LIVE.store(0, Relaxed);
     GLOBAL_PEAK.store(0, Relaxed);
-    THREADS_SEEN.store(0, Relaxed);
+    // The forking thread has made calls unless it is allocmux's own.
+    let seen = !matches!(current.status.get(), FRESH | IGNORED);
+    THREADS_SEEN.store(seen as u64, Relaxed);
     if current.status.get() == ACTIVE {
         current.reset();
         current.next.store(ptr::null_mut(), Relaxed);
         current.prev.store(ptr::null_mut(), Relaxed);
         reg.head = current as *const ThreadState as *mut ThreadState;
-        THREADS_SEEN.store(1, Relaxed);
     }
 }
 
@@ -1195,6 +1200,22 @@ mod tests {
         .join()
         .unwrap();
         assert_eq!(threads_seen(), 1);
+
+        // A thread that cannot take the registry in time (its holder was
+        // preempted) counts on the shared counters, and is still counted.
+        let before = snapshot(None).calls_of(Func::Malloc);
+        let held = REGISTRY.lock();
+        std::thread::spawn(|| {
+            let t: &ThreadState = Box::leak(Box::new(ThreadState::new()));
+            // SAFETY: `t` stands for this thread's state.
+            unsafe { enter(t, Alloc(8)) };
+            assert_eq!(t.status.get(), UNTRACKED);
+        })
+        .join()
+        .unwrap();
+        drop(held);
+        assert_eq!(threads_seen(), 2);
+        assert_eq!(snapshot(None).calls_of(Func::Malloc), before + 1);
     }
 
     #[test]
