@@ -91,6 +91,7 @@ fn choose() -> Choice {
     // table) must find the table in place, or it would jump to itself.
     // Threads racing here read the same environment and make the same
     // choice, and installing is idempotent, so no lock is needed.
+    crate::heap::follow_backend(choice.backend);
     let mode = config::stack_mode();
     let stacks = choice.recorded && mode != StackMode::Off;
     if stacks {

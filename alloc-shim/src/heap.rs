@@ -2,7 +2,15 @@
 //! the module list, the snapshot of the stacks and the profile's text.
 //!
 //! It goes straight to glibc (`__libc_malloc`), bypassing the hooks, so it
-//! can never recurse into them or show up in the program's figures.
+//! can never recurse into them or show up in the program's figures; under
+//! the mimalloc backend, to mimalloc (`mi_malloc`) instead. There, glibc's
+//! heap is otherwise untouched, and it must stay so: once the process has
+//! a second thread (the flusher), glibc's `fork` takes its arena locks, so
+//! a signal handler that forks on a thread it interrupted inside glibc's
+//! `malloc` for the recorder's tables would wait for that thread forever.
+//! mimalloc's allocation paths take no lock. A block is freed by the
+//! allocator it came from (blocks made before the backend was chosen are
+//! glibc's), and `realloc` moves a glibc block to mimalloc.
 //!
 //! **Running out.** A Rust allocation that gets NULL ends in
 //! `handle_alloc_error`, which aborts the process: the host would die for
@@ -10,7 +18,7 @@
 //! `try_reserve` and drop what they cannot store, but some of its
 //! allocations cannot be made fallible: framehop's caches and module
 //! parsing, the module list built from `dl_iterate_phdr`, small strings.
-//! For those, when glibc says no, the heap hands out memory from an
+//! For those, when the allocator says no, the heap hands out memory from an
 //! emergency reserve: a static buffer of [`RESERVE_BYTES`] in `.bss`
 //! (costing nothing until touched), carved by a lock-free bump pointer,
 //! at most [`RESERVE_MAX_REQUEST`] at a time. The first time that happens
@@ -18,7 +26,7 @@
 //! From then on it takes no new stack (each is counted as dropped, and the
 //! profile says so), which stops the allocations that cannot be made
 //! fallible, and grows no table, so that its fallible allocations leave
-//! the reserve alone too. A request glibc refuses that is larger than
+//! the reserve alone too. A request the allocator refuses that is larger than
 //! [`RESERVE_MAX_REQUEST`] gets NULL: the recorder's large steps are all
 //! fallible, and one of them must not empty the reserve.
 //!
@@ -38,15 +46,40 @@
 use core::alloc::{GlobalAlloc, Layout};
 use core::cell::UnsafeCell;
 use core::ffi::c_void;
-use core::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 
-use allocmux::recorder;
+use allocmux::{Backend, recorder};
+use libmimalloc_sys::{mi_free, mi_malloc, mi_malloc_aligned, mi_realloc};
 
 unsafe extern "C" {
     fn __libc_malloc(size: usize) -> *mut c_void;
     fn __libc_memalign(align: usize, size: usize) -> *mut c_void;
     fn __libc_realloc(ptr: *mut c_void, size: usize) -> *mut c_void;
     fn __libc_free(ptr: *mut c_void);
+    fn mi_is_in_heap_region(p: *const c_void) -> bool;
+}
+
+/// Whether new blocks come from mimalloc (the mimalloc backend was chosen).
+static ON_MIMALLOC: AtomicBool = AtomicBool::new(false);
+/// Whether any block has come from mimalloc: until then, a free needs no
+/// look-up to know its block is glibc's.
+static USED_MIMALLOC: AtomicBool = AtomicBool::new(false);
+
+/// Sets the allocator of the blocks to come from the process's backend:
+/// mimalloc's own under mimalloc, glibc's otherwise. Blocks already handed
+/// out stay valid: each is freed by the allocator that made it.
+pub fn follow_backend(backend: Backend) {
+    let mimalloc = backend == Backend::Mimalloc;
+    if mimalloc {
+        USED_MIMALLOC.store(true, Relaxed);
+    }
+    ON_MIMALLOC.store(mimalloc, Relaxed);
+}
+
+/// Whether `ptr` (not a reserve block) is mimalloc's.
+fn is_mimallocs(ptr: *mut u8) -> bool {
+    // SAFETY: a look-up in mimalloc's own segment map, for any address.
+    USED_MIMALLOC.load(Relaxed) && unsafe { mi_is_in_heap_region(ptr.cast()) }
 }
 
 /// The emergency reserve's size.
@@ -112,16 +145,17 @@ fn reserve_used() -> usize {
     RESERVE_USED.load(Relaxed)
 }
 
-/// Memory from glibc, or failing that from the reserve (telling the stack
-/// recorder it is short).
+/// Memory from glibc or mimalloc (see the module docs), or failing that
+/// from the reserve (telling the stack recorder it is short).
 fn allocate(layout: Layout) -> *mut u8 {
-    // SAFETY: plain forwards; glibc's allocator honours size and (via
-    // memalign) alignment.
+    // SAFETY: plain forwards; both allocators honour size and (through
+    // their aligned calls) alignment.
     let p: *mut u8 = unsafe {
-        if layout.align() <= MALLOC_ALIGN {
-            __libc_malloc(layout.size()).cast()
-        } else {
-            __libc_memalign(layout.align(), layout.size()).cast()
+        match (ON_MIMALLOC.load(Relaxed), layout.align() <= MALLOC_ALIGN) {
+            (true, true) => mi_malloc(layout.size()).cast(),
+            (true, false) => mi_malloc_aligned(layout.size(), layout.align()).cast(),
+            (false, true) => __libc_malloc(layout.size()).cast(),
+            (false, false) => __libc_memalign(layout.align(), layout.size()).cast(),
         }
     };
     if !p.is_null() {
@@ -145,9 +179,10 @@ fn from_reserve(layout: Layout) -> *mut u8 {
 /// The shim's global allocator (see the module docs).
 pub struct OwnHeap;
 
-// SAFETY: blocks come from glibc, which honours size and alignment, or
-// from the reserve, whose `take` does; each is handed out once, and only
-// glibc's are ever freed or resized in place.
+// SAFETY: blocks come from glibc or mimalloc, which honour size and
+// alignment, or from the reserve, whose `take` does; each is handed out
+// once, and only the allocators' are ever freed (each by its own) or
+// resized in place.
 unsafe impl GlobalAlloc for OwnHeap {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         allocate(layout)
@@ -157,8 +192,13 @@ unsafe impl GlobalAlloc for OwnHeap {
         if RESERVE.holds(ptr) {
             return; // never reused (see the module docs)
         }
-        // SAFETY: `ptr` came from glibc through `alloc` or `realloc`.
-        unsafe { __libc_free(ptr.cast()) }
+        if is_mimallocs(ptr) {
+            // SAFETY: `ptr` is a live block of mimalloc's, from `alloc`.
+            unsafe { mi_free(ptr.cast()) }
+        } else {
+            // SAFETY: `ptr` came from glibc through `alloc` or `realloc`.
+            unsafe { __libc_free(ptr.cast()) }
+        }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
@@ -166,16 +206,26 @@ unsafe impl GlobalAlloc for OwnHeap {
         // `layout.align()`, does not overflow `isize`.
         let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
         if !RESERVE.holds(ptr) && layout.align() <= MALLOC_ALIGN {
-            // SAFETY: `ptr` came from glibc's `malloc` (alignment within
-            // what it guarantees, so not from `memalign`).
-            let p = unsafe { __libc_realloc(ptr.cast(), new_size) };
+            let p = if is_mimallocs(ptr) {
+                // SAFETY: a live mimalloc block, of an alignment
+                // `mi_realloc` keeps.
+                unsafe { mi_realloc(ptr.cast(), new_size) }
+            } else if !ON_MIMALLOC.load(Relaxed) {
+                // SAFETY: `ptr` came from glibc's `malloc` (alignment
+                // within what it guarantees, so not from `memalign`).
+                unsafe { __libc_realloc(ptr.cast(), new_size) }
+            } else {
+                // A glibc block under mimalloc: moved, below.
+                core::ptr::null_mut()
+            };
             if !p.is_null() {
                 return p.cast();
             }
         }
-        // A reserve block, a large alignment, or glibc out of memory (the
-        // old block is then still valid): a new block, the bytes copied,
-        // the old one freed (a no-op for a reserve block).
+        // A reserve block, a large alignment, a glibc block to move to
+        // mimalloc, or the allocator out of memory (the old block is then
+        // still valid): a new block, the bytes copied, the old one freed
+        // (a no-op for a reserve block).
         let new = allocate(new_layout);
         if !new.is_null() {
             // SAFETY: both blocks are valid for the smaller size and are
@@ -192,6 +242,48 @@ unsafe impl GlobalAlloc for OwnHeap {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Under mimalloc, new blocks are mimalloc's and a glibc block made
+    /// before is freed by glibc, or moved to mimalloc by `realloc`; under
+    /// glibc again, mimalloc's blocks still go back to mimalloc. (The
+    /// switch is safe at any time, with other tests allocating: each block
+    /// is freed by its own allocator.)
+    #[test]
+    fn blocks_follow_the_backend_and_go_back_where_they_came_from() {
+        let heap = OwnHeap;
+        let small = Layout::from_size_align(40, 8).unwrap();
+        let wide = Layout::from_size_align(40, 64).unwrap();
+        // SAFETY: each block is used within its size and freed once, with
+        // its layout.
+        unsafe {
+            follow_backend(Backend::System);
+            let from_glibc = heap.alloc(small);
+            let other_glibc = heap.alloc(small);
+            assert!(!mi_is_in_heap_region(from_glibc.cast()));
+            from_glibc.write_bytes(0x33, 40);
+
+            follow_backend(Backend::Mimalloc);
+            let a = heap.alloc(small);
+            let b = heap.alloc(wide);
+            assert!(mi_is_in_heap_region(a.cast()) && mi_is_in_heap_region(b.cast()));
+            assert_eq!(b as usize % 64, 0);
+            let moved = heap.realloc(from_glibc, small, 4000);
+            assert!(mi_is_in_heap_region(moved.cast()));
+            assert!((0..40).all(|i| *moved.add(i) == 0x33));
+            let grown = heap.realloc(a, small, 100_000);
+            assert!(mi_is_in_heap_region(grown.cast()));
+            heap.dealloc(other_glibc, small);
+
+            follow_backend(Backend::Jemalloc);
+            let c = heap.alloc(small);
+            assert!(!mi_is_in_heap_region(c.cast()));
+            heap.dealloc(c, small);
+            heap.dealloc(grown, Layout::from_size_align(100_000, 8).unwrap());
+            heap.dealloc(moved, Layout::from_size_align(4000, 8).unwrap());
+            heap.dealloc(b, wide);
+            follow_backend(Backend::System);
+        }
+    }
 
     /// The reserve hands out aligned, disjoint blocks until it is full,
     /// recognises them, and refuses what does not fit; `realloc` of one of

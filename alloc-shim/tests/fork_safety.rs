@@ -110,17 +110,17 @@ fn own_profile(files: &[(String, ProcessProfile)], what: &str) -> ProcessProfile
 /// nor run the embedded jemalloc's fork handlers (which would hang here)
 /// under another backend, nor under jemalloc in a single-threaded process.
 ///
-/// With a profile written, only under mimalloc with stacks off: the
-/// shim's flusher thread makes the process multi-threaded, and then
-/// glibc's `fork` takes its arena locks, one of which the interrupted
-/// frame may hold (the system backend's `malloc`, or the stack recorder's
-/// own tables, which live on glibc's heap), and the shim runs jemalloc's
+/// With a profile written, only under mimalloc: the shim's flusher thread
+/// makes the process multi-threaded, and then glibc's `fork` takes its
+/// arena locks, one of which the interrupted frame may hold under the
+/// system backend (its `malloc` is glibc's), and the shim runs jemalloc's
 /// handlers (jemalloc backend), which hang as they do without the shim.
+/// Under mimalloc nothing uses glibc's heap, not even the stack recorder.
 /// `docs/guarantees.md` says so; removing it needs a flush that runs
 /// outside the process.
 fn fork_in_a_signal_handler(backend: &str, mode: &str) {
     let exe = compile_c("sigfork.c");
-    let outputs: &[bool] = if backend == "mimalloc" && mode == "off" {
+    let outputs: &[bool] = if backend == "mimalloc" {
         &[true, false]
     } else {
         &[false]
