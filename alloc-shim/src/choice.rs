@@ -86,12 +86,13 @@ fn choose() -> Choice {
             recorded: true,
         }
     };
+    // Before the recorder's first allocation of its own (its stack tables).
+    crate::heap::follow_backend(choice.backend);
     // Install first, publish last: a first call that finds the choice made
     // (`FIRST_CALL` trampolines read `current()` and then jump through the
     // table) must find the table in place, or it would jump to itself.
     // Threads racing here read the same environment and make the same
     // choice, and installing is idempotent, so no lock is needed.
-    crate::heap::follow_backend(choice.backend);
     let mode = config::stack_mode();
     let stacks = choice.recorded && mode != StackMode::Off;
     if stacks {
