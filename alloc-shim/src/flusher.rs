@@ -2,13 +2,14 @@
 //! running profile periodically, so a process killed by SIGKILL still
 //! leaves most of its recording.
 //!
-//! It is started only when a profile is written. Its existence makes the
-//! process multi-threaded, and glibc's `fork` then takes its allocator's
-//! locks, so a single-threaded program whose signal handler forks while
-//! `malloc` runs on glibc's heap hangs under it (see `docs/guarantees.md`):
-//! avoiding that needs the periodic flush to run outside the process.
+//! It is started only when a profile is written. Under glibc's allocator
+//! it is a thread glibc does not know of (`raw_thread`), so a program that
+//! starts no thread of its own stays single-threaded to glibc, whose `fork`
+//! then takes no allocator lock: a signal handler may fork while `malloc`
+//! runs. Under jemalloc and mimalloc, whose own code needs a thread glibc
+//! set up, it is a `pthread`; there the program's heap is not glibc's.
 
-use core::ffi::c_void;
+use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicBool, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
 
 use allocmux::Backend;
@@ -16,7 +17,7 @@ use allocmux::profile::State;
 use allocmux::recorder;
 
 use crate::writer::{self, WRITER};
-use crate::{choice, tls};
+use crate::{choice, raw_thread, threading, tls};
 
 /// Periodic flush interval: a process killed by SIGKILL loses at most this
 /// much of its recording.
@@ -52,6 +53,8 @@ static FIRST_CALL_MADE: AtomicBool = AtomicBool::new(false);
 /// A writer thread was started in this process image before: a `fork`
 /// child inherits it set.
 static STARTED_BEFORE: AtomicBool = AtomicBool::new(false);
+/// The flusher runs on a thread glibc does not know of (`raw_thread`).
+static RAW: AtomicBool = AtomicBool::new(false);
 
 /// Asks the flusher thread to stop (at its next wake-up).
 pub fn stop() {
@@ -67,7 +70,18 @@ pub fn start() {
     // from the new thread would wait on them, and be broken when they are
     // reset. There the first call stays at the first flush.
     let in_fork_child = STARTED_BEFORE.swap(true, Relaxed);
-    let first_call_at_start = !in_fork_child && choice::current().backend == Backend::Jemalloc;
+    let backend = choice::current().backend;
+    if backend == Backend::System {
+        if !in_fork_child {
+            raw_thread::prepare();
+        }
+        RAW.store(true, Relaxed);
+        if raw_thread::spawn(raw_thread_main, in_fork_child) {
+            return;
+        }
+        RAW.store(false, Relaxed);
+    }
+    let first_call_at_start = !in_fork_child && backend == Backend::Jemalloc;
     FIRST_CALL_AT_START.store(first_call_at_start, Relaxed);
     FIRST_CALL_MADE.store(false, Relaxed);
     // SAFETY: plain pthread calls with valid, initialised arguments. All
@@ -105,6 +119,12 @@ pub fn start() {
     }
 }
 
+/// [`thread_main`] on the thread `raw_thread` starts.
+extern "C" fn raw_thread_main(_: *mut c_void) -> c_int {
+    thread_main(core::ptr::null_mut());
+    0
+}
+
 /// The writer thread: samples the timeline at its interval (10 ms, doubling
 /// as the buffer fills) and rewrites the profile every `FLUSH_INTERVAL_MS`
 /// or so, whichever is due first. It sleeps until an absolute deadline, so
@@ -137,7 +157,11 @@ extern "C" fn thread_main(_: *mut c_void) -> *mut c_void {
         }
         // Before taking `WRITER`: see `writer::read_allocator_stats`.
         let t0 = recorder::monotonic_ns();
-        let reading = if t0 >= next_flush && t0 >= next_stats {
+        // On a thread glibc does not know of, glibc's statistics (read
+        // under its arena locks) wait until the program has a thread of its
+        // own: until then its `malloc` takes no lock.
+        let may_read = !RAW.load(Relaxed) || !threading::single_threaded();
+        let reading = if may_read && t0 >= next_flush && t0 >= next_stats {
             let r = writer::read_allocator_stats();
             next_stats = t0 + recorder::monotonic_ns().saturating_sub(t0) * STATS_DUTY;
             r

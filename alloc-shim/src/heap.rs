@@ -12,6 +12,18 @@
 //! allocator it came from (blocks made before the backend was chosen are
 //! glibc's), and `realloc` moves a glibc block to mimalloc.
 //!
+//! **The writer's blocks** (its staging buffers, the copy of the stacks)
+//! are page mappings of their own (`page_blocks`), which any thread may
+//! free, whoever holds the writer: a profile is written from `fork` and
+//! `_exit` handlers that may have interrupted the program inside glibc's
+//! `malloc`, where glibc's heap must not be entered again, and by the
+//! flusher, which under glibc's allocator runs on a thread glibc does not
+//! know of (`raw_thread`) and must not use glibc's heap at all (a glibc
+//! block it would free or move is left in place instead). Only when no
+//! mapping can be had (a process at its limit of mappings) does a program
+//! thread's write fall back to the allocator's heap, and the flusher to
+//! the reserve.
+//!
 //! **Running out.** A Rust allocation that gets NULL ends in
 //! `handle_alloc_error`, which aborts the process: the host would die for
 //! the recorder's sake. The recorder's tables and buffers grow with
@@ -49,6 +61,9 @@ use core::ffi::c_void;
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 
 use allocmux::{Backend, recorder};
+
+use crate::writer::WRITER;
+use crate::{page_blocks, raw_thread};
 use libmimalloc_sys::{mi_free, mi_malloc, mi_malloc_aligned, mi_realloc};
 
 unsafe extern "C" {
@@ -148,6 +163,18 @@ fn reserve_used() -> usize {
 /// Memory from glibc or mimalloc (see the module docs), or failing that
 /// from the reserve (telling the stack recorder it is short).
 fn allocate(layout: Layout) -> *mut u8 {
+    let raw = raw_thread::is_current();
+    if raw || WRITER.is_held_here() {
+        let p = page_blocks::allocate(layout);
+        if !p.is_null() {
+            return p;
+        }
+        if raw {
+            return from_reserve(layout);
+        }
+        // No mapping to be had (a process at its limit of mappings): the
+        // allocator's heap, where the writer found room before these.
+    }
     // SAFETY: plain forwards; both allocators honour size and (through
     // their aligned calls) alignment.
     let p: *mut u8 = unsafe {
@@ -179,10 +206,10 @@ fn from_reserve(layout: Layout) -> *mut u8 {
 /// The shim's global allocator (see the module docs).
 pub struct OwnHeap;
 
-// SAFETY: blocks come from glibc or mimalloc, which honour size and
-// alignment, or from the reserve, whose `take` does; each is handed out
-// once, and only the allocators' are ever freed (each by its own) or
-// resized in place.
+// SAFETY: blocks come from glibc, mimalloc or page mappings, which honour
+// size and alignment (the page blocks up to 64, refusing more), or from
+// the reserve, whose `take` does; each is handed out once, and only the
+// allocators' are ever freed (each by its own) or resized in place.
 unsafe impl GlobalAlloc for OwnHeap {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         allocate(layout)
@@ -192,9 +219,16 @@ unsafe impl GlobalAlloc for OwnHeap {
         if RESERVE.holds(ptr) {
             return; // never reused (see the module docs)
         }
-        if is_mimallocs(ptr) {
+        if page_blocks::holds(ptr) {
+            // SAFETY: `ptr` is a live page block, from `alloc`.
+            unsafe { page_blocks::free(ptr) }
+        } else if is_mimallocs(ptr) {
             // SAFETY: `ptr` is a live block of mimalloc's, from `alloc`.
             unsafe { mi_free(ptr.cast()) }
+        } else if raw_thread::is_current() {
+            // A glibc block (made on a program thread) freed on the thread
+            // glibc does not know of, where its `free` would take no lock:
+            // left where it is (the writer's first buffers, once).
         } else {
             // SAFETY: `ptr` came from glibc through `alloc` or `realloc`.
             unsafe { __libc_free(ptr.cast()) }
@@ -205,7 +239,14 @@ unsafe impl GlobalAlloc for OwnHeap {
         // SAFETY: the caller guarantees `new_size`, rounded up to
         // `layout.align()`, does not overflow `isize`.
         let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
-        if !RESERVE.holds(ptr) && layout.align() <= MALLOC_ALIGN {
+        if page_blocks::holds(ptr) {
+            // SAFETY: a live page block; on failure it stays valid.
+            let p = unsafe { page_blocks::resize(ptr, new_size) };
+            if !p.is_null() {
+                return p;
+            }
+        } else if !RESERVE.holds(ptr) && layout.align() <= MALLOC_ALIGN && !raw_thread::is_current()
+        {
             let p = if is_mimallocs(ptr) {
                 // SAFETY: a live mimalloc block, of an alignment
                 // `mi_realloc` keeps.
@@ -223,7 +264,8 @@ unsafe impl GlobalAlloc for OwnHeap {
             }
         }
         // A reserve block, a large alignment, a glibc block to move to
-        // mimalloc, or the allocator out of memory (the old block is then
+        // mimalloc or (on the raw flusher thread) to a page block, or the
+        // allocator out of memory (the old block is then
         // still valid): a new block, the bytes copied, the old one freed
         // (a no-op for a reserve block).
         let new = allocate(new_layout);

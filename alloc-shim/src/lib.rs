@@ -9,10 +9,12 @@
 //! call), `config` (the environment), `lifecycle` and `exec` (start-up,
 //! `fork`, `exec`, exit), `writer` (the process's record and the profile
 //! written from it), `output` (the profile file), `flusher` (the periodic
-//! timeline samples and profile rewrites), `threading` (whether the
-//! program is single-threaded), `procfs`, `fd` and `fmt` (allocation-free
-//! helpers), `tls` (the per-thread state), `heap` (the shim's own Rust
-//! heap, with its emergency reserve).
+//! timeline samples and profile rewrites), `raw_thread` (the flusher's
+//! thread under glibc's allocator, which glibc does not count),
+//! `threading` (whether the program is single-threaded), `procfs`, `fd`
+//! and `fmt` (allocation-free helpers), `tls` (the per-thread state),
+//! `heap` (the shim's own Rust heap, with its emergency reserve) and
+//! `page_blocks` (the writer's blocks, mappings of their own).
 //!
 //! The README lists the environment variables; `docs/guarantees.md` says
 //! what the shim promises inside other people's programs,
@@ -34,8 +36,10 @@ mod heap;
 mod hooks;
 mod lifecycle;
 mod output;
+mod page_blocks;
 mod posix;
 mod procfs;
+mod raw_thread;
 mod threading;
 mod tls;
 mod writer;

@@ -2,9 +2,9 @@
 //! clocks, output path, timeline, last allocator reading) behind one lock,
 //! and the profile or summary line written from it.
 //!
-//! The lock is taken by the flusher (on its thread, or inline from a
-//! single-threaded program's allocation calls, then never waiting for
-//! it) and the exit paths.
+//! The lock is taken by the flusher and by the `fork`, `exec` and exit
+//! paths. Whoever holds it allocates page blocks of its own, never from
+//! glibc's heap (see `heap`).
 
 use core::fmt::Write as _;
 

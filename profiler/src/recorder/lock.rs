@@ -139,6 +139,12 @@ impl<T> SpinLock<T> {
         }
     }
 
+    /// Whether the calling thread holds the lock.
+    #[inline]
+    pub fn is_held_here(&self) -> bool {
+        self.holder.load(Ordering::Relaxed) == this_thread()
+    }
+
     /// In a `fork` child, from its `fork` handler: how the fork left this
     /// lock (see [`AtFork`]), freeing it if the thread that held it is
     /// gone.
