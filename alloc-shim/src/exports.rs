@@ -1,15 +1,18 @@
 //! The exported C symbols: names only, as mimalloc's `alloc-override.c`.
 //! The malloc family jumps through the hook table (`hooks`) of the chosen
 //! backend; `_exit` and the `exec` functions go to `exec`, which writes the
-//! exit profile first.
+//! exit profile first; `setuid` and the other functions that change
+//! credentials go to glibc's through `credentials`, which restarts the
+//! flusher thread around them.
 //!
 //! Under `cfg(test)` the symbols are not exported, so a unit-test binary
 //! keeps glibc's malloc.
 
-use core::ffi::{c_char, c_int};
+use core::ffi::{CStr, c_char, c_int, c_void};
+use core::sync::atomic::AtomicPtr;
 
-use crate::exec;
 use crate::hooks::table;
+use crate::{credentials, exec};
 
 /// One exported function per entry of the malloc family's table, each one
 /// load of the hook table and an indirect tail jump.
@@ -104,4 +107,47 @@ pub unsafe extern "C" fn fexecve(
 ) -> c_int {
     // SAFETY: the caller's arguments, with fexecve's contract.
     unsafe { exec::fexecve(fd, argv, envp) }
+}
+
+/// One export per function that changes credentials (see `credentials`).
+macro_rules! credential_functions {
+    ($($name:ident($($arg:ident: $ty:ty),*);)*) => {$(
+        #[doc = concat!("`", stringify!($name), "`, glibc's, with the flusher paused around it.")]
+        ///
+        /// # Safety
+        /// As for the C function.
+        #[cfg_attr(not(test), unsafe(no_mangle))]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {
+            static REAL: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
+            const NAME: &CStr =
+                match CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes()) {
+                    Ok(name) => name,
+                    Err(_) => panic!("a C name"),
+                };
+            let f = credentials::next(&REAL, NAME);
+            if f.is_null() {
+                // SAFETY: this thread's errno.
+                unsafe { *libc::__errno_location() = libc::ENOSYS };
+                return -1;
+            }
+            // SAFETY: glibc's function of this name has this signature.
+            let f = unsafe {
+                core::mem::transmute::<*mut c_void, unsafe extern "C" fn($($ty),*) -> c_int>(f)
+            };
+            // SAFETY: the caller's arguments, as for the C function.
+            credentials::with_flusher_paused(|| unsafe { f($($arg),*) })
+        }
+    )*};
+}
+
+credential_functions! {
+    setuid(uid: libc::uid_t);
+    seteuid(uid: libc::uid_t);
+    setreuid(ruid: libc::uid_t, euid: libc::uid_t);
+    setresuid(ruid: libc::uid_t, euid: libc::uid_t, suid: libc::uid_t);
+    setgid(gid: libc::gid_t);
+    setegid(gid: libc::gid_t);
+    setregid(rgid: libc::gid_t, egid: libc::gid_t);
+    setresgid(rgid: libc::gid_t, egid: libc::gid_t, sgid: libc::gid_t);
+    setgroups(size: libc::size_t, list: *const libc::gid_t);
 }

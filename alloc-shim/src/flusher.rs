@@ -10,14 +10,17 @@
 //! set up, it is a `pthread`; there the program's heap is not glibc's.
 
 use core::ffi::{c_int, c_void};
-use core::sync::atomic::{AtomicBool, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
+use core::sync::atomic::{
+    AtomicBool, AtomicU32, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
+    Ordering::SeqCst,
+};
 
 use allocmux::Backend;
 use allocmux::profile::State;
 use allocmux::recorder;
 
 use crate::writer::{self, WRITER};
-use crate::{choice, raw_thread, threading, tls};
+use crate::{choice, procfs, raw_thread, threading, tls};
 
 /// Periodic flush interval: a process killed by SIGKILL loses at most this
 /// much of its recording.
@@ -55,16 +58,70 @@ static FIRST_CALL_MADE: AtomicBool = AtomicBool::new(false);
 static STARTED_BEFORE: AtomicBool = AtomicBool::new(false);
 /// The flusher runs on a thread glibc does not know of (`raw_thread`).
 static RAW: AtomicBool = AtomicBool::new(false);
+/// Asks that thread to end for a change of credentials (see
+/// [`pause_for_credentials`]).
+static PAUSE: AtomicBool = AtomicBool::new(false);
+/// Bumped to wake the flusher early: it sleeps on this word.
+static WAKE: AtomicU32 = AtomicU32::new(0);
+/// How long a change of credentials waits for the flusher to end (it may
+/// be in the middle of a write).
+const PAUSE_WAIT_MS: u64 = 2000;
 
 /// Asks the flusher thread to stop (at its next wake-up).
 pub fn stop() {
     STOP.store(true, Relaxed);
 }
 
+/// Before a change of the process's credentials (`setuid` and the like,
+/// which glibc applies to every thread it knows): ends the flusher if it
+/// runs on a thread glibc does not know of, which would keep the old
+/// credentials (a root thread in a daemon that gave up root). Whether it
+/// was running; if so, [`resume_after_credentials`] starts it again, with
+/// the new ones.
+pub fn pause_for_credentials() -> bool {
+    if !RAW.load(Relaxed) || !raw_thread::runs_here() {
+        return false;
+    }
+    PAUSE.store(true, SeqCst);
+    wake();
+    raw_thread::wait_for_end(PAUSE_WAIT_MS);
+    true
+}
+
+/// After the change: the flusher again, on a thread with the credentials
+/// the change left (a thread takes its creator's), unless the process is
+/// exiting or the old thread has not ended (it was mid-write for longer
+/// than `PAUSE_WAIT_MS`; then the periodic writes stop, and the exit
+/// profile is written as always).
+pub fn resume_after_credentials() {
+    if STOP.load(Relaxed) || !raw_thread::wait_for_end(0) {
+        return;
+    }
+    PAUSE.store(false, SeqCst);
+    if !raw_thread::spawn(raw_thread_main, true) {
+        RAW.store(false, Relaxed);
+    }
+}
+
+/// Wakes the flusher from its sleep.
+fn wake() {
+    WAKE.fetch_add(1, SeqCst);
+    // SAFETY: wakes the waiters on a word of this process.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            WAKE.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            i32::MAX,
+        )
+    };
+}
+
 /// Starts the flusher thread (in a `fork` child too: the parent's does
 /// not exist there).
 pub fn start() {
     STOP.store(false, Relaxed);
+    PAUSE.store(false, Relaxed);
     // Not in a `fork` child: its handler runs before jemalloc's own child
     // handler, with jemalloc's locks still held, so a call into jemalloc
     // from the new thread would wait on them, and be broken when they are
@@ -152,11 +209,19 @@ extern "C" fn thread_main(_: *mut c_void) -> *mut c_void {
     let mut next_stats = start;
     loop {
         sleep_until(next_flush.min(next_sample));
-        if STOP.load(Relaxed) {
+        if STOP.load(Relaxed) || PAUSE.load(SeqCst) {
+            break;
+        }
+        // A `pthread` flusher counts among glibc's threads: once every
+        // thread of the program has ended (`main` left through
+        // `pthread_exit`, the others returned), glibc's exit waits for
+        // this one. Returning lets glibc end the process with status 0, as
+        // it does when the program's own last thread ends.
+        let t0 = recorder::monotonic_ns();
+        if t0 >= next_flush && !RAW.load(Relaxed) && procfs::only_thread_left() {
             break;
         }
         // Before taking `WRITER`: see `writer::read_allocator_stats`.
-        let t0 = recorder::monotonic_ns();
         // On a thread glibc does not know of, glibc's statistics (read
         // under its arena locks) wait until the program has a thread of its
         // own: until then its `malloc` takes no lock.
@@ -194,20 +259,29 @@ extern "C" fn thread_main(_: *mut c_void) -> *mut c_void {
     core::ptr::null_mut()
 }
 
-/// Sleeps until `CLOCK_MONOTONIC` reaches `deadline_ns` (or a signal
-/// interrupts: the caller then just works early).
+/// Sleeps until `CLOCK_MONOTONIC` reaches `deadline_ns`, or [`wake`]
+/// (the caller then just works early).
 fn sleep_until(deadline_ns: u64) {
+    let seen = WAKE.load(SeqCst);
+    if PAUSE.load(SeqCst) {
+        return;
+    }
     let ts = libc::timespec {
         tv_sec: (deadline_ns / 1_000_000_000) as i64,
         tv_nsec: (deadline_ns % 1_000_000_000) as i64,
     };
-    // SAFETY: valid timespec; a null remainder is allowed with TIMER_ABSTIME.
+    // SAFETY: waits while the word still holds `seen`, until an absolute
+    // CLOCK_MONOTONIC time (FUTEX_WAIT_BITSET's clock), on a word of this
+    // process.
     unsafe {
-        libc::clock_nanosleep(
-            libc::CLOCK_MONOTONIC,
-            libc::TIMER_ABSTIME,
-            &ts,
-            core::ptr::null_mut(),
+        libc::syscall(
+            libc::SYS_futex,
+            WAKE.as_ptr(),
+            libc::FUTEX_WAIT_BITSET | libc::FUTEX_PRIVATE_FLAG,
+            seen,
+            &ts as *const libc::timespec,
+            core::ptr::null::<u32>(),
+            libc::FUTEX_BITSET_MATCH_ANY,
         )
     };
 }

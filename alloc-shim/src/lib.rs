@@ -14,7 +14,8 @@
 //! `threading` (whether the program is single-threaded), `procfs`, `fd`
 //! and `fmt` (allocation-free helpers), `tls` (the per-thread state),
 //! `heap` (the shim's own Rust heap, with its emergency reserve) and
-//! `page_blocks` (the writer's blocks, mappings of their own).
+//! `page_blocks` (the writer's blocks, mappings of their own), and
+//! `credentials` (`setuid` and the like, which restart that thread).
 //!
 //! The README lists the environment variables; `docs/guarantees.md` says
 //! what the shim promises inside other people's programs,
@@ -27,6 +28,7 @@
 mod backend;
 mod choice;
 mod config;
+mod credentials;
 mod exec;
 mod exports;
 mod fd;

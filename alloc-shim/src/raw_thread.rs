@@ -30,12 +30,17 @@
 //!   thread's variables.
 //! - **No signals.** It starts with every signal blocked, so each signal
 //!   meant for the program reaches one of the program's threads.
+//! - **The program's credentials.** glibc's `setuid` and the like change
+//!   every thread glibc knows, so the shim ends this thread around them
+//!   and starts it again after (`credentials`), with the new credentials;
+//!   its end is awaited through the thread id word the kernel clears, as
+//!   `pthread_join` does.
 //!
 //! x86-64 only (the thread control block's layout is glibc's for that
 //! architecture); elsewhere the flusher is a `pthread`.
 
 use core::ffi::{c_int, c_void};
-use core::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use core::sync::atomic::{AtomicI32, AtomicU32, AtomicUsize, Ordering::Acquire, Ordering::Relaxed};
 
 const PAGE: usize = 4096;
 /// The thread's stack (the flusher's deepest path, a profile write, needs
@@ -60,6 +65,14 @@ static REGION_LEN: AtomicUsize = AtomicUsize::new(0);
 /// The thread pointer of the thread started last (0: none), which is also
 /// its `pthread_self()`.
 static THREAD_POINTER: AtomicUsize = AtomicUsize::new(0);
+
+/// The thread's id while it runs: the kernel writes it at the `clone`
+/// and clears it (waking waiters) when the thread ends, as for a
+/// `pthread`'s join.
+static TID: AtomicI32 = AtomicI32::new(0);
+/// The process that started the thread (a `vfork` child shares this
+/// memory but not the thread).
+static SPAWNER_PID: AtomicU32 = AtomicU32::new(0);
 
 /// Finds the size of the process's static TLS, at start-up (`dlsym` may
 /// allocate and takes the loader's lock, so never in a `fork` child).
@@ -88,20 +101,62 @@ pub fn is_current() -> bool {
     tp != 0 && tp == unsafe { libc::pthread_self() } as usize
 }
 
+/// Whether the thread [`spawn`] started last runs in this process (not
+/// in a `vfork` child, nor once it has ended).
+pub fn runs_here() -> bool {
+    // SAFETY: getpid has no preconditions.
+    TID.load(Acquire) != 0 && SPAWNER_PID.load(Relaxed) == unsafe { libc::getpid() } as u32
+}
+
+/// Waits up to `timeout_ms` for the thread [`spawn`] started last to end;
+/// whether it has.
+pub fn wait_for_end(timeout_ms: u64) -> bool {
+    let deadline = allocmux::recorder::monotonic_ns() + timeout_ms * 1_000_000;
+    loop {
+        let tid = TID.load(Acquire);
+        if tid == 0 {
+            return true;
+        }
+        let now = allocmux::recorder::monotonic_ns();
+        if now >= deadline {
+            return false;
+        }
+        let left = deadline - now;
+        let ts = libc::timespec {
+            tv_sec: (left / 1_000_000_000) as i64,
+            tv_nsec: (left % 1_000_000_000) as i64,
+        };
+        // SAFETY: waits while the word still holds `tid`, at most `ts`;
+        // the kernel's wake at the thread's end is a shared one, so the
+        // wait is too.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                TID.as_ptr(),
+                libc::FUTEX_WAIT,
+                tid,
+                &ts as *const libc::timespec,
+            )
+        };
+    }
+}
+
 /// Starts `main(arg)` on a new thread of this process that glibc does not
 /// know of (see the module docs), or returns false if it cannot (no
 /// memory, `clone` refused, [`prepare`] not run): the caller then starts a
-/// `pthread`. In a `fork` child (`in_fork_child`), the mapping of the
-/// parent's thread, which does not exist there, is given back first.
-pub fn spawn(main: extern "C" fn(*mut c_void) -> c_int, in_fork_child: bool) -> bool {
+/// `pthread`. The mapping of the thread started before is given back
+/// first when `previous_gone`: in a `fork` child, where that thread was
+/// not copied, or once it has ended ([`wait_for_end`]).
+pub fn spawn(main: extern "C" fn(*mut c_void) -> c_int, previous_gone: bool) -> bool {
     if !cfg!(target_arch = "x86_64") {
         return false;
     }
-    if in_fork_child {
+    if previous_gone {
+        TID.store(0, Relaxed);
         let (base, len) = (REGION_BASE.swap(0, Relaxed), REGION_LEN.swap(0, Relaxed));
         if base != 0 {
-            // SAFETY: the parent's thread's mapping, which nothing in this
-            // process uses: that thread was not copied by `fork`.
+            // SAFETY: the previous thread's mapping, which nothing in this
+            // process uses any more (the caller's word for it).
             unsafe { libc::munmap(base as *mut c_void, len) };
         }
     }
@@ -137,13 +192,17 @@ pub fn spawn(main: extern "C" fn(*mut c_void) -> c_int, in_fork_child: bool) -> 
     REGION_BASE.store(base, Relaxed);
     REGION_LEN.store(len, Relaxed);
     THREAD_POINTER.store(tp, Relaxed);
+    // SAFETY: getpid has no preconditions.
+    SPAWNER_PID.store(unsafe { libc::getpid() } as u32, Relaxed);
     let flags = libc::CLONE_VM
         | libc::CLONE_FS
         | libc::CLONE_FILES
         | libc::CLONE_SIGHAND
         | libc::CLONE_THREAD
         | libc::CLONE_SYSVSEM
-        | libc::CLONE_SETTLS;
+        | libc::CLONE_SETTLS
+        | libc::CLONE_PARENT_SETTID
+        | libc::CLONE_CHILD_CLEARTID;
     // SAFETY: the stack and thread pointer are in the mapping made above,
     // which stays for the thread's life; all signals are blocked around the
     // `clone` so the thread inherits a full mask.
@@ -157,9 +216,9 @@ pub fn spawn(main: extern "C" fn(*mut c_void) -> c_int, in_fork_child: bool) -> 
             stack_top as *mut c_void,
             flags,
             core::ptr::null_mut(),
-            core::ptr::null_mut::<libc::pid_t>(),
+            TID.as_ptr(),
             tp as *mut c_void,
-            core::ptr::null_mut::<libc::pid_t>(),
+            TID.as_ptr(),
         );
         libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut());
         tid
@@ -167,6 +226,7 @@ pub fn spawn(main: extern "C" fn(*mut c_void) -> c_int, in_fork_child: bool) -> 
     if tid > 0 {
         return true;
     }
+    TID.store(0, Relaxed);
     THREAD_POINTER.store(0, Relaxed);
     REGION_BASE.store(0, Relaxed);
     // SAFETY: the mapping made above, which no thread uses.

@@ -6,6 +6,7 @@
 #[macro_use]
 mod common;
 
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -280,6 +281,62 @@ fn fork_right_after_threads_start_does_not_hang(backend: &str) {
         );
     }
     eprintln!("{backend}: {runs} runs of forkstress 1 4 without a hang");
+}
+
+/// `main` leaving through `pthread_exit`: glibc ends the process, with
+/// status 0, when its last thread ends, and so it must under the shim,
+/// with its exit profile. A writer thread glibc counted kept such a
+/// process alive for good, and since it blocks every signal, nothing but
+/// SIGKILL ended it.
+fn main_leaving_through_pthread_exit_ends_with_the_last_thread(backend: &str) {
+    let exe = compile_c("mainexit.c");
+    for (threads, want) in [
+        ("0", "main leaves\n"),
+        ("2", "main leaves\nworker done\nworker done\n"),
+    ] {
+        let (out, files) = run_under(backend, Command::new(&exe).arg(threads), &[]);
+        assert!(
+            out.status.success() && text(&out.stdout) == want,
+            "SHIM BUG: mainexit {threads} under {backend}: {}, stdout {:?} (want {want:?}), \
+             stderr {}",
+            out.status,
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        assert_eq!(files.len(), 1, "mainexit {threads}: one process");
+        let p = &files[0];
+        assert_eq!(p.state, State::Exited, "mainexit {threads}: {}", summary(p));
+    }
+}
+
+/// A process started as root gives up root (`setgroups`, `setgid`,
+/// `setuid`), as daemons do: afterwards no thread of it keeps root's ids
+/// (glibc changes every thread it knows, and the shim restarts its writer
+/// thread, which glibc may not know, with the new ones), and its exit
+/// profile is still written. Skipped unless the tests run as root.
+fn no_thread_keeps_root_after_setuid(backend: &str) {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("not root: skipped");
+        return;
+    }
+    let exe = compile_c("dropuid.c");
+    let dir = tempfile::tempdir().unwrap();
+    // The exit profile is written as nobody.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let mut cmd = Command::new(&exe);
+    preload(&mut cmd, backend, Some(&dir.path().join("%p.prof")));
+    let out = run(&mut cmd, None);
+    assert!(
+        out.status.success() && text(&out.stdout) == "dropped\n",
+        "SHIM BUG: dropuid under {backend}: {}, stdout {:?}, stderr {}",
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let files = read_profiles(dir.path());
+    assert_eq!(files.len(), 1, "one process:\n{}", listing(&files));
+    assert_eq!(files[0].1.state, State::Exited, "{}", summary(&files[0].1));
 }
 
 // ---- (b) the periodic flush survives SIGKILL --------------------------------
@@ -675,6 +732,8 @@ per_backend!(
     fork_and_exec_counts_are_exact_per_process,
     fork_while_threads_allocate,
     fork_right_after_threads_start_does_not_hang,
+    main_leaving_through_pthread_exit_ends_with_the_last_thread,
+    no_thread_keeps_root_after_setuid,
     periodic_flush_survives_sigkill,
     summary_on_stderr_without_output,
 );
