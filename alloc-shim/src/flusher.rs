@@ -263,25 +263,7 @@ extern "C" fn thread_main(_: *mut c_void) -> *mut c_void {
 /// (the caller then just works early).
 fn sleep_until(deadline_ns: u64) {
     let seen = WAKE.load(SeqCst);
-    if PAUSE.load(SeqCst) {
-        return;
+    if !PAUSE.load(SeqCst) {
+        raw_thread::wait_on(WAKE.as_ptr(), seen, deadline_ns, false);
     }
-    let ts = libc::timespec {
-        tv_sec: (deadline_ns / 1_000_000_000) as i64,
-        tv_nsec: (deadline_ns % 1_000_000_000) as i64,
-    };
-    // SAFETY: waits while the word still holds `seen`, until an absolute
-    // CLOCK_MONOTONIC time (FUTEX_WAIT_BITSET's clock), on a word of this
-    // process.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            WAKE.as_ptr(),
-            libc::FUTEX_WAIT_BITSET | libc::FUTEX_PRIVATE_FLAG,
-            seen,
-            &ts as *const libc::timespec,
-            core::ptr::null::<u32>(),
-            libc::FUTEX_BITSET_MATCH_ANY,
-        )
-    };
 }

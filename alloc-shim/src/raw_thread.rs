@@ -117,28 +117,36 @@ pub fn wait_for_end(timeout_ms: u64) -> bool {
         if tid == 0 {
             return true;
         }
-        let now = allocmux::recorder::monotonic_ns();
-        if now >= deadline {
+        if allocmux::recorder::monotonic_ns() >= deadline {
             return false;
         }
-        let left = deadline - now;
-        let ts = libc::timespec {
-            tv_sec: (left / 1_000_000_000) as i64,
-            tv_nsec: (left % 1_000_000_000) as i64,
-        };
-        // SAFETY: waits while the word still holds `tid`, at most `ts`;
-        // the kernel's wake at the thread's end is a shared one, so the
-        // wait is too.
-        unsafe {
-            libc::syscall(
-                libc::SYS_futex,
-                TID.as_ptr(),
-                libc::FUTEX_WAIT,
-                tid,
-                &ts as *const libc::timespec,
-            )
-        };
+        // The kernel's wake at the thread's end is a shared one.
+        wait_on(TID.as_ptr().cast(), tid as u32, deadline, true);
     }
+}
+
+/// Waits while the word at `word` holds `expected`, until `CLOCK_MONOTONIC`
+/// reaches `deadline_ns` or a wake on the word (`shared`: a wake from
+/// another process or the kernel's, else this process's own).
+pub fn wait_on(word: *const u32, expected: u32, deadline_ns: u64, shared: bool) {
+    let ts = libc::timespec {
+        tv_sec: (deadline_ns / 1_000_000_000) as i64,
+        tv_nsec: (deadline_ns % 1_000_000_000) as i64,
+    };
+    let private = if shared { 0 } else { libc::FUTEX_PRIVATE_FLAG };
+    // SAFETY: a futex wait on a live word, until an absolute time on
+    // CLOCK_MONOTONIC (FUTEX_WAIT_BITSET's clock); it only reads the word.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word,
+            libc::FUTEX_WAIT_BITSET | private,
+            expected,
+            &ts as *const libc::timespec,
+            core::ptr::null::<u32>(),
+            libc::FUTEX_BITSET_MATCH_ANY,
+        )
+    };
 }
 
 /// Starts `main(arg)` on a new thread of this process that glibc does not
