@@ -13,6 +13,8 @@
 use core::ffi::{CStr, c_int, c_void};
 use core::sync::atomic::{AtomicPtr, Ordering::Relaxed};
 
+use allocmux::recorder::SpinLock;
+
 use crate::flusher;
 
 /// The next definition of `name` (glibc's), looked up once.
@@ -26,9 +28,19 @@ pub fn next(slot: &AtomicPtr<c_void>, name: &CStr) -> *mut c_void {
     f
 }
 
+/// Held by a change under way, so that two threads' changes do not
+/// interleave with the flusher's restart (which would leave it with the
+/// first one's credentials).
+static CHANGING: SpinLock<()> = SpinLock::new(());
+
 /// Runs `change` with the flusher paused around it (see the module docs),
 /// keeping the `errno` it leaves.
 pub fn with_flusher_paused(change: impl FnOnce() -> c_int) -> c_int {
+    // A signal handler's change that interrupted one on its own thread
+    // goes ahead without the pause.
+    let Some(_changing) = CHANGING.lock_unless_held_here() else {
+        return change();
+    };
     let paused = flusher::pause_for_credentials();
     let r = change();
     if paused {
