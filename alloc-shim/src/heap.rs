@@ -61,10 +61,10 @@ use core::ffi::c_void;
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 
 use allocmux::{Backend, recorder};
+use libmimalloc_sys::{mi_free, mi_malloc, mi_malloc_aligned, mi_realloc};
 
 use crate::writer::WRITER;
 use crate::{page_blocks, raw_thread};
-use libmimalloc_sys::{mi_free, mi_malloc, mi_malloc_aligned, mi_realloc};
 
 unsafe extern "C" {
     fn __libc_malloc(size: usize) -> *mut c_void;
@@ -226,9 +226,10 @@ unsafe impl GlobalAlloc for OwnHeap {
             // SAFETY: `ptr` is a live block of mimalloc's, from `alloc`.
             unsafe { mi_free(ptr.cast()) }
         } else if raw_thread::is_current() {
-            // A glibc block (made on a program thread) freed on the thread
-            // glibc does not know of, where its `free` would take no lock:
-            // left where it is (the writer's first buffers, once).
+            // A glibc block freed on the thread glibc does not know of,
+            // where glibc's `free` would take no lock: left where it is.
+            // (Only a writer buffer a program thread made from glibc's heap
+            // when no mapping could be had.)
         } else {
             // SAFETY: `ptr` came from glibc through `alloc` or `realloc`.
             unsafe { __libc_free(ptr.cast()) }
