@@ -1,14 +1,15 @@
 //! Blocks that are anonymous mappings of their own: the shim heap's blocks
-//! for the flusher when it runs as a thread glibc does not know of (see
-//! `raw_thread`), which must not touch glibc's heap. Made, resized and
-//! given back by system calls alone, so any thread may free or resize one
-//! (the exit path reuses the flusher's buffers), and recognised by their
-//! address: a block starts [`HEADER`] bytes into its mapping, where the
-//! header holds the mapping's length and a check word.
+//! for whoever holds the writer, and for the flusher when it runs as a
+//! thread glibc does not know of (see `raw_thread`), neither of which may
+//! enter glibc's heap (see `heap`). Made, resized and given back by system
+//! calls alone, so any thread may free or resize one (the exit path reuses
+//! the flusher's buffers), and recognised by their address: a block starts
+//! [`HEADER`] bytes into its mapping, where the header holds the mapping's
+//! length and a check word.
 //!
-//! A page per block is wasteful for small blocks, but the flusher makes
-//! few (its staging buffers, reused from one write to the next, and a copy
-//! of the module list when it changes).
+//! A page per block is wasteful for small blocks, but the writer makes few
+//! (its staging buffers, reused from one write to the next, and a copy of
+//! the module list when it changes).
 
 use core::alloc::Layout;
 
