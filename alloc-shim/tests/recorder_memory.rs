@@ -162,11 +162,14 @@ fn address_space_limit(backend: &str) {
 /// many stacks, and exits with the limit still reached: the program
 /// finishes and the exit profile is written. With every block tracked
 /// the recorder cannot grow its block map, and the profile says so.
+/// (Under mimalloc the recorder's heap is mimalloc's, which still holds
+/// the 64 MiB the program gave back before the limit: the block map may
+/// grow in it, and then `run_case` has checked that nothing was lost.)
 fn mapping_count_limit(backend: &str) {
     for stacks in STACK_MODES {
         let (p, said) = run_case(backend, stacks, &["maps"], &[]);
         assert!(said.allocations == 300_000, "{backend}, {stacks}");
-        if stacks == "exact" {
+        if stacks == "exact" && backend != "mimalloc" {
             assert!(
                 p.stacks.degraded > 0,
                 "the recorder ran out: {}",
