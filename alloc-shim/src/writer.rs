@@ -64,6 +64,11 @@ pub struct Process {
     /// Identity of fd 2 at start-up, to avoid writing the summary into a
     /// file the program later opened on descriptor 2.
     pub stderr_id: Option<(u64, u64)>,
+    /// The address the `/debug/pprof` endpoint listens on, `http_len`
+    /// bytes of it (0: not served).
+    pub http: [u8; 64],
+    /// Length of `http`.
+    pub http_len: usize,
 }
 
 /// The profile's file names.
@@ -107,6 +112,8 @@ pub static WRITER: SpinLock<Writer> = SpinLock::new(Writer {
         cmdline: [0; 4096],
         cmdline_len: 0,
         stderr_id: None,
+        http: [0; 64],
+        http_len: 0,
     },
     file: ProfileFile {
         template: [0; PATH_MAX],
@@ -257,6 +264,7 @@ pub fn write_profile(w: &mut Writer, state: State, exiting_thread: bool) {
         cpu_ns: cpu_ns(),
         max_rss_bytes: process::max_rss_bytes(),
         time_sample_mean: recorder::time_sample_mean(),
+        http: &w.process.http[..w.process.http_len],
     };
     let started = recorder::monotonic_ns();
     let Writer {

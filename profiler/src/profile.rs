@@ -18,6 +18,7 @@
 //! cpu_ns 900                  CPU time of the process (user + system)
 //! max_rss_bytes 4096000
 //! time_sample_mean 256        one call in this many (on average) is timed
+//! http 127.0.0.1:43117        where its live /debug/pprof endpoint listens (optional)
 //! calls malloc 10             one line per function with a non-zero count
 //! failed_calls 0
 //! bytes_requested 800
@@ -142,6 +143,8 @@ pub struct Header<'a> {
     pub max_rss_bytes: u64,
     /// Mean calls per timed call.
     pub time_sample_mean: u32,
+    /// The address its `/debug/pprof` endpoint listens on (empty: none).
+    pub http: &'a [u8],
 }
 
 /// Writes the file header line.
@@ -175,6 +178,11 @@ pub fn write_counters<W: Write>(w: &mut W, h: &Header<'_>, t: &Totals) -> fmt::R
     writeln!(w, "cpu_ns {}", h.cpu_ns)?;
     writeln!(w, "max_rss_bytes {}", h.max_rss_bytes)?;
     writeln!(w, "time_sample_mean {}", h.time_sample_mean)?;
+    if !h.http.is_empty() {
+        w.write_str("http ")?;
+        write_escaped(w, h.http)?;
+        writeln!(w)?;
+    }
     for f in Func::ALL {
         let n = t.calls_of(f);
         if n != 0 {
@@ -558,6 +566,9 @@ pub struct ProcessProfile {
     pub max_rss_bytes: u64,
     /// Mean calls per timed call.
     pub time_sample_mean: u32,
+    /// The address of its live `/debug/pprof` endpoint (`ALLOCMUX_HTTP`),
+    /// if it served one.
+    pub http: Option<String>,
     /// The counters.
     pub totals: Totals,
     /// Call stacks, if recorded.
@@ -632,6 +643,7 @@ impl ProcessProfile {
             cpu_ns: self.cpu_ns,
             max_rss_bytes: self.max_rss_bytes,
             time_sample_mean: self.time_sample_mean,
+            http: self.http.as_deref().unwrap_or("").as_bytes(),
         };
         write_counters(w, &h, &self.totals)?;
         if let Some(r) = &self.allocator_stats {
@@ -827,6 +839,11 @@ fn parse_sections(text: &str) -> Result<Vec<ProcessProfile>, ParseError> {
             "process" => return Err(err(n, "a process section is missing its `end` line".into())),
             "pid" => p.pid = pid(rest)?,
             "ppid" => p.ppid = pid(rest)?,
+            "http" => {
+                p.http = Some(
+                    String::from_utf8_lossy(&unescape(rest).map_err(|m| err(n, m))?).into_owned(),
+                )
+            }
             "exe" => {
                 p.exe =
                     String::from_utf8_lossy(&unescape(rest).map_err(|m| err(n, m))?).into_owned()
@@ -1007,6 +1024,7 @@ fn empty_process() -> ProcessProfile {
         cpu_ns: 0,
         max_rss_bytes: 0,
         time_sample_mean: 1,
+        http: None,
         totals: Totals::default(),
         stacks: Stacks::default(),
         timeline: Timeline::default(),
@@ -1052,6 +1070,7 @@ mod tests {
             cpu_ns: 900_000,
             max_rss_bytes: 4 << 20,
             time_sample_mean: 256,
+            http: None,
             totals: t,
             stacks: Stacks::default(),
             timeline: Timeline::default(),

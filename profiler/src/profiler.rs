@@ -11,9 +11,12 @@ use std::fs;
 use std::io::{self, Write as _};
 use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::thread::JoinHandle;
 
 use crate::profile::{self, AllocatorReading, Header, StackMode, State};
+use crate::recorder::http::{BindError, Listener, Server};
 use crate::recorder::{self, env, stacks};
 use crate::{AllocatorStats, Backend};
 
@@ -66,6 +69,16 @@ pub struct Profiler {
     /// [`ProfilerBuilder::build`]).
     path: Option<PathBuf>,
     mode: StackMode,
+    /// The `/debug/pprof` endpoint's thread, if one serves.
+    serving: Option<Serving>,
+}
+
+/// The thread that serves `/debug/pprof` (see [`ProfilerBuilder::serve`]).
+#[derive(Debug)]
+struct Serving {
+    address: String,
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<()>,
 }
 
 /// Settings for a [`Profiler`]; from [`Profiler::builder`].
@@ -74,6 +87,7 @@ pub struct Profiler {
 pub struct ProfilerBuilder {
     mode: Option<StackMode>,
     file: Option<PathBuf>,
+    serve: Option<String>,
 }
 
 impl ProfilerBuilder {
@@ -100,6 +114,29 @@ impl ProfilerBuilder {
     /// `allocmux.prof`).
     pub fn file(mut self, path: impl Into<PathBuf>) -> Self {
         self.file = Some(path.into());
+        self
+    }
+
+    /// Serves the live profile at `/debug/pprof/heap` and
+    /// `/debug/pprof/allocs` on `address` (`ADDR:PORT`; port 0 picks a free
+    /// one, see [`Profiler::http_address`]), as the shim does with
+    /// `ALLOCMUX_HTTP` and Go's `net/http/pprof` does: `go tool pprof`,
+    /// Parca and Grafana Alloy scrape it. Bind it to loopback unless the
+    /// network is trusted. One thread of allocmux's own serves one request
+    /// at a time, its allocations unrecorded; if the address cannot be
+    /// used, [`build`](Self::build) says so on stderr and the program runs
+    /// on without it.
+    ///
+    /// ```no_run
+    /// # #[global_allocator]
+    /// # static ALLOC: allocmux::Counting<std::alloc::System> =
+    /// #     allocmux::Counting::new(std::alloc::System);
+    /// let profiler = allocmux::Profiler::builder().serve("127.0.0.1:6060").build();
+    /// // go tool pprof -top http://127.0.0.1:6060/debug/pprof/heap
+    /// # drop(profiler);
+    /// ```
+    pub fn serve(mut self, address: impl Into<String>) -> Self {
+        self.serve = Some(address.into());
         self
     }
 
@@ -146,7 +183,12 @@ impl ProfilerBuilder {
         if mode != StackMode::Off {
             recorder::start_stacks(mode);
         }
-        Profiler { path, mode }
+        let serving = self.serve.and_then(|a| start_serving(&a));
+        Profiler {
+            path,
+            mode,
+            serving,
+        }
     }
 }
 
@@ -173,6 +215,12 @@ impl Profiler {
         self.mode
     }
 
+    /// The address `/debug/pprof` is served on (`127.0.0.1:43117`), if
+    /// [`ProfilerBuilder::serve`] asked and it could be opened.
+    pub fn http_address(&self) -> Option<&str> {
+        self.serving.as_ref().map(|s| s.address.as_str())
+    }
+
     /// Writes the profile now, marked as a process still running; the
     /// profile written on drop replaces it. The file is replaced whole (a
     /// temporary file renamed over it), so a reader never sees half.
@@ -184,7 +232,7 @@ impl Profiler {
         let Some(path) = &self.path else {
             return Ok(());
         };
-        let text = profile_text(state);
+        let text = profile_text(state, self.http_address().unwrap_or(""));
         let mut tmp = path.as_os_str().to_owned();
         tmp.push(format!(".tmp{}", std::process::id()));
         let tmp = PathBuf::from(tmp);
@@ -216,11 +264,59 @@ impl Drop for Profiler {
     /// reported on stderr (a destructor cannot return it).
     fn drop(&mut self) {
         let result = self.write_as(State::Exited);
+        if let Some(s) = self.serving.take() {
+            s.stop.store(true, SeqCst);
+            let _ = s.thread.join();
+        }
         stacks::stop();
         if let Err(e) = result {
             eprintln!("allocmux: {e}");
         }
     }
+}
+
+/// How often the serving thread looks at its stop flag.
+const SERVE_POLL_MS: u64 = 100;
+
+/// Opens the endpoint and starts its thread; `None`, said on stderr, if
+/// the address cannot be used.
+fn start_serving(address: &str) -> Option<Serving> {
+    let listener = match Listener::bind(address.as_bytes()) {
+        Ok(l) => l,
+        Err(e) => {
+            let why = match e {
+                BindError::BadAddress => "not ADDR:PORT (for example 127.0.0.1:6060)".to_string(),
+                BindError::InUse => "the address is in use".to_string(),
+                BindError::Os(errno) => io::Error::from_raw_os_error(errno).to_string(),
+            };
+            eprintln!("allocmux: warning: Profiler: cannot serve on {address:?}: {why}");
+            return None;
+        }
+    };
+    let mut text = [0u8; 64];
+    let n = listener.local_address(&mut text);
+    let shown = String::from_utf8_lossy(&text[..n]).into_owned();
+    if address.ends_with(":0") {
+        eprintln!("allocmux: serving /debug/pprof on http://{shown}");
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let stopped = Arc::clone(&stop);
+    let thread = std::thread::Builder::new()
+        .name("allocmux-pprof".into())
+        .spawn(move || serve(Server::new(listener), &stopped))
+        .ok()?;
+    Some(Serving {
+        address: shown,
+        stop,
+        thread,
+    })
+}
+
+/// The serving thread: its allocations are allocmux's, not the program's.
+fn serve(mut server: Server, stop: &AtomicBool) {
+    recorder::own_thread();
+    let ticks_per_ns = || recorder::ClockPair::now().ticks_per_ns_since(recorder::clock_start());
+    server.serve_until(stop, SERVE_POLL_MS, ticks_per_ns);
 }
 
 /// The stack mode `ALLOCMUX_STACKS` and `ALLOCMUX_SAMPLE_BYTES` ask for:
@@ -268,7 +364,7 @@ fn expand_pid(template: OsString, pid: u32) -> PathBuf {
 }
 
 /// The whole profile of this process, as text.
-fn profile_text(state: State) -> String {
+fn profile_text(state: State, http: &str) -> String {
     let totals = recorder::with_thread(|t| recorder::snapshot(Some(t)));
     let exe = fs::read_link("/proc/self/exe")
         .map(|p| p.into_os_string().into_vec())
@@ -287,6 +383,7 @@ fn profile_text(state: State) -> String {
         cpu_ns: recorder::clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID),
         max_rss_bytes: recorder::process::max_rss_bytes(),
         time_sample_mean: recorder::time_sample_mean(),
+        http: http.as_bytes(),
     };
     // The allocator's own figures, when it is one allocmux knows.
     let allocator = Backend::from_name(header.allocator.as_bytes())

@@ -22,6 +22,8 @@ pub const SAMPLE_BYTES: &str = "ALLOCMUX_SAMPLE_BYTES";
 pub const TIME_SAMPLE: &str = "ALLOCMUX_TIME_SAMPLE";
 /// The profile's path template (`%p` for the pid, `%%` for `%`).
 pub const OUTPUT: &str = "ALLOCMUX_OUTPUT";
+/// `ADDR:PORT` of the live `/debug/pprof` endpoint (port 0: any free one).
+pub const HTTP: &str = "ALLOCMUX_HTTP";
 
 /// Mean bytes between sampled allocations when `ALLOCMUX_SAMPLE_BYTES` does
 /// not say: jemalloc's `lg_prof_sample` default.

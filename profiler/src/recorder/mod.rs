@@ -29,7 +29,9 @@ mod allocator_stats;
 mod clock;
 mod counters;
 pub mod env;
+pub mod http;
 mod lock;
+pub mod pprof;
 pub mod process;
 mod random;
 pub mod stacks;
@@ -55,6 +57,6 @@ pub use thread::{
 };
 pub use wrapper::Counting;
 pub(crate) use wrapper::{
-    clock_start, inner_allocator_name, is_counting, start_stacks, ticks_to_ns, with_stack_thread,
-    with_thread,
+    clock_start, inner_allocator_name, is_counting, own_thread, start_stacks, ticks_to_ns,
+    with_stack_thread, with_thread,
 };

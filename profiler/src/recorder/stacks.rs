@@ -882,6 +882,38 @@ impl Snapshot {
         }
     }
 
+    /// The stack mode the copy was taken in.
+    pub fn mode(&self) -> StackMode {
+        self.mode
+    }
+
+    /// How many stacks the copy holds. Stack `i` of one copy is stack `i`
+    /// of every later copy of the same process: the table only grows.
+    pub fn len(&self) -> usize {
+        self.stacks.len()
+    }
+
+    /// Whether the copy holds no stack.
+    pub fn is_empty(&self) -> bool {
+        self.stacks.len() == 0
+    }
+
+    /// The figures of stack `i`.
+    pub fn counts(&self, i: usize) -> SiteCounts {
+        self.stacks.get(i).counts
+    }
+
+    /// The return addresses of stack `i`, innermost first, gathered into
+    /// `buf`.
+    pub fn frames<'b>(&self, i: usize, buf: &'b mut [u64; unwind::MAX_FRAMES]) -> &'b [u64] {
+        self.frames_of(self.stacks.get(i), buf)
+    }
+
+    /// Every module seen since start-up, unloaded ones too.
+    pub fn modules(&self) -> &[unwind::ModuleInfo] {
+        &self.modules
+    }
+
     /// The length of `c`'s line.
     fn line_len(&self, c: &Copied) -> usize {
         let (a, b) = self.frames.slices(c.frames_at as usize, c.depth as usize);

@@ -84,6 +84,17 @@ pub(crate) fn with_thread<R>(f: impl FnOnce(&ThreadState) -> R) -> R {
 
 /// Runs `f` on the calling thread's stack-sampling state.
 #[inline(always)]
+/// Makes the calling thread allocmux's own (a `Profiler`'s server): its
+/// calls are neither counted nor sampled for stacks. Call before its
+/// first allocation.
+pub(crate) fn own_thread() {
+    with_thread(|t| t.ignore());
+    // A countdown that never runs out: no allocation of this thread is
+    // sampled (exact mode samples every one, and this thread's must not
+    // be, so the recorder's own copies are not taken under its lock).
+    with_stack_thread(|st| st.resume(i64::MAX));
+}
+
 pub(crate) fn with_stack_thread<R>(f: impl FnOnce(&StackThread) -> R) -> R {
     let p = STACKS.with(|t| t as *const StackThread);
     // SAFETY: as in `with_thread`: this thread's state, never destroyed,
