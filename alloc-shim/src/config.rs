@@ -22,6 +22,8 @@ pub struct Config {
     pub output: Option<&'static [u8]>,
     /// Mean calls between timed calls.
     pub time_sample_mean: u32,
+    /// Where to serve the live `/debug/pprof` endpoint, if anywhere.
+    pub http: Option<&'static [u8]>,
 }
 
 /// Whether the process runs in secure-execution mode (setuid, setgid or
@@ -43,15 +45,21 @@ pub fn allocator() -> Backend {
 /// The stack mode from `ALLOCMUX_STACKS` and `ALLOCMUX_SAMPLE_BYTES`,
 /// silently `Off` for anything unknown (the constructor reports bad
 /// values). Read at the first allocation, with the backend. Off by
-/// default, unlike a `Profiler`'s (see `allocmux::recorder::env`).
+/// default, unlike a `Profiler`'s (see `allocmux::recorder::env`), except
+/// that a process serving `/debug/pprof` (`ALLOCMUX_HTTP`) samples, as Go
+/// does, since the endpoint serves stacks.
 pub fn stack_mode() -> StackMode {
     let env = environment_now();
     let mean_bytes = lookup(env, env::SAMPLE_BYTES.as_bytes())
         .and_then(|v| parse_number(v, 1, MAX_SAMPLE_BYTES))
         .unwrap_or(DEFAULT_SAMPLE_BYTES);
+    let default = match lookup(env, env::HTTP.as_bytes()) {
+        Some(v) if !v.is_empty() => StackMode::Sample { mean_bytes },
+        _ => StackMode::Off,
+    };
     lookup(env, env::STACKS.as_bytes())
         .and_then(|v| StackMode::from_env_value(v, mean_bytes))
-        .unwrap_or(StackMode::Off)
+        .unwrap_or(default)
 }
 
 /// The environment block: `environ`, or before libc has set it, the one
@@ -160,6 +168,7 @@ pub fn read(envp: *const *const c_char) -> Config {
     Config {
         output,
         time_sample_mean,
+        http: get(env::HTTP.as_bytes()),
     }
 }
 

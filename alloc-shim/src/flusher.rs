@@ -2,7 +2,9 @@
 //! running profile periodically, so a process killed by SIGKILL still
 //! leaves most of its recording.
 //!
-//! It is started only when a profile is written. Under glibc's allocator
+//! It is started only when a profile is written or the `/debug/pprof`
+//! endpoint is open (`endpoint`), which it serves between its writes:
+//! it sleeps in `poll` on the endpoint's socket then. Under glibc's allocator
 //! it is a thread glibc does not know of (`raw_thread`), so a program that
 //! starts no thread of its own stays single-threaded to glibc, whose `fork`
 //! then takes no allocator lock: a signal handler may fork while `malloc`
@@ -20,7 +22,7 @@ use allocmux::profile::State;
 use allocmux::recorder;
 
 use crate::writer::{self, WRITER};
-use crate::{choice, procfs, raw_thread, threading, tls};
+use crate::{choice, endpoint, procfs, raw_thread, threading, tls};
 
 /// Periodic flush interval: a process killed by SIGKILL loses at most this
 /// much of its recording.
@@ -105,6 +107,7 @@ pub fn resume_after_credentials() {
 
 /// Wakes the flusher from its sleep.
 fn wake() {
+    endpoint::wake();
     WAKE.fetch_add(1, SeqCst);
     // SAFETY: wakes the waiters on a word of this process.
     unsafe {
@@ -202,15 +205,42 @@ extern "C" fn thread_main(_: *mut c_void) -> *mut c_void {
         let _ = writer::read_allocator_stats();
         FIRST_CALL_MADE.store(true, Release);
     }
+    let (clock_start, has_output) = {
+        let w = WRITER.lock();
+        (w.process.clock_start, w.has_output)
+    };
+    let ticks_per_ns = || recorder::ClockPair::now().ticks_per_ns_since(clock_start);
+    let mut server = endpoint::server();
     let start = recorder::monotonic_ns();
     let mut next_flush = start + FLUSH_INTERVAL_MS * 1_000_000;
-    let mut next_sample = start + allocmux::timeline::BASE_INTERVAL_NS;
+    // Serving only, without a profile to write: no timeline either, and
+    // the periodic wake-ups only check that the program still runs.
+    let mut next_sample = if has_output {
+        start + allocmux::timeline::BASE_INTERVAL_NS
+    } else {
+        u64::MAX
+    };
     let mut last_took = 0;
     let mut next_stats = start;
     loop {
-        sleep_until(next_flush.min(next_sample));
+        let due = next_flush.min(next_sample);
+        match &mut server {
+            // A request can delay a write by at most its time limits
+            // (`allocmux::recorder::http`), and one is served per wake-up.
+            Some(s) => {
+                let due = due.min(s.due_ns().unwrap_or(u64::MAX));
+                if !PAUSE.load(SeqCst) {
+                    endpoint::wait_and_serve(s, due, ticks_per_ns());
+                }
+            }
+            None => sleep_until(due),
+        }
         if STOP.load(Relaxed) || PAUSE.load(SeqCst) {
             break;
+        }
+        if let Some(s) = &mut server {
+            s.finish_due(ticks_per_ns());
+            endpoint::note_pending(s);
         }
         // A `pthread` flusher counts among glibc's threads: once every
         // thread of the program has ended (`main` left through
@@ -226,7 +256,7 @@ extern "C" fn thread_main(_: *mut c_void) -> *mut c_void {
         // under its arena locks) wait until the program has a thread of its
         // own: until then its `malloc` takes no lock.
         let may_read = !RAW.load(Relaxed) || !threading::single_threaded();
-        let reading = if may_read && t0 >= next_flush && t0 >= next_stats {
+        let reading = if has_output && may_read && t0 >= next_flush && t0 >= next_stats {
             let r = writer::read_allocator_stats();
             next_stats = t0 + recorder::monotonic_ns().saturating_sub(t0) * STATS_DUTY;
             r
@@ -249,12 +279,17 @@ extern "C" fn thread_main(_: *mut c_void) -> *mut c_void {
             last_took = took;
             next_sample = now + w.timeline.interval_ns().max(cost * SAMPLE_DUTY);
         }
-        if now >= next_flush {
+        if now >= next_flush && has_output {
             writer::keep_allocator_stats(&mut w, reading);
             writer::write_profile(&mut w, State::Running, false);
             next_flush = recorder::monotonic_ns()
                 + (FLUSH_INTERVAL_MS * 1_000_000).max(w.staging.last_write_ns * FLUSH_DUTY);
+        } else if now >= next_flush {
+            next_flush = now + FLUSH_INTERVAL_MS * 1_000_000;
         }
+    }
+    if let Some(s) = server {
+        endpoint::give_back(s);
     }
     core::ptr::null_mut()
 }

@@ -9,7 +9,8 @@
 //! call), `config` (the environment), `lifecycle` and `exec` (start-up,
 //! `fork`, `exec`, exit), `writer` (the process's record and the profile
 //! written from it), `output` (the profile file), `flusher` (the periodic
-//! timeline samples and profile rewrites), `raw_thread` (the flusher's
+//! timeline samples and profile rewrites), `endpoint` (the live
+//! `/debug/pprof` socket the flusher serves), `raw_thread` (the flusher's
 //! thread under glibc's allocator, which glibc does not count),
 //! `threading` (whether the program is single-threaded), `procfs`, `fd`
 //! and `fmt` (allocation-free helpers), `tls` (the per-thread state),
@@ -29,6 +30,7 @@ mod backend;
 mod choice;
 mod config;
 mod credentials;
+mod endpoint;
 mod exec;
 mod exports;
 mod fd;

@@ -11,7 +11,7 @@ use allocmux::profile::State;
 use allocmux::recorder::{self, AtFork, ClockPair};
 
 use crate::writer::{self, WRITER};
-use crate::{backend, choice, config, fd, flusher, procfs, threading, tls};
+use crate::{backend, choice, config, endpoint, fd, flusher, procfs, threading, tls};
 
 /// Set by the first start-up of this process image.
 static STARTED: AtomicBool = AtomicBool::new(false);
@@ -62,11 +62,14 @@ pub fn init(envp: *const *const c_char) {
             w.file.template[..t.len()].copy_from_slice(t);
             w.file.template_len = t.len();
         }
+        if let Some(spec) = cfg.http {
+            w.process.http_len = endpoint::open(spec, &mut w.process.http);
+        }
         writer::start_process(&mut w);
     }
     // SAFETY: the handlers are allocation-free functions of this library.
     unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child)) };
-    if WRITER.lock().has_output {
+    if WRITER.lock().has_output || endpoint::is_open() {
         flusher::start();
     }
 }
@@ -268,6 +271,7 @@ extern "C" fn fork_child() {
     }
     recorder::stacks::after_fork_child();
     recorder::after_fork_child(&tls::current().state);
+    endpoint::after_fork_child();
     // SAFETY: this is the child of a fork, still with one thread.
     match unsafe { WRITER.after_fork_in_child() } {
         // A write this thread's signal handler interrupted: the child
@@ -281,6 +285,7 @@ extern "C" fn fork_child() {
     let has_output = {
         let mut w = WRITER.lock();
         w.process.clock_start = ClockPair::now();
+        w.process.http_len = 0; // see `endpoint`: a child serves nothing
         writer::start_process(&mut w);
         w.has_output
     };
