@@ -319,15 +319,30 @@ fn a_fleet_of_two_merges() {
 }
 
 /// A delta profile (`?seconds=N`) holds what was allocated during its
-/// seconds only.
+/// seconds only. The request is sent first on a connection of the
+/// test's own (the server takes its baseline as the request comes, within
+/// milliseconds), the program churns a second later, and the answer,
+/// saved, is read by `go tool pprof`.
 #[test]
 fn a_delta_profile_covers_only_its_seconds() {
     let mut s = serve("system", &[("ALLOCMUX_STACKS", "exact")]);
-    let url = s.at("/debug/pprof/allocs?seconds=3");
-    let scrape = std::thread::spawn(move || pprof(&["-raw", &url]));
-    std::thread::sleep(Duration::from_millis(500));
+    let mut c = TcpStream::connect(s.host()).unwrap();
+    c.write_all(b"GET /debug/pprof/allocs?seconds=3 HTTP/1.1\r\n\r\n")
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(1));
     assert_eq!(s.say("churn"), "churned");
-    let (per, total) = raw_sums(&scrape.join().unwrap());
+    c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut answer = Vec::new();
+    c.read_to_end(&mut answer).unwrap();
+    let body = answer
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|at| &answer[at + 4..])
+        .expect("an HTTP answer");
+    let dir = tempfile::tempdir().unwrap();
+    let saved = dir.path().join("delta.pb");
+    std::fs::write(&saved, body).unwrap();
+    let (per, total) = raw_sums(&pprof(&["-raw", saved.to_str().unwrap()]));
     let churn = of(&per, "churn");
     assert_eq!(
         (churn[ALLOC_OBJECTS], churn[ALLOC_SPACE]),
