@@ -284,47 +284,233 @@ fn framehop_module(f: &Found) -> framehop::Module<&'static [u8]> {
 
 /// framehop rule caches (509 slots each).
 const RULE_CACHES: usize = 16;
-/// Steps remembered per capture (the frames plus the shim's own).
-const MEMO_STEPS: usize = MAX_FRAMES + 16;
-/// Threads whose last capture is remembered (by stack top).
-const MEMO_SLOTS: usize = 8;
-/// Stack words one unwinding step may read and still be remembered.
-const MAX_READS: usize = 3;
+/// Slots of the learned-step table (16 bytes each: 256 KiB).
+const STEP_SLOTS: usize = 1 << 14;
 
-/// One unwinding step: the registers it started from, the stack words it
-/// read, and the return address it found (0: the end of the stack).
-#[derive(Clone, Copy, Default)]
-struct Step {
-    pc: u64,
-    sp: u64,
-    bp: u64,
-    ret: u64,
-    reads: [(u64, u64); MAX_READS],
-    /// Reads made; more than `MAX_READS` makes the step unverifiable.
-    nreads: u8,
+/// What unwinding one frame from a given return address does, learned
+/// from framehop (see [`learn`]). A return address's step is a function of
+/// the code alone, so it is learned once and then replayed in a few
+/// instructions, where framehop would look up its module and rule cache
+/// every time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Step {
+    /// Not learned yet (an empty slot).
+    #[default]
+    Unknown,
+    /// The end of the stack.
+    End,
+    /// The caller's stack pointer (the canonical frame address) is the
+    /// frame pointer if `cfa_on_bp`, else the stack pointer, plus
+    /// `8 * cfa_by_8`; the return address is the word below it. The
+    /// caller's frame pointer is unchanged, or if `bp_saved` read from the
+    /// stack at the frame pointer if `bp_on_bp`, else the stack pointer,
+    /// plus `8 * bp_by_8`. (Flags rather than nested enums: replaying
+    /// selects between registers without branching on the rule.)
+    Affine {
+        cfa_on_bp: bool,
+        cfa_by_8: i16,
+        bp_saved: bool,
+        bp_on_bp: bool,
+        bp_by_8: i16,
+    },
+    /// Anything else (a signal frame, a DWARF expression, an address no
+    /// module holds): framehop every time, as it would be without this.
+    Framehop,
 }
 
 impl Step {
-    fn note_read(&mut self, addr: u64, value: u64) {
-        if let Some(r) = self.reads.get_mut(self.nreads as usize) {
-            *r = (addr, value);
+    /// The registers (return address, stack pointer, frame pointer) of the
+    /// caller, or `None` at the end of the stack or on a read `read`
+    /// refuses. Checks as framehop's rules do: the stack pointer must move
+    /// up, and a return address of 0 ends the stack.
+    #[inline(always)]
+    fn apply(
+        self,
+        sp: u64,
+        bp: u64,
+        read: &impl Fn(u64) -> Option<u64>,
+    ) -> Option<(u64, u64, u64)> {
+        let Step::Affine {
+            cfa_on_bp,
+            cfa_by_8,
+            bp_saved,
+            bp_on_bp,
+            bp_by_8,
+        } = self
+        else {
+            return None;
+        };
+        // Wrapping is safe: a sum past the top of the address space wraps
+        // below any stack pointer (offsets are under 256 KiB), so it ends
+        // the stack here, as framehop's overflow error does.
+        let at = |base: u64, by_8: i16| base.wrapping_add((i64::from(by_8) * 8) as u64);
+        let cfa = at(if cfa_on_bp { bp } else { sp }, cfa_by_8);
+        if cfa <= sp {
+            return None;
         }
-        self.nreads = self.nreads.saturating_add(1);
+        let ret = read(cfa - 8)?;
+        // An unchanged frame pointer reads the return address's word again
+        // rather than branch around the read.
+        let bp_at = if bp_saved {
+            at(if bp_on_bp { bp } else { sp }, bp_by_8)
+        } else {
+            cfa - 8
+        };
+        let saved = read(bp_at)?;
+        let new_bp = if bp_saved { saved } else { bp };
+        (ret != 0).then_some((ret, cfa, new_bp))
     }
 }
 
-/// Whether every stack word read by `steps` still holds what was read.
-///
-/// # Safety
-/// `readable` must only accept mapped addresses.
-unsafe fn still_valid(steps: &[Step], readable: &impl Fn(u64) -> bool) -> bool {
-    steps.iter().all(|s| {
-        (s.nreads as usize) <= MAX_READS
-            && s.reads[..s.nreads as usize].iter().all(|&(a, v)| {
-                // SAFETY: checked readable (the caller's promise).
-                readable(a) && unsafe { core::ptr::read_volatile(a as *const u64) } == v
-            })
-    })
+/// A word framehop "reads" while a step is learned: distinct for every
+/// address, never 0, and far from any probe register, so each register
+/// the step computes shows where it came from.
+fn probe_word(addr: u64) -> u64 {
+    addr.rotate_left(29) ^ 0x5a5a_0000_0000_0001
+}
+
+fn probe_address(word: u64) -> u64 {
+    (word ^ 0x5a5a_0000_0000_0001).rotate_right(29)
+}
+
+/// `value - base` in words, if it is a whole number of them that fits.
+fn words_from(base: u64, value: u64) -> Option<i16> {
+    let d = value.wrapping_sub(base) as i64;
+    if d % 8 != 0 {
+        return None;
+    }
+    i16::try_from(d / 8).ok()
+}
+
+/// Learns the step from `address` by running framehop on it
+/// twice with made-up registers and a stack whose every word names its own
+/// address. The step is affine when the first run's results are each a
+/// register plus a constant (or a word read there), and that model
+/// predicts the second run exactly. The two runs' registers differ by an
+/// odd number of words, so a rule that aligns the stack pointer (a DWARF
+/// expression) shows up as not affine.
+fn learn(
+    unwinder: &UnwinderX86_64<&'static [u8], MustNotAllocateDuringUnwind>,
+    cache: &mut CacheX86_64<MustNotAllocateDuringUnwind>,
+    address: FrameAddress,
+) -> Step {
+    const PROBES: [(u64, u64); 2] = [
+        (0x1000_0000_0000, 0x3000_0000_0000),
+        (0x1000_0012_3458, 0x3000_0045_6788),
+    ];
+    let mut run = |(sp, bp): (u64, u64)| {
+        let mut regs = UnwindRegsX86_64::new(address.address(), sp, bp);
+        let mut read = |a: u64| Ok(probe_word(a));
+        match unwinder.unwind_frame(address, &mut regs, cache, &mut read) {
+            Ok(Some(r)) => Some(Some((r, regs.sp(), regs.bp()))),
+            Ok(None) => Some(None),
+            Err(_) => None,
+        }
+    };
+    let (Some(first), Some(second)) = (run(PROBES[0]), run(PROBES[1])) else {
+        return Step::Framehop;
+    };
+    let Some((r, new_sp, new_bp)) = first else {
+        return if second.is_none() {
+            Step::End
+        } else {
+            Step::Framehop
+        };
+    };
+    let (sp, bp) = PROBES[0];
+    let cfa = match (words_from(sp, new_sp), words_from(bp, new_sp)) {
+        (Some(n), _) => (false, n),
+        (None, Some(n)) => (true, n),
+        (None, None) => return Step::Framehop,
+    };
+    let (bp_saved, bp_on_bp, bp_by_8) = if new_bp == bp {
+        (false, false, 0)
+    } else {
+        let at = probe_address(new_bp);
+        match (words_from(sp, at), words_from(bp, at)) {
+            (Some(n), _) => (true, false, n),
+            (None, Some(n)) => (true, true, n),
+            (None, None) => return Step::Framehop,
+        }
+    };
+    let step = Step::Affine {
+        cfa_on_bp: cfa.0,
+        cfa_by_8: cfa.1,
+        bp_saved,
+        bp_on_bp,
+        bp_by_8,
+    };
+    let read = |a: u64| Some(probe_word(a));
+    let model = |(sp, bp): (u64, u64)| step.apply(sp, bp, &read);
+    if r != probe_word(new_sp - 8) || model(PROBES[0]) != first || model(PROBES[1]) != second {
+        return Step::Framehop;
+    }
+    step
+}
+
+/// Learned steps by return address: a direct-mapped table, replaced on a
+/// collision.
+struct Steps {
+    /// A fixed-size array, so that a masked index needs no bounds check.
+    slots: Box<[(u64, Step); STEP_SLOTS]>,
+}
+
+impl Steps {
+    /// An empty table; `None` without the memory for it.
+    fn new() -> Option<Self> {
+        let mut v = Vec::new();
+        v.try_reserve_exact(STEP_SLOTS).ok()?;
+        // Key 0 marks an empty slot: no code is at address 0.
+        v.resize(STEP_SLOTS, (0, Step::Unknown));
+        Some(Steps {
+            slots: v.into_boxed_slice().try_into().ok()?,
+        })
+    }
+
+    #[inline(always)]
+    fn slot(&mut self, key: u64) -> &mut (u64, Step) {
+        let i = (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - STEP_SLOTS.trailing_zeros()))
+            as usize;
+        &mut self.slots[i % STEP_SLOTS]
+    }
+
+    fn clear(&mut self) {
+        self.slots.fill((0, Step::Unknown));
+    }
+}
+
+/// framehop's rule cache for `address`. Its slot in a cache is
+/// `address % 509`, so the cache is picked by the quotient: neighbouring
+/// addresses spread over all of them.
+fn cache_for(
+    caches: &mut [CacheX86_64<MustNotAllocateDuringUnwind>],
+    address: u64,
+) -> &mut CacheX86_64<MustNotAllocateDuringUnwind> {
+    &mut caches[(address / 509) as usize % RULE_CACHES]
+}
+
+/// One frame unwound by framehop from `address` with the stack and frame
+/// pointers `sp` and `bp`: the caller's return address, stack pointer and
+/// frame pointer, or `None` at the end of the stack or on an error.
+fn framehop_step(
+    unwinder: &UnwinderX86_64<&'static [u8], MustNotAllocateDuringUnwind>,
+    caches: &mut [CacheX86_64<MustNotAllocateDuringUnwind>],
+    read: &impl Fn(u64) -> Option<u64>,
+    address: FrameAddress,
+    sp: u64,
+    bp: u64,
+) -> Option<(u64, u64, u64)> {
+    let mut regs = UnwindRegsX86_64::new(address.address(), sp, bp);
+    let mut read = |a: u64| read(a).ok_or(());
+    match unwinder.unwind_frame(
+        address,
+        &mut regs,
+        cache_for(caches, address.address()),
+        &mut read,
+    ) {
+        Ok(Some(ret)) => Some((ret, regs.sp(), regs.bp())),
+        _ => None,
+    }
 }
 
 /// Collects return addresses, leaving out the skipped module's frames at
@@ -356,77 +542,6 @@ impl Emit<'_> {
     }
 }
 
-/// The last capture of a thread, double-buffered: the previous steps are
-/// read while the new ones are written.
-struct Memo {
-    stack_top: u64,
-    steps: [Vec<Step>; 2],
-    len: [usize; 2],
-    current: usize,
-}
-
-impl Memo {
-    /// The remembered steps, and room for the new ones.
-    fn split(&mut self) -> (&[Step], &mut [Step]) {
-        let [a, b] = &mut self.steps;
-        let (old, new) = if self.current == 0 { (a, b) } else { (b, a) };
-        if new.is_empty() {
-            new.resize(MEMO_STEPS, Step::default());
-        }
-        (&old[..self.len[self.current]], &mut new[..])
-    }
-
-    fn finish(&mut self, steps: usize) {
-        self.current ^= 1;
-        self.len[self.current] = steps;
-    }
-}
-
-/// The remembered captures of up to `MEMO_SLOTS` threads.
-struct Memos {
-    slots: Vec<Memo>,
-    next_victim: usize,
-}
-
-impl Memos {
-    const fn new() -> Self {
-        Memos {
-            slots: Vec::new(),
-            next_victim: 0,
-        }
-    }
-
-    /// The slot of the thread whose stack ends at `top`, taking over the
-    /// oldest-assigned one if it has none.
-    fn slot(&mut self, top: u64) -> &mut Memo {
-        if let Some(i) = self.slots.iter().position(|m| m.stack_top == top) {
-            return &mut self.slots[i];
-        }
-        let fresh = Memo {
-            stack_top: top,
-            steps: [Vec::new(), Vec::new()],
-            len: [0, 0],
-            current: 0,
-        };
-        if self.slots.len() < MEMO_SLOTS {
-            self.slots.push(fresh);
-            return self.slots.last_mut().expect("just pushed");
-        }
-        let i = self.next_victim % MEMO_SLOTS;
-        self.next_victim += 1;
-        let m = &mut self.slots[i];
-        m.stack_top = top;
-        m.len = [0, 0];
-        m
-    }
-
-    fn clear(&mut self) {
-        for m in &mut self.slots {
-            m.len = [0, 0];
-        }
-    }
-}
-
 /// The unwinder, its rule cache and the module list it was built from.
 #[allow(missing_debug_implementations)] // framehop's types have no Debug
 pub struct StackUnwinder {
@@ -435,15 +550,17 @@ pub struct StackUnwinder {
     /// for an interpreter's thousands of return addresses, so addresses
     /// are spread over several by a hash.
     caches: Vec<CacheX86_64<MustNotAllocateDuringUnwind>>,
+    /// Steps learned from framehop; `None` without the memory for them
+    /// (then framehop unwinds every frame).
+    steps: Option<Steps>,
     generation: Option<Generation>,
     modules: Vec<ModuleInfo>,
     /// Frames in this range (the recorder's own module, in the shim) are
     /// dropped from the leaf end of every stack.
     skip: Range<u64>,
     skip_own_module: bool,
-    memos: Memos,
-    /// Captures that reused remembered steps (for tests and tuning).
-    pub memo_hits: u64,
+    /// Frames unwound by a learned step (for tests and tuning).
+    pub replayed: u64,
 }
 
 impl StackUnwinder {
@@ -453,12 +570,12 @@ impl StackUnwinder {
         StackUnwinder {
             unwinder: None,
             caches: Vec::new(),
+            steps: None,
             generation: None,
             modules: Vec::new(),
             skip: 0..0,
             skip_own_module,
-            memos: Memos::new(),
-            memo_hits: 0,
+            replayed: 0,
         }
     }
 
@@ -484,8 +601,11 @@ impl StackUnwinder {
         };
         self.unwinder = Some(unwinder);
         self.modules = infos;
-        // Remembered steps may refer to code that is gone.
-        self.memos.clear();
+        // Learned steps may belong to code that is gone.
+        match &mut self.steps {
+            Some(s) => s.clear(),
+            None => self.steps = Steps::new(),
+        }
         self.generation = Some(g);
         if self.caches.is_empty() {
             self.caches = (0..RULE_CACHES).map(|_| CacheX86_64::new_in()).collect();
@@ -502,16 +622,19 @@ impl StackUnwinder {
     /// stack memory only in `stack` (the thread's stack mapping). Returns
     /// how many it wrote.
     ///
-    /// Consecutive stacks of a thread share their outer frames (an
-    /// interpreter's loop, a server's request handler), so each capture is
-    /// remembered: per step, the registers before it, the stack words it
-    /// read and the return address it found. When a step starts from the
-    /// same registers as a remembered one, and every stack word the
-    /// remembered steps from there on read still holds the same value, those
-    /// steps would compute the same frames again (unwinding is a function of
-    /// the registers and the words read), so they are taken as they are.
+    /// The first frame is framehop's; every other starts at a return
+    /// address, whose step is learned the first time it is seen (see
+    /// [`learn`]) and replayed from then on. Steps that are not affine in
+    /// the stack and frame pointers go to framehop each time. Those two
+    /// registers are all framehop tracks on x86-64 too, so a replayed step
+    /// loses nothing it would have kept.
     #[inline(never)]
     pub fn capture<'b>(&mut self, stack: Range<u64>, out: &'b mut FrameBuf) -> &'b [u64] {
+        self.unwind(stack, out, true)
+    }
+
+    #[inline(always)]
+    fn unwind<'b>(&mut self, stack: Range<u64>, out: &'b mut FrameBuf, replay: bool) -> &'b [u64] {
         let Some(unwinder) = self.unwinder.as_ref() else {
             return &[];
         };
@@ -534,91 +657,66 @@ impl StackUnwinder {
         }
         // Only the live part of the stack: from here up to its top.
         let lo = sp.max(stack.start);
-        let hi = stack.end;
-        let readable = move |addr: u64| {
-            addr >= lo && addr.checked_add(8).is_some_and(|e| e <= hi) && addr % 8 == 0
+        // Words may start from `lo` to `hi - 8`: `addr - lo` at most `span`.
+        let Some(span) = stack.end.checked_sub(lo).and_then(|n| n.checked_sub(8)) else {
+            return &[];
         };
-        let memo = self.memos.slot(hi);
-        let (old, new) = memo.split();
+        let read = move |addr: u64| -> Option<u64> {
+            if addr.wrapping_sub(lo) <= span && addr % 8 == 0 {
+                // SAFETY: inside this thread's own stack, which is mapped
+                // from the current frame up to its top.
+                Some(unsafe { core::ptr::read_volatile(addr as *const u64) })
+            } else {
+                None
+            }
+        };
+        let framehop_step = |caches: &mut [_], address: FrameAddress, sp, bp| {
+            framehop_step(unwinder, caches, &read, address, sp, bp)
+        };
         let mut emit = Emit {
             out: &mut *out,
             n: 0,
             leaf: true,
             skip: self.skip.clone(),
         };
-        let mut regs = UnwindRegsX86_64::new(pc, sp, bp);
+        let mut steps = if replay { self.steps.as_mut() } else { None };
         let mut address = FrameAddress::from_instruction_pointer(pc);
-        let mut cursor = 0;
-        let mut steps = 0;
-        let mut same_stack = false;
-        while steps < MEMO_STEPS && !emit.full() {
-            // A remembered step from the same registers?
-            while cursor < old.len() && old[cursor].sp < regs.sp() {
-                cursor += 1;
-            }
-            if let Some(s) = old.get(cursor) {
-                let same = s.pc == address.address() && s.sp == regs.sp() && s.bp == regs.bp();
-                // SAFETY: `readable` bounds every read to this thread's
-                // live stack.
-                if same && unsafe { still_valid(&old[cursor..], &readable) } {
-                    self.memo_hits += 1;
-                    if steps == 0 && cursor == 0 {
-                        // The whole remembered stack again (a loop that
-                        // allocates from one place): it stays remembered
-                        // where it is, rather than being copied over.
-                        same_stack = true;
-                        for s in old {
-                            if !emit.push(s.ret) {
-                                break;
-                            }
-                        }
-                        break;
+        let (mut sp, mut bp) = (sp, bp);
+        let mut replayed = 0;
+        loop {
+            let next = match steps.as_deref_mut() {
+                Some(steps) => {
+                    // The first frame's step (from inside this function)
+                    // is a different rule from a return address's.
+                    let key = address.address() | ((!address.is_return_address() as u64) << 63);
+                    let slot = steps.slot(key);
+                    if slot.0 != key {
+                        let cache = cache_for(caches, address.address());
+                        *slot = (key, learn(unwinder, cache, address));
                     }
-                    for s in &old[cursor..] {
-                        if steps < MEMO_STEPS {
-                            new[steps] = *s;
-                            steps += 1;
+                    match slot.1 {
+                        Step::Affine { .. } => {
+                            replayed += 1;
+                            slot.1.apply(sp, bp, &read)
                         }
-                        if !emit.push(s.ret) {
-                            break;
-                        }
+                        Step::End | Step::Unknown => None,
+                        Step::Framehop => framehop_step(caches, address, sp, bp),
                     }
-                    break;
                 }
-            }
-            let mut step = Step {
-                pc: address.address(),
-                sp: regs.sp(),
-                bp: regs.bp(),
-                ..Step::default()
+                None => framehop_step(caches, address, sp, bp),
             };
-            let mut read = |addr: u64| -> Result<u64, ()> {
-                if !readable(addr) {
-                    return Err(());
-                }
-                // SAFETY: inside this thread's own stack, which is mapped
-                // from the current frame up to its top.
-                let v = unsafe { core::ptr::read_volatile(addr as *const u64) };
-                step.note_read(addr, v);
-                Ok(v)
+            let Some((ret, caller_sp, caller_bp)) = next else {
+                break;
             };
-            // framehop's slot is address % 509: pick the cache by the
-            // quotient, so neighbouring addresses spread over all of them.
-            let cache = &mut caches[(address.address() / 509) as usize % RULE_CACHES];
-            step.ret = match unwinder.unwind_frame(address, &mut regs, cache, &mut read) {
-                Ok(Some(ret)) => ret,
-                _ => 0,
-            };
-            new[steps] = step;
-            steps += 1;
-            if !emit.push(step.ret) {
+            if !emit.push(ret) {
                 break;
             }
-            address = FrameAddress::from_return_address(step.ret).expect("non-zero");
+            let Some(a) = FrameAddress::from_return_address(ret) else {
+                break;
+            };
+            (address, sp, bp) = (a, caller_sp, caller_bp);
         }
-        if !same_stack {
-            memo.finish(steps);
-        }
+        self.replayed += replayed;
         let n = emit.n;
         // SAFETY: `Emit::push` wrote `out[0..n]`, in order, and nothing else
         // has touched `out` since.
@@ -696,17 +794,29 @@ fn mapping_range(line: &[u8]) -> Option<Range<u64>> {
 mod tests {
     use super::*;
 
+    /// Captures `depth` frames of itself below the caller, with learned
+    /// steps if `replay`, else with framehop alone.
     #[inline(never)]
-    fn deeper(u: &mut StackUnwinder, stack: Range<u64>, depth: u32, out: &mut Vec<u64>) -> usize {
+    fn deeper(
+        u: &mut StackUnwinder,
+        stack: Range<u64>,
+        depth: u32,
+        out: &mut Vec<u64>,
+        replay: bool,
+    ) -> usize {
         // black_box after each call: no tail calls, one frame per level.
         let n = if depth == 0 {
             let mut buf = frame_buf();
-            let frames = u.capture(stack, &mut buf);
+            let frames = if replay {
+                u.capture(stack, &mut buf)
+            } else {
+                u.capture_framehop_only(stack, &mut buf)
+            };
             out.clear();
             out.extend_from_slice(frames);
             frames.len()
         } else {
-            deeper(u, stack, depth - 1, out)
+            deeper(u, stack, depth - 1, out, replay)
         };
         core::hint::black_box(n)
     }
@@ -722,8 +832,8 @@ mod tests {
         );
         let stack = thread_stack().unwrap();
         let mut out = Vec::new();
-        let n5 = deeper(&mut u, stack.clone(), 5, &mut out);
-        let n10 = deeper(&mut u, stack, 10, &mut out);
+        let n5 = deeper(&mut u, stack.clone(), 5, &mut out, true);
+        let n10 = deeper(&mut u, stack, 10, &mut out, true);
         // Five more frames of `deeper`, and the stack reaches past it.
         assert_eq!(n10, n5 + 5, "{:x?}", &out[..n10]);
         let in_deeper = |a: u64| {
@@ -738,39 +848,135 @@ mod tests {
         assert!(!in_deeper(out[11]));
     }
 
+    impl StackUnwinder {
+        /// [`StackUnwinder::capture`] with framehop unwinding every frame.
+        #[inline(never)]
+        fn capture_framehop_only<'b>(
+            &mut self,
+            stack: Range<u64>,
+            out: &'b mut FrameBuf,
+        ) -> &'b [u64] {
+            self.unwind(stack, out, false)
+        }
+    }
+
     #[test]
-    fn remembered_steps_give_the_same_stacks() {
+    fn replayed_steps_give_framehops_stacks() {
         let mut u = StackUnwinder::new(false);
         u.install(generation(), loaded_modules());
         let stack = thread_stack().unwrap();
-        let mut out = Vec::new();
-        // One call site for every capture, so equal depths mean equal
-        // stacks; the memo is cleared before some of them.
-        let plan = [
-            (3, true),
-            (3, false),
-            (7, false),
-            (3, false),
-            (12, true),
-            (12, false),
-        ];
-        let plan = plan
-            .iter()
-            .chain(&[(0, false), (7, true), (2, false), (9, false)]);
-        let mut seen: std::collections::HashMap<u32, Vec<u64>> = Default::default();
-        for &(depth, clear) in plan.clone().chain(plan) {
-            if clear {
-                u.memos.clear();
-            }
-            let n = deeper(&mut u, stack.clone(), depth, &mut out);
-            let want = seen.entry(depth).or_insert_with(|| out[..n].to_vec());
-            assert_eq!(&out[..n], &want[..], "depth {depth}");
+        for depth in [3, 0, 7, 3, 12, 12, 1] {
+            // Both captures from one call site, so all frames but the first
+            // (where `deeper` calls the capture) are the same: `deeper`,
+            // this test, the test harness, std, libc.
+            let [replayed, plain] = [true, false].map(|replay| {
+                let mut out = Vec::new();
+                deeper(&mut u, stack.clone(), depth, &mut out, replay);
+                out
+            });
+            assert_eq!(
+                replayed[1..],
+                plain[1..],
+                "depth {depth}: {replayed:x?} against {plain:x?}"
+            );
+            assert!(replayed.len() > depth as usize + 3, "{replayed:x?}");
         }
+        assert!(u.replayed > 20, "{} frames replayed", u.replayed);
+    }
+
+    #[test]
+    fn learns_affine_steps_and_leaves_the_rest_to_framehop() {
+        let mut u = StackUnwinder::new(false);
+        u.install(generation(), loaded_modules());
+        // A return address into `deeper` (the instruction after its call to
+        // itself): an ordinary Rust frame, affine in the stack pointer.
+        let stack = thread_stack().unwrap();
+        let mut out = Vec::new();
+        deeper(&mut u, stack, 2, &mut out, true);
+        let unwinder = u.unwinder.as_ref().unwrap();
+        let ret = out[1];
+        let address = FrameAddress::from_return_address(ret).unwrap();
+        let step = learn(unwinder, &mut CacheX86_64::new_in(), address);
         assert!(
-            u.memo_hits >= 10,
-            "{} of 20 captures reused steps",
-            u.memo_hits
+            matches!(step, Step::Affine { cfa_on_bp: false, cfa_by_8, .. } if cfa_by_8 > 0),
+            "{step:?}"
         );
+        // No module holds address 16: framehop falls back to frame
+        // pointers there, which is affine in the frame pointer.
+        let nowhere = FrameAddress::from_return_address(16).unwrap();
+        let step = learn(unwinder, &mut CacheX86_64::new_in(), nowhere);
+        assert_eq!(
+            step,
+            Step::Affine {
+                cfa_on_bp: true,
+                cfa_by_8: 2,
+                bp_saved: true,
+                bp_on_bp: true,
+                bp_by_8: 0
+            }
+        );
+    }
+
+    /// The unwinder and both captures of [`unwinds_through_a_signal_frame`],
+    /// handed to and from its signal handler.
+    static SIGNALLED: std::sync::Mutex<Option<SignalCaptures>> = std::sync::Mutex::new(None);
+
+    /// The unwinder, its capture with learned steps, and framehop's own.
+    type SignalCaptures = (StackUnwinder, Vec<u64>, Vec<u64>);
+
+    #[inline(never)]
+    fn capture_both(u: &mut StackUnwinder, replayed: &mut Vec<u64>, plain: &mut Vec<u64>) {
+        let stack = thread_stack().unwrap();
+        let mut buf = frame_buf();
+        replayed.extend_from_slice(u.capture(stack.clone(), &mut buf));
+        plain.extend_from_slice(u.capture_framehop_only(stack, &mut buf));
+    }
+
+    extern "C" fn on_signal(_: libc::c_int) {
+        let mut state = SIGNALLED.lock().unwrap();
+        let (u, replayed, plain) = state.as_mut().unwrap();
+        capture_both(u, replayed, plain);
+    }
+
+    #[inline(never)]
+    fn raise_here() -> usize {
+        // SAFETY: the handler is installed; raise returns after it runs.
+        unsafe { libc::raise(libc::SIGUSR1) };
+        core::hint::black_box(raise_here as *const () as usize)
+    }
+
+    #[test]
+    fn unwinds_through_a_signal_frame() {
+        let mut u = StackUnwinder::new(false);
+        u.install(generation(), loaded_modules());
+        *SIGNALLED.lock().unwrap() = Some((u, Vec::new(), Vec::new()));
+        // SAFETY: a plain handler for a signal nothing else in the test
+        // binary uses; it is raised synchronously below.
+        unsafe { libc::signal(libc::SIGUSR1, on_signal as *const () as usize) };
+        // Twice: the second time every step is already learned.
+        for _ in 0..2 {
+            {
+                let mut state = SIGNALLED.lock().unwrap();
+                let (_, replayed, plain) = state.as_mut().unwrap();
+                replayed.clear();
+                plain.clear();
+            }
+            raise_here();
+            let state = SIGNALLED.lock().unwrap();
+            let (_, replayed, plain) = state.as_ref().unwrap();
+            // The first frame is the call site inside `capture_both`, which
+            // differs; from the handler out the frames are the same.
+            assert_eq!(
+                replayed[1..],
+                plain[1..],
+                "{replayed:x?} against {plain:x?}"
+            );
+            let f = raise_here as *const () as u64;
+            assert!(
+                replayed.iter().any(|&a| a > f && a < f + 256),
+                "the frame the signal interrupted is missing: {replayed:x?}"
+            );
+        }
     }
 
     #[test]
