@@ -68,8 +68,8 @@ for d in $CG_DEPTHS; do
     for n in "$CG_LO" "$CG_HI"; do
         cg none none o2 "$d" "$n"
         cg none_fp none fp "$d" "$n"
-        for m in gcc glibc libunwind framehop; do cg "$m" "$m" o2 "$d" "$n"; done
+        for m in gcc glibc libunwind framehop allocmux; do cg "$m" "$m" o2 "$d" "$n"; done
         cg fp fp fp "$d" "$n"
     done
 done
-python3 callgrind_report.py callgrind "$CG_LO" "$CG_HI" gcc glibc libunwind framehop fp
+python3 callgrind_report.py callgrind "$CG_LO" "$CG_HI" gcc glibc libunwind framehop allocmux fp

@@ -9,6 +9,8 @@
 //! * `framehop`: framehop 0.16 `UnwinderX86_64` over the in-memory
 //!   .eh_frame/.eh_frame_hdr of every module (dl_iterate_phdr),
 //!   `CacheX86_64<MustNotAllocateDuringUnwind>`
+//! * `allocmux`: allocmux's own `StackUnwinder`, which learns each return
+//!   address's step from framehop once and replays it after that
 //! * `fp`: frame-pointer walking, on a copy of the chain built with
 //!   -fno-omit-frame-pointer (what it would cost with frame pointers)
 //!
@@ -26,6 +28,7 @@ use std::arch::asm;
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::time::Instant;
 
+use allocmux::recorder::unwind::{self, StackUnwinder};
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, Module, MustNotAllocateDuringUnwind, Unwinder};
 
@@ -40,15 +43,17 @@ enum Method {
     Glibc,
     Libunwind,
     Framehop,
+    Allocmux,
     Fp,
 }
 
 impl Method {
-    const TIMED: [Method; 5] = [
+    const TIMED: [Method; 6] = [
         Method::Gcc,
         Method::Glibc,
         Method::Libunwind,
         Method::Framehop,
+        Method::Allocmux,
         Method::Fp,
     ];
 
@@ -59,6 +64,7 @@ impl Method {
             Method::Glibc => "glibc",
             Method::Libunwind => "libunwind",
             Method::Framehop => "framehop",
+            Method::Allocmux => "allocmux",
             Method::Fp => "fp",
         }
     }
@@ -70,6 +76,7 @@ impl Method {
             Method::Glibc => "glibc `backtrace()`",
             Method::Libunwind => "libunwind `unw_backtrace` (per-thread cache)",
             Method::Framehop => "framehop 0.16 (MustNotAllocate)",
+            Method::Allocmux => "allocmux `StackUnwinder` (learned steps)",
             Method::Fp => "frame pointers (FP copy of chain)",
         }
     }
@@ -131,6 +138,8 @@ struct Ctx {
     api: &'static Api,
     /// framehop's rule cache and gimli scratch space; preallocated, reused.
     fh_cache: Box<FhCache>,
+    /// allocmux's unwinder, with its module list built.
+    allocmux: Box<StackUnwinder>,
 }
 
 impl Ctx {
@@ -167,6 +176,7 @@ extern "C" fn capture(arg: *mut c_void) {
         Method::Glibc => capture_glibc(ctx),
         Method::Libunwind => capture_libunwind(ctx),
         Method::Framehop => capture_framehop(ctx),
+        Method::Allocmux => capture_allocmux(ctx),
         Method::Fp => capture_fp(ctx),
     };
 }
@@ -270,6 +280,18 @@ fn capture_framehop(ctx: &mut Ctx) -> usize {
         n += 1;
     }
     n
+}
+
+/// allocmux's recorder unwinder, as the shim calls it (minus its lock).
+#[inline(never)]
+fn capture_allocmux(ctx: &mut Ctx) -> usize {
+    // The whole mapping: the unwinder itself reads only from its own stack
+    // pointer up.
+    let stack = 0..ctx.api.stack_top;
+    let mut buf = unwind::frame_buf();
+    let frames = ctx.allocmux.capture(stack, &mut buf);
+    ctx.buf[..frames.len()].copy_from_slice(frames);
+    frames.len()
 }
 
 /// Frame-pointer walk: [rbp] = caller's rbp, [rbp+8] = return address.
@@ -751,6 +773,11 @@ fn main() {
         buf: [0; MAX_FRAMES],
         api,
         fh_cache: Box::new(FhCache::new_in()),
+        allocmux: {
+            let mut u = Box::new(StackUnwinder::new(false));
+            u.install(unwind::generation(), unwind::loaded_modules());
+            u
+        },
     });
 
     // --only: the callgrind mode.  Fixed warm-up, then `iters` captures; run
@@ -785,6 +812,7 @@ fn main() {
         (Method::Glibc, Chain::O2),
         (Method::Libunwind, Chain::O2),
         (Method::Framehop, Chain::O2),
+        (Method::Allocmux, Chain::O2),
         (Method::Fp, Chain::O2), // frame pointers where there are none: expected to fail
         (Method::Gcc, Chain::Fp),
         (Method::Fp, Chain::Fp),
@@ -979,6 +1007,7 @@ fn dump(ctx: &mut Ctx, depth: usize) {
         (Method::Glibc, Chain::O2),
         (Method::Libunwind, Chain::O2),
         (Method::Framehop, Chain::O2),
+        (Method::Allocmux, Chain::O2),
         (Method::Fp, Chain::O2),
         (Method::Gcc, Chain::Fp),
         (Method::Fp, Chain::Fp),
