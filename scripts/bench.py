@@ -690,12 +690,9 @@ def write_report(a, started, load_before, body, charts, results, done):
     head += [f"| {w} | {size_of(a, w):,} | {WORKLOADS[w][1]} |" for w in a.workloads]
     head += [""]
     head += goals(results)
-    head += ["Measured by their own scripts, each with its results file: default recording and sampled",
-             "stacks per backend, against the bare, preloaded and in-code allocator "
-             "([scripts/results/recording-cost.md](scripts/results/recording-cost.md), "
-             "`python3 scripts/recording_cost.py`); the shim against its floors "
-             "([scripts/results/shim-overhead.md](scripts/results/shim-overhead.md)); "
-             "stack modes against heaptrack ([scripts/results/stacks-overhead.md](scripts/results/stacks-overhead.md)).", ""]
+    head += ["Default recording and sampled stacks per backend, the shim against its floors, stack modes "
+             "against heaptrack on python3, and the `/debug/pprof` endpoint are measured by their own "
+             "scripts: their latest results are copied into the last section.", ""]
     if charts:
         os.makedirs(a.svg_dir, exist_ok=True)
         rel = os.path.relpath(a.svg_dir, os.path.dirname(os.path.abspath(a.out)))
@@ -705,10 +702,45 @@ def write_report(a, started, load_before, body, charts, results, done):
                 f.write(svg)
             head.append(f"![{k}]({rel}/{k}.svg)")
             head.append("")
-    text = "\n".join(head + body).rstrip() + "\n"
+    text = "\n".join(head + body + other_scripts()).rstrip() + "\n"
     with open(a.out, "w") as f:
         f.write(text)
     log(f"wrote {a.out} and {len(charts)} charts in {a.svg_dir} ({elapsed / 60:.1f} min)")
+
+
+# What other scripts measure, copied from their results files into
+# BENCHMARKS.md so that every figure is in one place: (title, command, file).
+OTHER_SCRIPTS = [
+    ("Default recording and sampled stacks per backend, against the bare, preloaded and in-code allocator",
+     "python3 scripts/recording_cost.py --callgrind", "recording-cost.md"),
+    ("The shim against its floors",
+     "python3 scripts/shim_overhead.py --rounds 31 --program-rounds 21 --callgrind --floors "
+     "--out scripts/results/shim-overhead.md", "shim-overhead.md"),
+    ("Stack modes against heaptrack, with python3",
+     "python3 scripts/stacks_overhead.py --rounds 5 --out scripts/results/stacks-overhead.md",
+     "stacks-overhead.md"),
+    ("The `/debug/pprof` endpoint",
+     "python3 scripts/endpoint_cost.py --rounds 9 --every 1 --out scripts/results/endpoint-cost.md",
+     "endpoint-cost.md"),
+]
+
+
+def other_scripts():
+    """The other scripts' results files, each under a heading, their own
+    headings moved two levels down."""
+    out = ["## Measured by their own scripts", "",
+           "Each from its own run, not this one: the machine and load of each are in its file.", ""]
+    for title, command, name in OTHER_SCRIPTS:
+        path = os.path.join(ROOT, "scripts", "results", name)
+        out += [f"### {title}", "", f"`{command}`, [scripts/results/{name}](scripts/results/{name}):", ""]
+        if not os.path.exists(path):
+            out += ["(not run yet)", ""]
+            continue
+        with open(path) as f:
+            for line in f.read().rstrip().splitlines():
+                out.append("##" + line if line.startswith("#") else line)
+        out.append("")
+    return out
 
 
 def goals(results):
