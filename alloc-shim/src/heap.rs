@@ -61,13 +61,14 @@ use core::ffi::c_void;
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 
 use allocmux::{Backend, recorder};
-use libmimalloc_sys::{mi_free, mi_malloc, mi_malloc_aligned, mi_realloc};
+use libmimalloc_sys::{mi_free, mi_malloc, mi_malloc_aligned, mi_realloc, mi_zalloc};
 
 use crate::writer::WRITER;
 use crate::{page_blocks, raw_thread};
 
 unsafe extern "C" {
     fn __libc_malloc(size: usize) -> *mut c_void;
+    fn __libc_calloc(n: usize, size: usize) -> *mut c_void;
     fn __libc_memalign(align: usize, size: usize) -> *mut c_void;
     fn __libc_realloc(ptr: *mut c_void, size: usize) -> *mut c_void;
     fn __libc_free(ptr: *mut c_void);
@@ -213,6 +214,33 @@ pub struct OwnHeap;
 unsafe impl GlobalAlloc for OwnHeap {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         allocate(layout)
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // glibc's `calloc` and mimalloc's `mi_zalloc` skip clearing memory
+        // fresh from the kernel, which the default (`alloc`, then zero
+        // every byte) would dirty: the unwinder's 256 KiB table of learned
+        // steps would cost its whole size in every process from the start.
+        if layout.align() <= MALLOC_ALIGN && !raw_thread::is_current() && !WRITER.is_held_here() {
+            // SAFETY: plain forwards, as in `allocate`; freed by `dealloc`,
+            // which tells mimalloc's blocks from glibc's.
+            let p: *mut u8 = unsafe {
+                if ON_MIMALLOC.load(Relaxed) {
+                    mi_zalloc(layout.size()).cast()
+                } else {
+                    __libc_calloc(1, layout.size()).cast()
+                }
+            };
+            if !p.is_null() {
+                return p;
+            }
+        }
+        let p = allocate(layout);
+        if !p.is_null() {
+            // SAFETY: `p` holds `layout.size()` bytes, just allocated.
+            unsafe { core::ptr::write_bytes(p, 0, layout.size()) };
+        }
+        p
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, _: Layout) {

@@ -293,10 +293,11 @@ const STEP_SLOTS: usize = 1 << 14;
 /// instructions, where framehop would look up its module and rule cache
 /// every time.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(u8)] // a defined layout: zeroed memory reads as `Unknown` (see `Steps::new`)
 enum Step {
     /// Not learned yet (an empty slot).
     #[default]
-    Unknown,
+    Unknown = 0,
     /// The end of the stack.
     End,
     /// The caller's stack pointer (the canonical frame address) is the
@@ -456,15 +457,23 @@ struct Steps {
 }
 
 impl Steps {
-    /// An empty table; `None` without the memory for it.
+    /// An empty table; `None` without the memory for it. Zeroed by the
+    /// allocator, so pages no address hashes to are never touched (fresh
+    /// 256 KiB comes from the kernel already zero).
     fn new() -> Option<Self> {
-        let mut v = Vec::new();
-        v.try_reserve_exact(STEP_SLOTS).ok()?;
-        // Key 0 marks an empty slot: no code is at address 0.
-        v.resize(STEP_SLOTS, (0, Step::Unknown));
-        Some(Steps {
-            slots: v.into_boxed_slice().try_into().ok()?,
-        })
+        type Table = [(u64, Step); STEP_SLOTS];
+        let layout = std::alloc::Layout::new::<Table>();
+        // SAFETY: the layout is not zero-sized.
+        let table = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<Table>();
+        if table.is_null() {
+            return None;
+        }
+        // SAFETY: allocated by the global allocator with `Table`'s layout,
+        // and all-zero bytes are an empty table: key 0 (no code is at
+        // address 0) and `Step::Unknown`, discriminant 0 of a `repr(u8)`
+        // enum.
+        let slots = unsafe { Box::from_raw(table) };
+        Some(Steps { slots })
     }
 
     #[inline(always)]
@@ -472,10 +481,6 @@ impl Steps {
         let i = (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - STEP_SLOTS.trailing_zeros()))
             as usize;
         &mut self.slots[i % STEP_SLOTS]
-    }
-
-    fn clear(&mut self) {
-        self.slots.fill((0, Step::Unknown));
     }
 }
 
@@ -601,11 +606,11 @@ impl StackUnwinder {
         };
         self.unwinder = Some(unwinder);
         self.modules = infos;
-        // Learned steps may belong to code that is gone.
-        match &mut self.steps {
-            Some(s) => s.clear(),
-            None => self.steps = Steps::new(),
-        }
+        // Learned steps may belong to code that is gone. A new table
+        // rather than a cleared one: the old one is given back before the
+        // new is asked for, and untouched pages of the new stay unused.
+        self.steps = None;
+        self.steps = Steps::new();
         self.generation = Some(g);
         if self.caches.is_empty() {
             self.caches = (0..RULE_CACHES).map(|_| CacheX86_64::new_in()).collect();
@@ -882,6 +887,13 @@ mod tests {
             assert!(replayed.len() > depth as usize + 3, "{replayed:x?}");
         }
         assert!(u.replayed > 20, "{} frames replayed", u.replayed);
+    }
+
+    #[test]
+    fn a_new_step_table_is_empty() {
+        let mut steps = Steps::new().unwrap();
+        assert!(steps.slots.iter().all(|&slot| slot == (0, Step::Unknown)));
+        assert_eq!(*steps.slot(0x1234), (0, Step::Unknown));
     }
 
     #[test]
