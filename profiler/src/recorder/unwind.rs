@@ -314,8 +314,10 @@ enum Step {
         bp_on_bp: bool,
         bp_by_8: i16,
     },
-    /// Anything else (a signal frame, a DWARF expression, an address no
-    /// module holds): framehop every time, as it would be without this.
+    /// Anything else (a signal frame, a DWARF expression, a step framehop
+    /// fails on the made-up registers): framehop every time, as it would
+    /// be without this. (An address no module holds is not one: framehop
+    /// falls back to the frame pointer there, which is affine.)
     Framehop,
 }
 
