@@ -413,7 +413,7 @@ fn learn(
     let (Some(first), Some(second)) = (run(PROBES[0]), run(PROBES[1])) else {
         return Step::Framehop;
     };
-    let Some((r, new_sp, new_bp)) = first else {
+    let Some((_, new_sp, new_bp)) = first else {
         return if second.is_none() {
             Step::End
         } else {
@@ -443,9 +443,11 @@ fn learn(
         bp_on_bp,
         bp_by_8,
     };
+    // Replaying the model on both probes checks the return address too:
+    // it must be the word below the canonical frame address.
     let read = |a: u64| Some(probe_word(a));
     let model = |(sp, bp): (u64, u64)| step.apply(sp, bp, &read);
-    if r != probe_word(new_sp - 8) || model(PROBES[0]) != first || model(PROBES[1]) != second {
+    if model(PROBES[0]) != first || model(PROBES[1]) != second {
         return Step::Framehop;
     }
     step
