@@ -314,7 +314,10 @@ enum Step {
         bp_on_bp: bool,
         bp_by_8: i16,
     },
-    /// Anything else (a signal frame, a DWARF expression, a step framehop
+    /// The kernel's signal return trampoline (see [`is_sigreturn`]): the
+    /// interrupted registers are in the `ucontext_t` at the stack pointer.
+    Signal,
+    /// Anything else (a DWARF expression, a step framehop
     /// fails on the made-up registers): framehop every time, as it would
     /// be without this. (An address no module holds is not one: framehop
     /// falls back to the frame pointer there, which is affine.)
@@ -362,6 +365,56 @@ impl Step {
         let saved = read(bp_at)?;
         let new_bp = if bp_saved { saved } else { bp };
         (ret != 0).then_some((ret, cfa, new_bp))
+    }
+}
+
+/// The kernel's signal return trampoline on x86-64 Linux (glibc's and
+/// musl's `__restore_rt`): `mov $15, %rax; syscall` (`rt_sigreturn`). A
+/// signal handler returns to it, so it is the handler's return address, as
+/// libunwind recognises signal frames. framehop does not: glibc describes
+/// the trampoline with DWARF expressions it does not evaluate.
+const SIGRETURN: [u8; 9] = [0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05];
+
+/// Whether the code at `address` is the signal return trampoline. Reads
+/// code only inside a loaded module's executable mapping.
+fn is_sigreturn(modules: &[ModuleInfo], address: u64) -> bool {
+    let end = address.wrapping_add(SIGRETURN.len() as u64);
+    modules.iter().any(|m| {
+        m.range.start <= address && address < end && end <= m.range.end && {
+            // SAFETY: inside a mapped, readable executable segment
+            // (`dl_iterate_phdr`'s `PT_LOAD` with `PF_X`, which the loader
+            // maps readable too).
+            let code =
+                unsafe { core::slice::from_raw_parts(address as *const u8, SIGRETURN.len()) };
+            code == SIGRETURN
+        }
+    })
+}
+
+/// The interrupted registers of a signal frame whose `ucontext_t` is at
+/// `sp`: the instruction pointer (as a key, marked [`NOT_RETURN`]), stack
+/// and frame pointers; `None` on a read `read` refuses.
+fn signal_step(sp: u64, read: &impl Fn(u64) -> Option<u64>) -> Option<(u64, u64, u64)> {
+    let gregs = core::mem::offset_of!(libc::ucontext_t, uc_mcontext)
+        + core::mem::offset_of!(libc::mcontext_t, gregs);
+    let reg = |r: c_int| read(sp.wrapping_add((gregs + r as usize * 8) as u64));
+    let pc = reg(libc::REG_RIP)?;
+    (pc != 0).then_some((pc | NOT_RETURN, reg(libc::REG_RSP)?, reg(libc::REG_RBP)?))
+}
+
+/// Marks a step's key (a code address) that is not a return address: the
+/// first frame's, inside the unwinder, and an interrupted instruction
+/// under a signal frame. Their steps are different rules from those of a
+/// return address one past them (framehop looks up the address itself
+/// rather than the one before it).
+const NOT_RETURN: u64 = 1 << 63;
+
+/// The frame address a step's key stands for.
+fn frame_address(key: u64) -> Option<FrameAddress> {
+    if key & NOT_RETURN != 0 {
+        Some(FrameAddress::from_instruction_pointer(key & !NOT_RETURN))
+    } else {
+        FrameAddress::from_return_address(key)
     }
 }
 
@@ -688,6 +741,7 @@ impl StackUnwinder {
             leaf: true,
             skip: self.skip.clone(),
         };
+        let modules = &self.modules;
         let mut steps = if replay { self.steps.as_mut() } else { None };
         let mut address = FrameAddress::from_instruction_pointer(pc);
         let (mut sp, mut bp) = (sp, bp);
@@ -695,13 +749,21 @@ impl StackUnwinder {
         loop {
             let next = match steps.as_deref_mut() {
                 Some(steps) => {
-                    // The first frame's step (from inside this function)
-                    // is a different rule from a return address's.
-                    let key = address.address() | ((!address.is_return_address() as u64) << 63);
+                    let key = address.address()
+                        | if address.is_return_address() {
+                            0
+                        } else {
+                            NOT_RETURN
+                        };
                     let slot = steps.slot(key);
                     if slot.0 != key {
                         let cache = cache_for(caches, address.address());
-                        *slot = (key, learn(unwinder, cache, address));
+                        let step = if key == address.address() && is_sigreturn(modules, key) {
+                            Step::Signal
+                        } else {
+                            learn(unwinder, cache, address)
+                        };
+                        *slot = (key, step);
                     }
                     match slot.1 {
                         Step::Affine { .. } => {
@@ -709,18 +771,24 @@ impl StackUnwinder {
                             slot.1.apply(sp, bp, &read)
                         }
                         Step::End | Step::Unknown => None,
+                        Step::Signal => signal_step(sp, &read),
                         Step::Framehop => framehop_step(caches, address, sp, bp),
                     }
                 }
+                None if address.is_return_address() && is_sigreturn(modules, address.address()) => {
+                    signal_step(sp, &read)
+                }
                 None => framehop_step(caches, address, sp, bp),
             };
-            let Some((ret, caller_sp, caller_bp)) = next else {
+            // The caller's key: a signal frame's is the interrupted
+            // instruction, not a return address.
+            let Some((caller, caller_sp, caller_bp)) = next else {
                 break;
             };
-            if !emit.push(ret) {
+            if !emit.push(caller & !NOT_RETURN) {
                 break;
             }
-            let Some(a) = FrameAddress::from_return_address(ret) else {
+            let Some(a) = frame_address(caller) else {
                 break;
             };
             (address, sp, bp) = (a, caller_sp, caller_bp);
@@ -979,7 +1047,7 @@ mod tests {
             }
             raise_here();
             let state = SIGNALLED.lock().unwrap();
-            let (_, replayed, plain) = state.as_ref().unwrap();
+            let (u, replayed, plain) = state.as_ref().unwrap();
             // The first frame is the call site inside `capture_both`, which
             // differs; from the handler out the frames are the same.
             assert_eq!(
@@ -987,10 +1055,23 @@ mod tests {
                 plain[1..],
                 "{replayed:x?} against {plain:x?}"
             );
+            // The handler returns to the kernel's trampoline; the frames
+            // outside it are those the signal interrupted: `raise` in libc,
+            // then the call in `raise_here` (a few bytes in: it is short).
+            let t = replayed
+                .iter()
+                .position(|&a| is_sigreturn(u.modules(), a))
+                .unwrap_or_else(|| panic!("no signal frame: {replayed:x?}"));
             let f = raise_here as *const () as u64;
+            let in_raise_here = |a: u64| a > f && a < f + 64;
+            let in_here = |a: u64| {
+                u.modules()
+                    .iter()
+                    .any(|m| m.range.contains(&a) && m.range.contains(&f))
+            };
             assert!(
-                replayed.iter().any(|&a| a > f && a < f + 256),
-                "the frame the signal interrupted is missing: {replayed:x?}"
+                !in_here(replayed[t + 1]) && replayed[t + 2..].iter().any(|&a| in_raise_here(a)),
+                "the frames the signal interrupted are missing: {replayed:x?}"
             );
         }
     }
