@@ -303,10 +303,12 @@ enum Step {
     /// The caller's stack pointer (the canonical frame address) is the
     /// frame pointer if `cfa_on_bp`, else the stack pointer, plus
     /// `8 * cfa_by_8`; the return address is the word below it. The
-    /// caller's frame pointer is unchanged, or if `bp_saved` read from the
-    /// stack at the frame pointer if `bp_on_bp`, else the stack pointer,
-    /// plus `8 * bp_by_8`. (Flags rather than nested enums: replaying
-    /// selects between registers without branching on the rule.)
+    /// word at the frame pointer if `bp_on_bp`, else the stack pointer,
+    /// plus `8 * bp_by_8` is read, and it is the caller's frame pointer if
+    /// `bp_saved`; if not, that word is the return address's (read again
+    /// rather than branched around) and the frame pointer is unchanged.
+    /// (Flags rather than nested enums: replaying selects between
+    /// registers without branching on the rule.)
     Affine {
         cfa_on_bp: bool,
         cfa_by_8: i16,
@@ -355,14 +357,7 @@ impl Step {
             return None;
         }
         let ret = read(cfa - 8)?;
-        // An unchanged frame pointer reads the return address's word again
-        // rather than branch around the read.
-        let bp_at = if bp_saved {
-            at(if bp_on_bp { bp } else { sp }, bp_by_8)
-        } else {
-            cfa - 8
-        };
-        let saved = read(bp_at)?;
+        let saved = read(at(if bp_on_bp { bp } else { sp }, bp_by_8))?;
         let new_bp = if bp_saved { saved } else { bp };
         (ret != 0).then_some((ret, cfa, new_bp))
     }
@@ -480,7 +475,12 @@ fn learn(
         (None, None) => return Step::Framehop,
     };
     let (bp_saved, bp_on_bp, bp_by_8) = if new_bp == bp {
-        (false, false, 0)
+        // The frame pointer's word is then the return address's, read
+        // again rather than branched around in `Step::apply`.
+        let Some(below) = cfa.1.checked_sub(1) else {
+            return Step::Framehop;
+        };
+        (false, cfa.0, below)
     } else {
         let at = probe_address(new_bp);
         match (words_from(sp, at), words_from(bp, at)) {
@@ -531,6 +531,37 @@ impl Steps {
         // enum.
         let slots = unsafe { Box::from_raw(table) };
         Some(Steps { slots })
+    }
+
+    /// Replays learned steps from the return address `ret` and the stack
+    /// and frame pointers `sp` and `bp`, frame after frame, handing each
+    /// caller's return address to `emit` (which is past the leaf), and
+    /// leaves the registers at the first frame it has no affine step for.
+    /// True if it reached the end of the stack or filled `emit`. The
+    /// common case of [`StackUnwinder::capture`], without its per-frame
+    /// choices (learning, framehop, signal frames, the leaf).
+    #[inline(always)]
+    fn replay(
+        &mut self,
+        (ret, sp, bp): (&mut u64, &mut u64, &mut u64),
+        read: &impl Fn(u64) -> Option<u64>,
+        emit: &mut Emit<'_>,
+        replayed: &mut u64,
+    ) -> bool {
+        loop {
+            let &mut (key, step) = self.slot(*ret);
+            if key != *ret || !matches!(step, Step::Affine { .. }) {
+                return false;
+            }
+            let Some((caller, caller_sp, caller_bp)) = step.apply(*sp, *bp, read) else {
+                return true;
+            };
+            *replayed += 1;
+            if !emit.push_outer(caller) {
+                return true;
+            }
+            (*ret, *sp, *bp) = (caller, caller_sp, caller_bp);
+        }
     }
 
     #[inline(always)]
@@ -587,6 +618,15 @@ struct Emit<'a> {
 impl Emit<'_> {
     fn full(&self) -> bool {
         self.n == MAX_FRAMES
+    }
+
+    /// Takes the return address (not 0) of a frame outside the leaf;
+    /// false when full.
+    #[inline(always)]
+    fn push_outer(&mut self, ret: u64) -> bool {
+        self.out[self.n].write(ret);
+        self.n += 1;
+        !self.full()
     }
 
     /// Takes one return address; false at the end of the stack or when full.
@@ -718,15 +758,20 @@ impl StackUnwinder {
             );
         }
         // Only the live part of the stack: from here up to its top.
-        let lo = sp.max(stack.start);
+        let lo = sp.max(stack.start).next_multiple_of(8);
         // Words may start from `lo` to `hi - 8`: `addr - lo` at most `span`.
         let Some(span) = stack.end.checked_sub(lo).and_then(|n| n.checked_sub(8)) else {
             return &[];
         };
+        // With `lo` a multiple of 8, one comparison checks both the range
+        // and the alignment: rotating puts a misaligned offset's low bits at
+        // the top, above any span.
+        let words = span / 8;
         let read = move |addr: u64| -> Option<u64> {
-            if addr.wrapping_sub(lo) <= span && addr % 8 == 0 {
+            if addr.wrapping_sub(lo).rotate_right(3) <= words {
                 // SAFETY: inside this thread's own stack, which is mapped
-                // from the current frame up to its top.
+                // from the current frame up to its top, and aligned (as
+                // `lo` is).
                 Some(unsafe { core::ptr::read_volatile(addr as *const u64) })
             } else {
                 None
@@ -747,6 +792,25 @@ impl StackUnwinder {
         let (mut sp, mut bp) = (sp, bp);
         let mut replayed = 0;
         loop {
+            if let Some(steps) = steps.as_deref_mut()
+                && !emit.leaf
+                && address.is_return_address()
+            {
+                let mut ret = address.address();
+                if steps.replay(
+                    (&mut ret, &mut sp, &mut bp),
+                    &read,
+                    &mut emit,
+                    &mut replayed,
+                ) {
+                    break;
+                }
+                // Not 0: a return address `emit` took (or the one it started from).
+                let Some(a) = FrameAddress::from_return_address(ret) else {
+                    break;
+                };
+                address = a;
+            }
             let next = match steps.as_deref_mut() {
                 Some(steps) => {
                     let key = address.address()
