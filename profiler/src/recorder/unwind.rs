@@ -333,7 +333,7 @@ impl Step {
     /// up, and a return address of 0 ends the stack.
     #[inline(always)]
     fn apply(
-        self,
+        &self,
         sp: u64,
         bp: u64,
         read: &impl Fn(u64) -> Option<u64>,
@@ -344,7 +344,7 @@ impl Step {
             bp_saved,
             bp_on_bp,
             bp_by_8,
-        } = self
+        } = *self
         else {
             return None;
         };
@@ -549,8 +549,8 @@ impl Steps {
         replayed: &mut u64,
     ) -> bool {
         loop {
-            let &mut (key, step) = self.slot(*ret);
-            if key != *ret || !matches!(step, Step::Affine { .. }) {
+            let (key, step) = &*self.slot(*ret);
+            if *key != *ret || !matches!(step, Step::Affine { .. }) {
                 return false;
             }
             let Some((caller, caller_sp, caller_bp)) = step.apply(*sp, *bp, read) else {
