@@ -404,6 +404,17 @@ fn signal_step(sp: u64, read: &impl Fn(u64) -> Option<u64>) -> Option<(u64, u64,
 /// rather than the one before it).
 const NOT_RETURN: u64 = 1 << 63;
 
+/// The key of the step from `address` (see [`NOT_RETURN`]).
+#[inline(always)]
+fn step_key(address: FrameAddress) -> u64 {
+    address.address()
+        | if address.is_return_address() {
+            0
+        } else {
+            NOT_RETURN
+        }
+}
+
 /// The frame address a step's key stands for.
 fn frame_address(key: u64) -> Option<FrameAddress> {
     if key & NOT_RETURN != 0 {
@@ -506,6 +517,17 @@ fn learn(
     step
 }
 
+/// Where replaying learned steps stopped (see [`Steps::replay`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    /// At the end of the stack, or with the frame buffer full.
+    End,
+    /// At a frame with no learned affine step.
+    NotReplayed,
+    /// At the first frame past the leaf.
+    PastLeaf,
+}
+
 /// Learned steps by return address: a direct-mapped table, replaced on a
 /// collision.
 struct Steps {
@@ -533,34 +555,64 @@ impl Steps {
         Some(Steps { slots })
     }
 
-    /// Replays learned steps from the return address `ret` and the stack
+    /// Replays learned steps from the frame with step key `at` and stack
     /// and frame pointers `sp` and `bp`, frame after frame, handing each
-    /// caller's return address to `emit` (which is past the leaf), and
-    /// leaves the registers at the first frame it has no affine step for.
-    /// True if it reached the end of the stack or filled `emit`. The
-    /// common case of [`StackUnwinder::capture`], without its per-frame
-    /// choices (learning, framehop, signal frames, the leaf).
+    /// caller's return address to `emit`, and leaves the registers at the
+    /// first frame it has no affine step for. True if it reached the end of
+    /// the stack or filled `emit`. The common case of
+    /// [`StackUnwinder::capture`], without its per-frame choices (learning,
+    /// framehop, signal frames).
     #[inline(always)]
     fn replay(
         &mut self,
-        (ret, sp, bp): (&mut u64, &mut u64, &mut u64),
+        (at, sp, bp): (&mut u64, &mut u64, &mut u64),
         read: &impl Fn(u64) -> Option<u64>,
         emit: &mut Emit<'_>,
         replayed: &mut u64,
     ) -> bool {
+        // The leaf's few frames first, then the rest with no test for the
+        // leaf in the loop.
+        let mut stop = Stop::PastLeaf;
+        if emit.leaf {
+            stop = self.replay_while::<true>((at, sp, bp), read, emit, replayed);
+        }
+        if stop == Stop::PastLeaf {
+            stop = self.replay_while::<false>((at, sp, bp), read, emit, replayed);
+        }
+        stop == Stop::End
+    }
+
+    /// [`Steps::replay`] while `emit` is at the leaf if `LEAF`, else to
+    /// the end.
+    #[inline(always)]
+    fn replay_while<const LEAF: bool>(
+        &mut self,
+        (at, sp, bp): (&mut u64, &mut u64, &mut u64),
+        read: &impl Fn(u64) -> Option<u64>,
+        emit: &mut Emit<'_>,
+        replayed: &mut u64,
+    ) -> Stop {
         loop {
-            let (key, step) = &*self.slot(*ret);
-            if *key != *ret || !matches!(step, Step::Affine { .. }) {
-                return false;
+            let (key, step) = &*self.slot(*at);
+            if *key != *at || !matches!(step, Step::Affine { .. }) {
+                return Stop::NotReplayed;
             }
             let Some((caller, caller_sp, caller_bp)) = step.apply(*sp, *bp, read) else {
-                return true;
+                return Stop::End;
             };
             *replayed += 1;
-            if !emit.push_outer(caller) {
-                return true;
+            let room = if LEAF {
+                emit.push(caller)
+            } else {
+                emit.push_outer(caller)
+            };
+            if !room {
+                return Stop::End;
             }
-            (*ret, *sp, *bp) = (caller, caller_sp, caller_bp);
+            (*at, *sp, *bp) = (caller, caller_sp, caller_bp);
+            if LEAF && !emit.leaf {
+                return Stop::PastLeaf;
+            }
         }
     }
 
@@ -620,24 +672,30 @@ impl Emit<'_> {
         self.n == MAX_FRAMES
     }
 
-    /// Takes the return address (not 0) of a frame outside the leaf;
-    /// false when full.
+    /// Takes the return address (not 0) of a frame past the leaf; false
+    /// when full.
     #[inline(always)]
     fn push_outer(&mut self, ret: u64) -> bool {
-        self.out[self.n].write(ret);
+        debug_assert!(!self.leaf && ret != 0 && !self.full());
+        // SAFETY: `n < MAX_FRAMES`: every push that fills `out` returns
+        // false, and no capture pushes again after that.
+        unsafe { self.out.get_unchecked_mut(self.n) }.write(ret);
         self.n += 1;
         !self.full()
     }
 
     /// Takes one return address; false at the end of the stack or when full.
+    #[inline(always)]
     fn push(&mut self, ret: u64) -> bool {
         if ret == 0 {
             return false;
         }
-        if self.leaf && self.skip.contains(&ret) {
-            return true;
+        if self.leaf {
+            if self.skip.contains(&ret) {
+                return true;
+            }
+            self.leaf = false;
         }
-        self.leaf = false;
         self.out[self.n].write(ret);
         self.n += 1;
         !self.full()
@@ -792,33 +850,21 @@ impl StackUnwinder {
         let (mut sp, mut bp) = (sp, bp);
         let mut replayed = 0;
         loop {
-            if let Some(steps) = steps.as_deref_mut()
-                && !emit.leaf
-                && address.is_return_address()
-            {
-                let mut ret = address.address();
-                if steps.replay(
-                    (&mut ret, &mut sp, &mut bp),
-                    &read,
-                    &mut emit,
-                    &mut replayed,
-                ) {
+            if let Some(steps) = steps.as_deref_mut() {
+                let mut at = step_key(address);
+                if steps.replay((&mut at, &mut sp, &mut bp), &read, &mut emit, &mut replayed) {
                     break;
                 }
-                // Not 0: a return address `emit` took (or the one it started from).
-                let Some(a) = FrameAddress::from_return_address(ret) else {
+                // A return address `emit` took (not 0), or the key it
+                // started from.
+                let Some(a) = frame_address(at) else {
                     break;
                 };
                 address = a;
             }
             let next = match steps.as_deref_mut() {
                 Some(steps) => {
-                    let key = address.address()
-                        | if address.is_return_address() {
-                            0
-                        } else {
-                            NOT_RETURN
-                        };
+                    let key = step_key(address);
                     let slot = steps.slot(key);
                     if slot.0 != key {
                         let cache = cache_for(caches, address.address());
