@@ -32,7 +32,7 @@ use core::ops::Range;
 use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering::Relaxed};
 
 use super::clock::Tsc;
-use super::lock::{AtFork, SpinLock};
+use super::lock::{AtFork, SpinGuard, SpinLock};
 use super::tables::{Chunks, Sharded, StackHash, max_shard_bytes};
 use super::thread::{Body, ThreadState, enter};
 use super::unwind::{self, StackUnwinder};
@@ -330,14 +330,6 @@ unsafe extern "C" fn stacked<B: StackBody>(
     st.busy.set(true);
     // While busy, every allocation comes here (and is counted above).
     let resume = st.countdown.replace(-1);
-    let mut buf = unwind::frame_buf();
-    // Short of memory, no new stack is taken (it may allocate): dropped.
-    let starved = sample && is_short_of_memory();
-    let frames = if sample && !starved {
-        capture(st, &mut buf)
-    } else {
-        &[]
-    };
     let start = Tsc::now();
     // SAFETY: forwarded from the caller.
     let out = unsafe { enter(t, body) };
@@ -353,8 +345,25 @@ unsafe extern "C" fn stacked<B: StackBody>(
         0
     };
     let new = if sample { body.handed_out(&out) } else { 0 };
+    // The stack is taken after the call (the frames above this one are the
+    // same), under the lock the tables are updated under: one acquisition.
+    // Short of memory, no new stack is taken (it may allocate): dropped.
+    let starved = new != 0 && is_short_of_memory();
+    let take_stack = new != 0 && !starved;
+    // Outside the lock: it takes the loader's lock (see `unwind`).
+    let generation = if take_stack {
+        Some(unwind::generation())
+    } else {
+        None
+    };
     if released != 0 || new != 0 {
-        let Some(mut s) = STATE.lock_within(WAIT_YIELDS) else {
+        let locked = STATE.lock_within(WAIT_YIELDS);
+        let mut buf = unwind::frame_buf();
+        let (locked, frames) = match (locked, generation) {
+            (Some(s), Some(g)) => capture(s, g, st, &mut buf),
+            (locked, _) => (locked, &[][..]),
+        };
+        let Some(mut s) = locked else {
             // Not recorded rather than waited for (see `WAIT_YIELDS`): a
             // new block's stack is lost; a freed tracked block stays in
             // the table until its address is handed out again.
@@ -393,26 +402,33 @@ unsafe extern "C" fn stacked<B: StackBody>(
     out
 }
 
-/// Unwinds the calling thread into `buf`, returning the frames found (none
-/// if that is not possible).
-fn capture<'b>(st: &StackThread, buf: &'b mut unwind::FrameBuf) -> &'b [u64] {
-    let Some(stack) = st.stack() else { return &[] };
-    // Outside the lock: it takes the loader's lock (see `unwind`).
-    let generation = unwind::generation();
-    let Some(mut s) = STATE.lock_within(WAIT_YIELDS) else {
-        return &[];
+/// Unwinds the calling thread into `buf` with the lock held, returning the
+/// lock (`None` if it had to be let go to read the module list and could
+/// not be taken again) and the frames found (none if that is not
+/// possible). `generation` is the loader's, read before the lock was taken.
+fn capture<'l, 'b>(
+    mut s: SpinGuard<'l, State>,
+    generation: unwind::Generation,
+    st: &StackThread,
+    buf: &'b mut unwind::FrameBuf,
+) -> (Option<SpinGuard<'l, State>>, &'b [u64]) {
+    let Some(stack) = st.stack() else {
+        return (Some(s), &[]);
     };
     if !s.unwinder.is_current(generation) {
+        // Reading the module list takes the loader's lock: not while
+        // holding this one.
         drop(s);
         let modules = unwind::loaded_modules();
         let Some(again) = STATE.lock_within(WAIT_YIELDS) else {
-            return &[];
+            return (None, &[]);
         };
         s = again;
         s.remember_modules(&modules.0);
         s.unwinder.install(generation, modules);
     }
-    s.unwinder.capture(stack, buf)
+    let frames = s.unwinder.capture(stack, buf);
+    (Some(s), frames)
 }
 
 /// A growth step of the site table is one chunk of 4,096 sites (352 KiB),
