@@ -350,17 +350,19 @@ unsafe extern "C" fn stacked<B: StackBody>(
     // Short of memory, no new stack is taken (it may allocate): dropped.
     let starved = new != 0 && is_short_of_memory();
     let take_stack = new != 0 && !starved;
-    // Outside the lock: it takes the loader's lock (see `unwind`).
-    let generation = if take_stack {
-        Some(unwind::generation())
+    // Outside the lock: the loader's generation takes the loader's lock
+    // (see `unwind`), and a thread's first look at its stack bounds reads
+    // /proc/self/maps.
+    let to_capture = if take_stack {
+        st.stack().map(|stack| (stack, unwind::generation()))
     } else {
         None
     };
     if released != 0 || new != 0 {
         let locked = STATE.lock_within(WAIT_YIELDS);
         let mut buf = unwind::frame_buf();
-        let (locked, frames) = match (locked, generation) {
-            (Some(s), Some(g)) => capture(s, g, st, &mut buf),
+        let (locked, frames) = match (locked, to_capture) {
+            (Some(s), Some((stack, g))) => capture(s, stack, g, &mut buf),
             (locked, _) => (locked, &[][..]),
         };
         let Some(mut s) = locked else {
@@ -402,19 +404,17 @@ unsafe extern "C" fn stacked<B: StackBody>(
     out
 }
 
-/// Unwinds the calling thread into `buf` with the lock held, returning the
-/// lock (`None` if it had to be let go to read the module list and could
-/// not be taken again) and the frames found (none if that is not
-/// possible). `generation` is the loader's, read before the lock was taken.
+/// Unwinds the calling thread, whose stack mapping is `stack`, into `buf`
+/// with the lock held, returning the lock (`None` if it had to be let go
+/// to read the module list and could not be taken again) and the frames
+/// found (none if that is not possible). `generation` is the loader's,
+/// read before the lock was taken.
 fn capture<'l, 'b>(
     mut s: SpinGuard<'l, State>,
+    stack: Range<u64>,
     generation: unwind::Generation,
-    st: &StackThread,
     buf: &'b mut unwind::FrameBuf,
 ) -> (Option<SpinGuard<'l, State>>, &'b [u64]) {
-    let Some(stack) = st.stack() else {
-        return (Some(s), &[]);
-    };
     if !s.unwinder.is_current(generation) {
         // Reading the module list takes the loader's lock: not while
         // holding this one.
