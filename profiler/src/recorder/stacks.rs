@@ -380,18 +380,32 @@ unsafe extern "C" fn stacked<B: StackBody>(
             st.busy.set(false);
             return out;
         };
-        if released != 0 {
-            // The call's time goes to the new block's stack when there is
-            // one (it is an allocation), else to the freed block's.
-            s.sites.free(released, if new != 0 { 0 } else { ticks });
+        // Benchmark builds that leave out the tables' work, to measure what
+        // it costs (docs/performance.md): all of it, or all but finding
+        // the stack's site.
+        #[cfg(any(allocmux_bench = "no_tables", allocmux_bench = "stack_table_only"))]
+        {
+            #[cfg(allocmux_bench = "stack_table_only")]
+            if new != 0 && !frames.is_empty() {
+                core::hint::black_box(s.sites.site(frames));
+            }
+            core::hint::black_box((&mut s, released, frames, ticks, starved));
         }
-        if new != 0 {
-            let size = body.request().unwrap_or(0) as u64;
-            if frames.is_empty() {
-                s.sites.lost += 1;
-                s.sites.degraded += starved as u64;
-            } else {
-                s.sites.alloc(new, size, frames, ticks);
+        #[cfg(not(any(allocmux_bench = "no_tables", allocmux_bench = "stack_table_only")))]
+        {
+            if released != 0 {
+                // The call's time goes to the new block's stack when there
+                // is one (it is an allocation), else to the freed block's.
+                s.sites.free(released, if new != 0 { 0 } else { ticks });
+            }
+            if new != 0 {
+                let size = body.request().unwrap_or(0) as u64;
+                if frames.is_empty() {
+                    s.sites.lost += 1;
+                    s.sites.degraded += starved as u64;
+                } else {
+                    s.sites.alloc(new, size, frames, ticks);
+                }
             }
         }
     }
