@@ -135,36 +135,34 @@ fn facts(what: &str, p: &ProcessProfile) -> String {
 }
 
 /// Threads allocate under an address-space limit until malloc says no,
-/// then free everything: the program finishes, under every stack mode.
-/// glibc's heap is the shim's own heap too, so under the system allocator
-/// with every block tracked the recorder must have run out with the
-/// program, and the profile says so. (mimalloc's threads may not run out:
-/// their segments were reserved before the limit. The recorder's heap,
-/// glibc's, is bound by it all the same.)
+/// then free everything: the program finishes, under every stack mode,
+/// and its profile adds up (`run_case`). glibc's heap is the shim's own
+/// heap too, so under the system allocator the recorder competes with the
+/// program for the last megabytes; whether it runs out as well depends on
+/// where the limit falls (in exact mode its block map takes a 256 KiB
+/// leaf when the heap first reaches a new MiB), so that is not asserted
+/// here: the mappings case below runs it out, and the unit tests of the
+/// block map and the stack table run each out on its own.
+/// (mimalloc's threads may not run out: their segments were reserved
+/// before the limit.)
 fn address_space_limit(backend: &str) {
     for stacks in STACK_MODES {
-        let (p, said) = run_case(backend, stacks, &["rlimit", "4", "64"], &[]);
+        let (_, said) = run_case(backend, stacks, &["rlimit", "4", "64"], &[]);
         assert!(
             said.nulls > 0 || backend == "mimalloc",
             "{backend}, {stacks}: the limit was reached"
         );
-        if backend == "system" && stacks == "exact" {
-            assert!(
-                p.stacks.degraded > 0,
-                "the recorder ran out too: {}",
-                facts(backend, &p)
-            );
-        }
     }
 }
 
 /// A process at the kernel's limit on mappings allocates and frees from
 /// many stacks, and exits with the limit still reached: the program
 /// finishes and the exit profile is written. With every block tracked
-/// the recorder cannot grow its block map, and the profile says so.
-/// (Under mimalloc the recorder's heap is mimalloc's, which still holds
-/// the 64 MiB the program gave back before the limit: the block map may
-/// grow in it, and then `run_case` has checked that nothing was lost.)
+/// the recorder runs out in the heap the program fills (nothing new can
+/// be mapped), and the profile says so. (Under mimalloc the recorder's
+/// heap is mimalloc's, which still holds the 64 MiB the program gave back
+/// before the limit: the recorder may grow in it, and then `run_case` has
+/// checked that nothing was lost.)
 fn mapping_count_limit(backend: &str) {
     for stacks in STACK_MODES {
         let (p, said) = run_case(backend, stacks, &["maps"], &[]);

@@ -26,6 +26,7 @@
 //! ([`AllocatorStats`](crate::AllocatorStats)) are read here too.
 
 mod allocator_stats;
+mod block_map;
 mod clock;
 mod counters;
 pub mod env;

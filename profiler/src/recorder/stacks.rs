@@ -31,6 +31,7 @@ use core::fmt::{self, Write};
 use core::ops::Range;
 use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering::Relaxed};
 
+use super::block_map::{BLOCK_SHARDS, Block, BlockMap, Inserted};
 use super::clock::Tsc;
 use super::lock::{AtFork, SpinGuard, SpinLock};
 use super::tables::{Chunks, Sharded, StackHash, max_shard_bytes};
@@ -227,7 +228,7 @@ pub fn configure(mode: StackMode, skip_own_module: bool) {
     match mode {
         StackMode::Off => MODE.store(MODE_OFF, Relaxed),
         StackMode::Sample { mean_bytes } => {
-            st.sites.mean = mean_bytes.max(1);
+            st.sites = Sites::with_mean(mean_bytes.max(1));
             MEAN_BYTES.store(mean_bytes.max(1), Relaxed);
             MODE.store(MODE_SAMPLE, Relaxed);
         }
@@ -451,10 +452,9 @@ const SITE_CHUNK: usize = 4096;
 const FRAME_CHUNK: usize = 65_536;
 /// A snapshot's stacks, 4,096 (320 KiB) a chunk.
 const COPY_CHUNK: usize = 4096;
-/// Shards of the stack index and of the block map (see [`Sharded`]): at
-/// most 14.7 million distinct stacks and 117 million tracked blocks.
+/// Shards of the stack index (see [`Sharded`]): at most 14.7 million
+/// distinct stacks.
 const INDEX_SHARDS: usize = 256;
-const BLOCK_SHARDS: usize = 2048;
 /// The end of a chain of sites whose stacks have the same hash.
 const NO_SITE: u32 = u32::MAX;
 /// No growth step of the recorder's tables may allocate more than this.
@@ -508,13 +508,6 @@ impl Site {
     }
 }
 
-/// A tracked live block.
-#[derive(Clone, Copy)]
-struct Block {
-    site: u32,
-    size: u64,
-}
-
 /// The stacks seen, the tracked blocks, and the peak bookkeeping.
 ///
 /// Every table grows in small, fallible steps ([`Chunks`], [`Sharded`]), so
@@ -523,8 +516,9 @@ struct Block {
 /// (a new stack also in `lost`). The largest single allocation, at any
 /// size the tables can reach, is a block-map shard at its bound,
 /// `max_shard_bytes::<usize, Block>()` = 3,276,816 bytes (3.1 MiB); then
-/// a stack-index shard (2.1 MiB), a frame chunk (512 KiB), a site chunk
-/// (352 KiB) and the block map's 2,048 shard headers (64 KiB). The
+/// a stack-index shard (2.1 MiB), a frame chunk or the block map's
+/// page-map root (512 KiB), a site chunk (352 KiB), a page-map leaf (256
+/// KiB) and the block map's 2,048 shard headers (64 KiB). The
 /// `sites_never_allocate_more_than_a_shard_at_once` test holds them to it.
 ///
 /// Each stack's return addresses are stored once, in the frame store; the
@@ -534,7 +528,7 @@ struct Sites {
     index: Sharded<u64, u32, INDEX_SHARDS>,
     frames: Chunks<u64, FRAME_CHUNK>,
     sites: Chunks<Site, SITE_CHUNK>,
-    blocks: Sharded<usize, Block, BLOCK_SHARDS>,
+    blocks: BlockMap,
     /// Estimated live bytes of all tracked blocks, and their highest value.
     live: f64,
     peak: f64,
@@ -553,24 +547,26 @@ struct Sites {
 
 impl Default for Sites {
     fn default() -> Self {
-        Sites::new()
+        Sites::with_mean(0)
     }
 }
 
 impl Sites {
-    const fn new() -> Self {
+    /// Empty tables for recording with `mean` bytes between samples (0:
+    /// exact).
+    const fn with_mean(mean: u64) -> Self {
         Sites {
             index: Sharded::new(),
             frames: Chunks::new(),
             sites: Chunks::new(),
-            blocks: Sharded::new(),
+            blocks: BlockMap::new(mean == 0),
             live: 0.0,
             peak: 0.0,
             ops: 0,
             peak_op: 0,
             lost: 0,
             degraded: 0,
-            mean: 0,
+            mean,
         }
     }
 
@@ -642,18 +638,16 @@ impl Sites {
         // A block that cannot be tracked (no memory for its entry) counts
         // as an allocation of its stack but not as live: its free would
         // not be seen.
-        let tracked = if may_grow() {
-            self.blocks.make_room(addr)
-        } else {
-            self.blocks.has_room(addr)
-        };
+        let inserted = self
+            .blocks
+            .insert(addr, Block { site: i, size }, may_grow());
         let w = weight(size, self.mean);
         let s = self.touch(i);
         s.samples += 1;
         s.allocs += w;
         s.bytes += w * size as f64;
         s.ticks += w * ticks as f64;
-        if !tracked {
+        if inserted == Inserted::NoRoom {
             self.degraded += 1;
             return;
         }
@@ -664,7 +658,7 @@ impl Sites {
             self.peak = self.live;
             self.peak_op = self.ops;
         }
-        if let Some(old) = self.blocks.insert(addr, Block { site: i, size }) {
+        if let Inserted::Replaced(old) = inserted {
             // The allocator handed out a block we thought live: its free
             // was not seen (freed before recording began, or by a path
             // around the hooks). Forget the stale one.
@@ -791,7 +785,7 @@ fn try_clone_modules(modules: &[unwind::ModuleInfo]) -> Option<Vec<unwind::Modul
 
 static STATE: SpinLock<State> = SpinLock::new(State {
     unwinder: StackUnwinder::new(false),
-    sites: Sites::new(),
+    sites: Sites::with_mean(0),
     modules: Vec::new(),
 });
 
@@ -1062,10 +1056,7 @@ pub fn after_fork_child_keeping_stacks() {
 fn rebuild_orphaned_state() {
     let fresh = State {
         unwinder: StackUnwinder::new(SKIP_OWN_MODULE.load(Relaxed)),
-        sites: Sites {
-            mean: MEAN_BYTES.load(Relaxed),
-            ..Sites::default()
-        },
+        sites: Sites::with_mean(MEAN_BYTES.load(Relaxed)),
         modules: Vec::new(),
     };
     // SAFETY: only from a fork child's handler, with one thread and the lock
@@ -1091,10 +1082,7 @@ pub fn after_fork_child() {
     UNSTACKED.store(0, Relaxed);
     UNRECORDED.store(0, Relaxed);
     let mut s = STATE.lock();
-    let fresh = Sites {
-        mean: MEAN_BYTES.load(Relaxed),
-        ..Sites::default()
-    };
+    let fresh = Sites::with_mean(MEAN_BYTES.load(Relaxed));
     // Forgotten, not freed: a fork from a signal handler may have
     // interrupted the heap this memory came from in the middle of a change.
     core::mem::forget(core::mem::replace(&mut s.sites, fresh));
@@ -1107,7 +1095,6 @@ pub fn after_fork_child() {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tables::Spread;
     use super::super::test_alloc;
     use super::*;
 
@@ -1236,12 +1223,11 @@ mod tests {
         let mut s = Sites::default();
         let (a, b) = (stack(1, 5), stack(2, 5));
         s.alloc(0x1000, 100, &a, 1);
-        // Addresses in the block's shard, until that shard must grow.
-        let shard = |addr: usize| addr.spread() >> (64 - BLOCK_SHARDS.trailing_zeros());
-        let same: Vec<usize> = (1..)
-            .map(|i| 0x1000 + i * 16)
-            .filter(|&x| shard(x) == shard(0x1000))
-            .take(8)
+        // Four blocks under the page-map leaf of the first, which need no
+        // room, and four in the next leaf (a MiB on), which does.
+        let same: Vec<usize> = (1..=4)
+            .map(|i| 0x1000 + i * 32)
+            .chain((0..4).map(|i| 0x1000 + (1 << 20) + i * 32))
             .collect();
         test_alloc::without_memory(|| {
             s.alloc(0x2000, 100, &b, 1); // a new stack: no room
@@ -1250,16 +1236,10 @@ mod tests {
             }
         });
         assert_eq!(s.sites.len(), 1);
-        assert_eq!(s.lost, 1);
-        let untracked = s.degraded - 1;
-        assert!((1..8).contains(&untracked), "{untracked}");
-        let tracked = 8 - untracked;
+        assert_eq!((s.lost, s.degraded), (1, 5));
         let c = s.counts(0);
         assert_eq!((c.allocs, c.bytes), (9, 180));
-        assert_eq!(
-            (c.live_allocs, c.live_bytes),
-            (1 + tracked, 100 + 10 * tracked)
-        );
+        assert_eq!((c.live_allocs, c.live_bytes), (5, 140));
         // Freeing them all leaves only the first block live.
         for &addr in &same {
             s.free(addr, 0);
