@@ -446,7 +446,7 @@ fn capture<'l, 'b>(
     (Some(s), frames)
 }
 
-/// A growth step of the site table is one chunk of 4,096 sites (352 KiB),
+/// A growth step of the site table is one chunk of 4,096 sites (384 KiB),
 /// of the frame store one of 65,536 return addresses (512 KiB).
 const SITE_CHUNK: usize = 4096;
 const FRAME_CHUNK: usize = 65_536;
@@ -487,10 +487,12 @@ struct Site {
     depth: u32,
     /// The next older site whose stack has the same hash, or `NO_SITE`.
     next: u32,
+    /// The other half of its stack's fingerprint ([`StackHash::check`]).
+    check: u64,
 }
 
 impl Site {
-    fn new(frames_at: u64, depth: u32, next: u32) -> Self {
+    fn new(frames_at: u64, depth: u32, next: u32, check: u64) -> Self {
         Site {
             samples: 0,
             allocs: 0.0,
@@ -504,6 +506,7 @@ impl Site {
             frames_at,
             depth,
             next,
+            check,
         }
     }
 }
@@ -517,7 +520,7 @@ impl Site {
 /// size the tables can reach, is a block-map shard at its bound,
 /// `max_shard_bytes::<usize, Block>()` = 3,276,816 bytes (3.1 MiB); then
 /// a stack-index shard (2.1 MiB), a frame chunk or the block map's
-/// page-map root (512 KiB), a site chunk (352 KiB), a page-map leaf (256
+/// page-map root (512 KiB), a site chunk (384 KiB), a page-map leaf (256
 /// KiB) and the block map's 2,048 shard headers (64 KiB). The
 /// `sites_never_allocate_more_than_a_shard_at_once` test holds them to it.
 ///
@@ -572,17 +575,22 @@ impl Sites {
 
     /// The site of `frames` (at most `MAX_FRAMES`), added if it is new;
     /// `None` if it is new and there is no memory to store it.
+    ///
+    /// A stack is known by its 128-bit fingerprint ([`StackHash`]) and its
+    /// depth, not by comparing its frames with the stored ones: the
+    /// comparison read the stored frames, several cache lines a lookup
+    /// that the program's own memory traffic had evicted since, and it was
+    /// a third of exact mode's stack-table time (docs/performance.md). Two
+    /// distinct stacks are merged only if both 64-bit halves collide.
     fn site(&mut self, frames: &[u64]) -> Option<u32> {
-        let hash = StackHash::of(frames);
+        let StackHash { hash, check } = StackHash::of(frames);
         let head = self.index.get(hash).copied();
         let mut i = head.unwrap_or(NO_SITE);
         while i != NO_SITE {
             let s = self.sites.get(i as usize);
-            if s.depth as usize == frames.len() {
-                let (a, b) = self.frames.slices(s.frames_at as usize, frames.len());
-                if *a == frames[..a.len()] && *b == frames[a.len()..] {
-                    return Some(i);
-                }
+            if s.check == check && s.depth as usize == frames.len() {
+                debug_assert!(self.has_frames(i, frames), "a fingerprint collision");
+                return Some(i);
             }
             i = s.next;
         }
@@ -602,7 +610,8 @@ impl Sites {
         let at = self.frames.len() as u64;
         self.frames.extend_from_slice(frames);
         let next = head.unwrap_or(NO_SITE);
-        self.sites.push(Site::new(at, frames.len() as u32, next));
+        self.sites
+            .push(Site::new(at, frames.len() as u32, next, check));
         match self.index.get_mut(hash) {
             Some(head) => *head = new as u32,
             None => {
@@ -610,6 +619,14 @@ impl Sites {
             }
         }
         Some(new as u32)
+    }
+
+    /// Whether site `i`'s stored frames are `frames` (a check for debug
+    /// builds).
+    fn has_frames(&self, i: u32, frames: &[u64]) -> bool {
+        let s = self.sites.get(i as usize);
+        let (a, b) = self.frames.slices(s.frames_at as usize, s.depth as usize);
+        a.len() + b.len() == frames.len() && *a == frames[..a.len()] && *b == frames[a.len()..]
     }
 
     /// Prepares site `i` for a change of its live figures, keeping the
@@ -1156,12 +1173,13 @@ mod tests {
         assert_eq!(s.sites.len(), 3001);
         let words: usize = stacks.iter().map(|f| f.len()).sum();
         assert_eq!(s.frames.len(), words + 3);
-        // Sites whose stacks share a hash are told apart by their frames:
-        // chain `a` behind `b` under `a`'s hash, as a collision would.
+        // Sites whose stacks share a hash are told apart by the other half
+        // of their fingerprint: chain `a` behind `b` under `a`'s hash, as a
+        // collision would.
         let (a, b) = (stack(5, 4), stack(6, 4));
         let (ia, ib) = (s.site(&a).unwrap(), s.site(&b).unwrap());
         assert_eq!((ia, ib), (3001, 3002));
-        *s.index.get_mut(StackHash::of(&a)).unwrap() = ib;
+        *s.index.get_mut(StackHash::of(&a).hash).unwrap() = ib;
         s.sites.get_mut(ib as usize).next = ia;
         assert_eq!(s.site(&a), Some(ia));
         assert_eq!(s.site(&b), Some(ib));

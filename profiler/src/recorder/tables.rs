@@ -394,46 +394,72 @@ impl<K: Spread, V, const S: usize> Sharded<K, V, S> {
     }
 }
 
-/// The hash of a stack's return addresses: the words folded in four
-/// interleaved lanes (word `i` into lane `i % 4`), the lanes combined,
-/// then finished with MurmurHash3's mixer, so that every bit of the result
-/// (the shard is chosen from the top ones) depends on every address.
+/// A stack's 128-bit fingerprint: two independent 64-bit hashes of its
+/// return addresses. `hash` finds the stack in the index (its top bits
+/// choose the shard); `check` tells it from another stack with the same
+/// `hash`.
 ///
-/// Four lanes because each fold is a multiply whose result the next fold
-/// of its lane waits for: one lane is a chain of 45 multiplies on a
-/// 45-frame stack, about 200 cycles, where four independent chains run
-/// side by side. Equal stacks are told apart from colliding ones by
-/// comparing their frames, so the hash need only spread them.
-pub struct StackHash;
+/// Each half folds the addresses in four interleaved lanes (address `i`
+/// into lane `i % 4`), with its own multiplier and seeds, then combines
+/// the lanes and finishes with a 64-bit mixer, so that every bit depends
+/// on every address. Four lanes because each fold is a multiply whose
+/// result the next fold of its lane waits for: one lane would be a chain
+/// of 45 multiplies on a 45-frame stack, where eight chains run side by
+/// side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StackHash {
+    pub hash: u64,
+    pub check: u64,
+}
 
 impl StackHash {
     /// Hashes `frames`.
     #[inline]
-    pub fn of(frames: &[u64]) -> u64 {
-        const K: u64 = 0x517C_C1B7_2722_0A95;
-        let fold = |h: u64, v: u64| (h.rotate_left(5) ^ v).wrapping_mul(K);
-        let (mut a, mut b, mut c, mut d) = (frames.len() as u64, 1u64, 2u64, 3u64);
+    pub fn of(frames: &[u64]) -> Self {
+        const K1: u64 = 0x517C_C1B7_2722_0A95;
+        const K2: u64 = 0x9E37_79B9_7F4A_7C15;
+        let f1 = |h: u64, v: u64| (h.rotate_left(5) ^ v).wrapping_mul(K1);
+        let f2 = |h: u64, v: u64| (h.rotate_left(23) ^ v).wrapping_mul(K2);
+        let n = frames.len() as u64;
+        let mut x = [n, 1, 2, 3];
+        let mut y = [!n, 5, 6, 7];
         let mut quads = frames.chunks_exact(4);
         for q in &mut quads {
-            a = fold(a, q[0]);
-            b = fold(b, q[1]);
-            c = fold(c, q[2]);
-            d = fold(d, q[3]);
+            for l in 0..4 {
+                x[l] = f1(x[l], q[l]);
+                y[l] = f2(y[l], q[l]);
+            }
         }
-        match *quads.remainder() {
-            [] => {}
-            [x] => a = fold(a, x),
-            [x, y] => (a, b) = (fold(a, x), fold(b, y)),
-            [x, y, z] => (a, b, c) = (fold(a, x), fold(b, y), fold(c, z)),
-            _ => unreachable!("a remainder of chunks_exact(4)"),
+        for (l, &v) in quads.remainder().iter().enumerate() {
+            x[l] = f1(x[l], v);
+            y[l] = f2(y[l], v);
         }
-        let mut x = a ^ b.rotate_left(16) ^ c.rotate_left(32) ^ d.rotate_left(48);
-        x ^= x >> 33;
-        x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
-        x ^= x >> 33;
-        x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-        x ^ (x >> 33)
+        let join =
+            |z: [u64; 4]| z[0] ^ z[1].rotate_left(16) ^ z[2].rotate_left(32) ^ z[3].rotate_left(48);
+        StackHash {
+            hash: murmur3_mix(join(x)),
+            check: splitmix_mix(join(y)),
+        }
     }
+}
+
+/// MurmurHash3's 64-bit finalizer.
+#[inline(always)]
+fn murmur3_mix(mut x: u64) -> u64 {
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    x ^ (x >> 33)
+}
+
+/// SplitMix64's finalizer (different constants and shifts from
+/// [`murmur3_mix`], so the two halves are mixed independently).
+#[inline(always)]
+fn splitmix_mix(mut x: u64) -> u64 {
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
 }
 
 #[cfg(test)]
@@ -578,7 +604,7 @@ mod tests {
         let mut s: Sharded<u64, u32, 256> = Sharded::new();
         let mut counts = [0u32; 256];
         for i in 0..256 * 64u64 {
-            let h = StackHash::of(&[0x40_1000 + i * 8, 0x40_2000]);
+            let h = StackHash::of(&[0x40_1000 + i * 8, 0x40_2000]).hash;
             counts[(h >> 56) as usize] += 1;
             assert!(s.make_room(h));
             s.insert(h, i as u32);
