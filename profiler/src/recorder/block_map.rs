@@ -53,8 +53,8 @@ pub enum Inserted {
     New,
     /// The block was entered in place of this one, at the same address:
     /// the allocator handed out a block thought live, whose free was not
-    /// seen.
-    Replaced(Block),
+    /// seen. Rarely two: one in each table.
+    Replaced(Block, Option<Block>),
     /// No room: memory ran out, or room was needed and growing was not
     /// allowed. The block is not tracked.
     NoRoom,
@@ -106,7 +106,7 @@ impl BlockMap {
             if let Some(old) = slot.take_if_at(addr) {
                 *slot = Slot::of(b, addr);
                 return match old {
-                    Some(old) => Inserted::Replaced(old),
+                    Some(old) => Inserted::Replaced(old, None),
                     None => Inserted::New,
                 };
             }
@@ -129,7 +129,8 @@ impl BlockMap {
             None
         };
         match (self.others.insert(addr, b), stale_small) {
-            (Some(old), _) | (None, Some(old)) => Inserted::Replaced(old),
+            (Some(old), also) => Inserted::Replaced(old, also),
+            (None, Some(old)) => Inserted::Replaced(old, None),
             (None, None) => Inserted::New,
         }
     }
@@ -351,7 +352,7 @@ mod tests {
         // Its free not seen, a block at a live address replaces the old.
         assert_eq!(
             m.insert(base, block(9, 8), true),
-            Inserted::Replaced(block(0, 24))
+            Inserted::Replaced(block(0, 24), None)
         );
         assert_eq!(m.len(), 9_999);
         assert_eq!(m.remove(base), Some(block(9, 8)));
@@ -408,11 +409,30 @@ mod tests {
         assert_eq!(m.insert(a, block(1, 64), true), Inserted::New);
         assert_eq!(
             m.insert(a, block(2, 1 << 20), true),
-            Inserted::Replaced(block(1, 64))
+            Inserted::Replaced(block(1, 64), None)
         );
         assert_eq!(m.len(), 1);
         assert_eq!(m.remove(a), Some(block(2, 1 << 20)));
         assert_eq!((m.remove(a), m.len()), (None, 0));
+    }
+
+    /// Both tables may hold a block at one address whose free was not
+    /// seen (a small block hashed beside a live neighbour, then a small
+    /// block paged there): a large block there replaces both.
+    #[test]
+    fn a_large_block_replaces_stale_blocks_in_both_tables() {
+        let mut m = BlockMap::new(true);
+        let a = 0x6000_0000_0010usize;
+        assert_eq!(m.insert(a - 16, block(1, 16), true), Inserted::New);
+        assert_eq!(m.insert(a, block(2, 16), true), Inserted::New); // hashed
+        assert_eq!(m.remove(a - 16), Some(block(1, 16)));
+        assert_eq!(m.insert(a, block(3, 16), true), Inserted::New); // paged
+        assert_eq!(
+            m.insert(a, block(4, 4096), true),
+            Inserted::Replaced(block(2, 16), Some(block(3, 16)))
+        );
+        assert_eq!(m.len(), 1);
+        assert_eq!(m.remove(a), Some(block(4, 4096)));
     }
 
     #[test]

@@ -675,11 +675,14 @@ impl Sites {
             self.peak = self.live;
             self.peak_op = self.ops;
         }
-        if let Inserted::Replaced(old) = inserted {
+        if let Inserted::Replaced(old, also) = inserted {
             // The allocator handed out a block we thought live: its free
             // was not seen (freed before recording began, or by a path
             // around the hooks). Forget the stale one.
             self.forget(old, 0);
+            if let Some(also) = also {
+                self.forget(also, 0);
+            }
         } else if MODE.load(Relaxed) == MODE_SAMPLE {
             let slot = filter_slot(addr);
             let v = slot.load(Relaxed);
