@@ -590,6 +590,29 @@ mod tests {
         assert_eq!((m.remove(keys[0]), m.len()), (None, SHARD_MAX_ITEMS - 1));
     }
 
+    /// Each half of the fingerprint depends on every frame and on the
+    /// depth: changing any one frame of a deep stack, or dropping its last,
+    /// changes both halves.
+    #[test]
+    fn both_fingerprint_halves_see_every_frame() {
+        let base: Vec<u64> = (0..45).map(|i| 0x5555_0000_1000 + i * 0x40).collect();
+        let h = StackHash::of(&base);
+        assert_ne!(h.hash, h.check);
+        for i in 0..base.len() {
+            let mut f = base.clone();
+            f[i] ^= 0x10;
+            let g = StackHash::of(&f);
+            assert!(g.hash != h.hash && g.check != h.check, "frame {i}");
+        }
+        let g = StackHash::of(&base[..44]);
+        assert!(g.hash != h.hash && g.check != h.check, "a prefix");
+        // Frames moved between lanes.
+        let mut swapped = base.clone();
+        swapped.swap(0, 1);
+        let g = StackHash::of(&swapped);
+        assert!(g.hash != h.hash && g.check != h.check, "two frames swapped");
+    }
+
     #[test]
     fn keys_spread_over_the_shards() {
         let mut m: Sharded<usize, u32, 256> = Sharded::new();
