@@ -331,10 +331,10 @@ unsafe extern "C" fn stacked<B: StackBody>(
     st.busy.set(true);
     // While busy, every allocation comes here (and is counted above).
     let resume = st.countdown.replace(-1);
-    let start = Tsc::now();
+    let start = stack_clock();
     // SAFETY: forwarded from the caller.
     let out = unsafe { enter(t, body) };
-    let ticks = Tsc::now()
+    let ticks = stack_clock()
         .wrapping_sub(start)
         .saturating_sub(super::thread::tsc_overhead())
         // Weighted by the stack sample's weight: capped like the time sample.
@@ -417,6 +417,18 @@ unsafe extern "C" fn stacked<B: StackBody>(
     }
     st.busy.set(false);
     out
+}
+
+/// The clock a recorded call's allocator time is read from: the TSC, or
+/// nothing in the benchmark build that measures what reading it costs
+/// (`allocmux_bench="no_stack_timing"`, docs/performance.md).
+#[inline(always)]
+fn stack_clock() -> u64 {
+    if cfg!(allocmux_bench = "no_stack_timing") {
+        0
+    } else {
+        Tsc::now()
+    }
 }
 
 /// Unwinds the calling thread, whose stack mapping is `stack`, into `buf`
