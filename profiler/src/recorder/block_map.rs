@@ -279,8 +279,8 @@ impl PageMap {
     /// The number of blocks (a walk over every node: for tests).
     #[cfg(test)]
     fn len(&self) -> usize {
-        let leaves = self.root.iter().flat_map(|r| r.iter().flatten());
-        let slots = leaves
+        let mids = self.root.iter().flat_map(|r| r.iter().flatten());
+        let slots = mids
             .flat_map(|mid| mid.iter().flatten())
             .flat_map(|leaf| leaf.iter());
         slots.filter(|s| s.site_plus_one != 0).count()
