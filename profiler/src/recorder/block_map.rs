@@ -29,8 +29,7 @@
 //! (see [`tables`](super::tables)): the largest is a page-map node, 512
 //! KiB, or a hash-map shard, 3.1 MiB.
 
-use super::tables::Sharded;
-use std::alloc::Layout;
+use super::tables::{Sharded, Zeroable, zeroed_box};
 
 /// A tracked live block.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -298,11 +297,6 @@ impl PageMap {
     }
 }
 
-/// Types that are valid when all their bytes are zero.
-///
-/// # Safety
-/// All-zero bytes must be a valid value of the type.
-unsafe trait Zeroable {}
 // SAFETY: `Slot` is integers.
 unsafe impl Zeroable for Leaf {}
 // SAFETY: an all-zero `Option<Box<_>>` is `None` (the null-pointer
@@ -310,20 +304,6 @@ unsafe impl Zeroable for Leaf {}
 unsafe impl Zeroable for Mid {}
 // SAFETY: as for `Mid`.
 unsafe impl Zeroable for Root {}
-
-/// A zeroed `T` on the heap, without a copy through the stack (a node is
-/// up to 512 KiB); `None` if memory ran out.
-#[cold]
-fn zeroed_box<T: Zeroable>() -> Option<Box<T>> {
-    let layout = Layout::new::<T>();
-    const { assert!(size_of::<T>() > 0) };
-    // SAFETY: the layout's size is not zero.
-    let p = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<T>();
-    // SAFETY: `p` is from the global allocator with `T`'s layout, and all
-    // zero it is a valid `T` (`Zeroable`); the box frees it with the same
-    // layout.
-    (!p.is_null()).then(|| unsafe { Box::from_raw(p) })
-}
 
 #[cfg(test)]
 mod tests {

@@ -462,6 +462,28 @@ fn splitmix_mix(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
+/// Types that are valid when all their bytes are zero.
+///
+/// # Safety
+/// All-zero bytes must be a valid value of the type.
+pub unsafe trait Zeroable {}
+
+/// A zeroed `T` on the heap, or `None` if memory ran out. Zeroed by the
+/// allocator, not copied through the stack: a table may be hundreds of
+/// KiB, and pages fresh from the kernel (already zero) stay untouched
+/// until used.
+#[cold]
+pub fn zeroed_box<T: Zeroable>() -> Option<Box<T>> {
+    let layout = std::alloc::Layout::new::<T>();
+    const { assert!(size_of::<T>() > 0) };
+    // SAFETY: the layout's size is not zero.
+    let p = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<T>();
+    // SAFETY: `p` is from the global allocator with `T`'s layout, and all
+    // zero it is a valid `T` (`Zeroable`); the box frees it with the same
+    // layout.
+    (!p.is_null()).then(|| unsafe { Box::from_raw(p) })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

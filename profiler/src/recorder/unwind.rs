@@ -17,6 +17,7 @@ use core::ffi::{c_int, c_void};
 use core::mem::MaybeUninit;
 use core::ops::Range;
 
+use super::tables::{Zeroable, zeroed_box};
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, FrameAddress, MustNotAllocateDuringUnwind, Unwinder};
 
@@ -293,7 +294,7 @@ const STEP_SLOTS: usize = 1 << 14;
 /// instructions, where framehop would look up its module and rule cache
 /// every time.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[repr(u8)] // a defined layout: zeroed memory reads as `Unknown` (see `Steps::new`)
+#[repr(u8)] // a defined layout: zeroed memory reads as `Unknown` (see `StepTable`)
 enum Step {
     /// Not learned yet (an empty slot).
     #[default]
@@ -532,27 +533,23 @@ enum Stop {
 /// collision.
 struct Steps {
     /// A fixed-size array, so that a masked index needs no bounds check.
-    slots: Box<[(u64, Step); STEP_SLOTS]>,
+    slots: Box<StepTable>,
 }
+
+type StepTable = [(u64, Step); STEP_SLOTS];
+
+// SAFETY: all-zero bytes are an empty table: key 0 (no code is at address
+// 0) and `Step::Unknown`, discriminant 0 of a `repr(u8)` enum.
+unsafe impl Zeroable for StepTable {}
 
 impl Steps {
     /// An empty table; `None` without the memory for it. Zeroed by the
     /// allocator, so pages no address hashes to are never touched (fresh
     /// 256 KiB comes from the kernel already zero).
     fn new() -> Option<Self> {
-        type Table = [(u64, Step); STEP_SLOTS];
-        let layout = std::alloc::Layout::new::<Table>();
-        // SAFETY: the layout is not zero-sized.
-        let table = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<Table>();
-        if table.is_null() {
-            return None;
-        }
-        // SAFETY: allocated by the global allocator with `Table`'s layout,
-        // and all-zero bytes are an empty table: key 0 (no code is at
-        // address 0) and `Step::Unknown`, discriminant 0 of a `repr(u8)`
-        // enum.
-        let slots = unsafe { Box::from_raw(table) };
-        Some(Steps { slots })
+        Some(Steps {
+            slots: zeroed_box::<StepTable>()?,
+        })
     }
 
     /// Replays learned steps from the frame with step key `at` and stack
