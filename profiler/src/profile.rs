@@ -298,10 +298,10 @@ pub fn write_stack<W: Write>(w: &mut W, c: &SiteCounts, frames: &[u64]) -> fmt::
     let mut line = LineBuf::default();
     line.push_str(w, "stack")?;
     for v in c.fields() {
-        line.number(w, v, 10)?;
+        line.number::<10, _>(w, v)?;
     }
     for &f in frames {
-        line.number(w, f, 16)?;
+        line.number::<16, _>(w, f)?;
     }
     line.push_str(w, "\n")?;
     line.flush(w)
@@ -321,13 +321,13 @@ pub fn write_timeline<W: Write>(
     }
     let mut line = LineBuf::default();
     line.push_str(w, "timeline")?;
-    line.number(w, interval_ns, 10)?;
+    line.number::<10, _>(w, interval_ns)?;
     line.push_str(w, "\n")?;
     for p in points {
         line.push_str(w, "tl")?;
-        line.number(w, p.t_ns, 10)?;
-        line.number(w, p.live_bytes, 10)?;
-        line.number(w, p.rss_bytes, 10)?;
+        line.number::<10, _>(w, p.t_ns)?;
+        line.number::<10, _>(w, p.live_bytes)?;
+        line.number::<10, _>(w, p.rss_bytes)?;
         line.push_str(w, "\n")?;
     }
     line.flush(w)
@@ -370,15 +370,19 @@ impl LineBuf {
         Ok(())
     }
 
-    /// Appends a space and `v` in base 10 or 16 (lowercase).
-    fn number<W: Write>(&mut self, w: &mut W, mut v: u64, base: u64) -> fmt::Result {
+    /// Appends a space and `v` in base `BASE`, 10 or 16 (lowercase). The
+    /// base is a constant so that each digit costs a multiply or a shift,
+    /// not a division: a deep-stacked profile is mostly numbers, and the
+    /// process's exit waits for it to be written.
+    fn number<const BASE: u64, W: Write>(&mut self, w: &mut W, mut v: u64) -> fmt::Result {
         const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        const { assert!(BASE == 10 || BASE == 16) };
         let mut digits = [0u8; 21];
         let mut i = digits.len();
         loop {
             i -= 1;
-            digits[i] = DIGITS[(v % base) as usize];
-            v /= base;
+            digits[i] = DIGITS[(v % BASE) as usize];
+            v /= BASE;
             if v == 0 {
                 break;
             }
