@@ -105,7 +105,13 @@ fn run_fixture(backend: &str, n: u64, env: &[(&str, &str)]) -> ProcessProfile {
 /// leaf's stacks include its caller, and only `leak` holds memory at exit.
 fn exact_mode_counts_every_stack(backend: &str) {
     let n = 1000;
-    let p = run_fixture(backend, n, &[("ALLOCMUX_STACKS", "exact")]);
+    // Every call timed, so that every stack's time is measured, not
+    // estimated (see `stack_time_comes_from_the_time_sample`).
+    let p = run_fixture(
+        backend,
+        n,
+        &[("ALLOCMUX_STACKS", "exact"), ("ALLOCMUX_TIME_SAMPLE", "1")],
+    );
     assert_eq!(p.stacks.mode, StackMode::Exact);
     assert_eq!(p.stacks.lost, 0, "{backend}");
     let syms = Symbols::load(&fixture_exe());
@@ -273,8 +279,35 @@ fn fork_and_exec_with_stacks(backend: &str) {
     }
 }
 
+/// Exact mode takes each stack's allocator time from the calls the
+/// process's time sample timed, weighted as the process total weighs them:
+/// the stacks' times add up to the process's estimate, less the calls no
+/// stack takes (the recorder's own, frees of blocks allocated before
+/// recording began), which on this fixture are few: they were none in
+/// every run seen.
+fn stack_time_comes_from_the_time_sample(backend: &str) {
+    let n = 20_000;
+    let p = run_fixture(backend, n, &[("ALLOCMUX_STACKS", "exact")]);
+    assert_eq!(p.time_sample_mean, 256, "{backend}");
+    let total = p.totals.estimated_allocator_ticks(p.time_sample_mean);
+    let stacks: u64 = p.stacks.stacks.iter().map(|s| s.counts.ticks).sum();
+    // Each stack's figure is rounded to whole ticks.
+    let rounding = p.stacks.stacks.len() as f64;
+    let share = stacks as f64 / total;
+    eprintln!("{backend}: stacks {stacks} of {total} ticks ({share:.3})");
+    assert!(
+        stacks as f64 <= total + rounding,
+        "{backend}: the stacks' time {stacks} exceeds the process's {total}"
+    );
+    assert!(
+        share > 0.9,
+        "{backend}: the stacks' time {stacks} is {share:.3} of the process's {total}"
+    );
+}
+
 per_backend!(
     exact_mode_counts_every_stack,
+    stack_time_comes_from_the_time_sample,
     sample_mode_estimates_shares,
     threads_with_stacks,
     sampling_is_unbiased_across_many_threads,

@@ -331,14 +331,8 @@ unsafe extern "C" fn stacked<B: StackBody>(
     st.busy.set(true);
     // While busy, every allocation comes here (and is counted above).
     let resume = st.countdown.replace(-1);
-    let start = stack_clock();
     // SAFETY: forwarded from the caller.
-    let out = unsafe { enter(t, body) };
-    let ticks = stack_clock()
-        .wrapping_sub(start)
-        .saturating_sub(super::thread::tsc_overhead())
-        // Weighted by the stack sample's weight: capped like the time sample.
-        .min(super::thread::MAX_SAMPLED_TICKS);
+    let (out, ticks) = unsafe { timed_call(t, body) };
     let old = body.released();
     let released = if old != 0 && body.did_release(&out) {
         old
@@ -419,15 +413,37 @@ unsafe extern "C" fn stacked<B: StackBody>(
     out
 }
 
-/// The clock a recorded call's allocator time is read from: the TSC, or
-/// nothing in the benchmark build that measures what reading it costs
-/// (`allocmux_bench="no_stack_timing"`, docs/performance.md).
+/// Runs a recorded call, returning its allocator time for its stack.
+///
+/// In exact mode that is the time the process's time sample measured, if
+/// it picked this call (see [`ThreadState::take_timed`]), weighted as the
+/// process total weighs it: each stack's time is then an unbiased estimate,
+/// the stacks' times add up to the process's (but for the calls no stack
+/// takes), and the every-call clock reads that were a quarter of exact
+/// mode's overhead are gone (docs/performance.md). In sample mode, where
+/// one call in thousands is recorded, each is timed here, so a stack's
+/// time rests on all its recorded calls, not on a 1-in-256 subset of them.
+///
+/// # Safety
+/// As for [`enter`].
 #[inline(always)]
-fn stack_clock() -> u64 {
-    if cfg!(allocmux_bench = "no_stack_timing") {
-        0
+unsafe fn timed_call<B: StackBody>(t: &ThreadState, body: B) -> (B::Out, u64) {
+    if MEAN_BYTES.load(Relaxed) == 0 {
+        t.take_timed();
+        // SAFETY: forwarded from the caller.
+        let out = unsafe { enter(t, body) };
+        (out, t.take_timed())
     } else {
-        Tsc::now()
+        let start = Tsc::now();
+        // SAFETY: forwarded from the caller.
+        let out = unsafe { enter(t, body) };
+        let ticks = Tsc::now()
+            .wrapping_sub(start)
+            .saturating_sub(super::thread::tsc_overhead())
+            // Weighted by the stack sample's weight: capped like the time
+            // sample.
+            .min(super::thread::MAX_SAMPLED_TICKS);
+        (out, ticks)
     }
 }
 

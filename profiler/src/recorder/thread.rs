@@ -86,6 +86,11 @@ pub struct ThreadState {
     /// `live_max - live`, kept per call by `grew`/`shrank` (and set
     /// wherever `live_max` is): it going negative is a new high.
     headroom: Cell<i64>,
+    /// The allocator time of the last call the time sample timed, weighted
+    /// as the process total counts it (a sampled call's capped ticks times
+    /// the sample's mean, an exactly timed call's ticks once): what exact
+    /// stack mode adds to the call's stack (see [`ThreadState::take_timed`]).
+    timed: Cell<u64>,
 }
 
 // SAFETY: other threads only read `counters` (atomics) and change the links
@@ -119,7 +124,18 @@ impl ThreadState {
             counters: Counters::new(),
             high_water: Cell::new(0),
             headroom: Cell::new(0),
+            timed: Cell::new(0),
         }
+    }
+
+    /// Takes the weighted allocator time of the calls timed since the last
+    /// take (see `timed`), leaving zero. Exact stack mode takes it before
+    /// and after each recorded call, so a stack's time is an unbiased
+    /// estimate from the same timed calls as the process total, and the
+    /// call itself is not timed again. Owner only.
+    #[inline(always)]
+    pub fn take_timed(&self) -> u64 {
+        self.timed.replace(0)
     }
 
     /// This thread's live bytes rose by `bytes` (an allocation, a growing
@@ -499,6 +515,7 @@ fn measure<R>(op: impl FnOnce() -> R) -> (R, u64) {
 fn exact_time<R>(t: &ThreadState, op: impl FnOnce() -> R) -> R {
     let (r, ticks) = measure(op);
     t.counters.exact::<false>(ticks);
+    t.timed.set(t.timed.get().wrapping_add(ticks));
     r
 }
 
@@ -583,13 +600,16 @@ impl Scope for Sampled<'_> {
     }
     fn time<R>(&self, size: usize, op: impl FnOnce() -> R) -> R {
         let (r, ticks) = measure(op);
-        if size < EXACT_TIMING_BYTES {
-            self.0
-                .counters
-                .sampled::<false>(ticks.min(MAX_SAMPLED_TICKS));
+        let weighted = if size < EXACT_TIMING_BYTES {
+            let capped = ticks.min(MAX_SAMPLED_TICKS);
+            self.0.counters.sampled::<false>(capped);
+            capped * TIME_SAMPLE_MEAN.load(Relaxed) as u64
         } else {
             self.0.counters.exact::<false>(ticks);
-        }
+            ticks
+        };
+        let t = &self.0.timed;
+        t.set(t.get().wrapping_add(weighted));
         r
     }
     delegate_recording_to_owned!();
