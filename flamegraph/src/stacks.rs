@@ -305,8 +305,7 @@ impl<'a> StackSet<'a> {
         for s in &self.stacks {
             let v = weight.of(&s.values);
             if v > 0 {
-                let frames: Vec<&Frame> = s.frames().collect();
-                *lines.entry(folded_names(frames)).or_default() += v;
+                *lines.entry(folded_names(s.frames())).or_default() += v;
             }
         }
         let mut out = String::new();
@@ -399,34 +398,35 @@ pub fn show_value(w: Weight, v: u64, time_unit: &str) -> String {
     }
 }
 
-/// The name of a frame in folded output: its function with `;` (the frame
-/// separator) and line breaks replaced, and inferno's `_[i]` annotation on
-/// inlined frames (drawn without it).
-pub fn folded_name(f: &Frame) -> String {
-    let mut s: String = f
-        .function
-        .chars()
-        .map(|c| match c {
+/// Appends a frame's name as a folded line shows it: `;` (the separator)
+/// as `:`, line breaks as spaces, and inferno's `_[i]` on inlined frames.
+/// Most names need no escaping and are copied whole: a profile of deep
+/// stacks has hundreds of thousands of frames to fold.
+fn push_folded_name(out: &mut String, f: &Frame) {
+    let name = &f.function;
+    if name.bytes().any(|b| matches!(b, b';' | b'\n' | b'\r')) {
+        out.extend(name.chars().map(|c| match c {
             ';' => ':',
             '\n' | '\r' => ' ',
             c => c,
-        })
-        .collect();
-    if f.inlined {
-        s.push_str("_[i]");
+        }));
+    } else {
+        out.push_str(name);
     }
-    s
+    if f.inlined {
+        out.push_str("_[i]");
+    }
 }
 
 /// `root;...;leaf` of frames listed leaf first.
 fn folded_names<'f>(frames: impl IntoIterator<Item = &'f Frame>) -> String {
-    let names: Vec<String> = frames.into_iter().map(folded_name).collect();
+    let frames: Vec<&Frame> = frames.into_iter().collect();
     let mut out = String::new();
-    for (i, n) in names.iter().rev().enumerate() {
+    for (i, f) in frames.iter().rev().enumerate() {
         if i > 0 {
             out.push(';');
         }
-        out.push_str(n);
+        push_folded_name(&mut out, f);
     }
     out
 }
@@ -444,8 +444,13 @@ mod tests {
             module: None,
             inlined,
         };
-        let leaf_first = [f("leaf", true), f("a;b", false), f("main", false)];
-        assert_eq!(folded_names(&leaf_first), "main;a:b;leaf_[i]");
+        let leaf_first = [
+            f("leaf", true),
+            f("a;b", false),
+            f("c\nd\re", false),
+            f("main", false),
+        ];
+        assert_eq!(folded_names(&leaf_first), "main;c d e;a:b;leaf_[i]");
     }
 
     #[test]
