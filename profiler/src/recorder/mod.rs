@@ -31,6 +31,7 @@ mod clock;
 mod counters;
 pub mod env;
 pub mod http;
+mod last_stack;
 mod lock;
 pub mod pprof;
 pub mod process;

@@ -17,6 +17,7 @@ use core::ffi::{c_int, c_void};
 use core::mem::MaybeUninit;
 use core::ops::Range;
 
+use super::last_stack::{Follow, LastStacks, Reuse, State};
 use super::tables::{Zeroable, zeroed_box};
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, FrameAddress, MustNotAllocateDuringUnwind, Unwinder};
@@ -362,6 +363,27 @@ impl Step {
         let new_bp = if bp_saved { saved } else { bp };
         (ret != 0).then_some((ret, cfa, new_bp))
     }
+
+    /// State `(key, sp, bp)` with this step from it, as the last stack
+    /// keeps it: which word the step restores the frame pointer from, and
+    /// whether it reads the frame pointer.
+    #[inline(always)]
+    fn state(&self, key: u64, sp: u64, bp: u64) -> State {
+        match *self {
+            Step::Affine {
+                cfa_on_bp,
+                bp_saved,
+                bp_on_bp,
+                bp_by_8,
+                ..
+            } => {
+                let base = if bp_on_bp { bp } else { sp };
+                let saved_at = bp_saved.then(|| base.wrapping_add((i64::from(bp_by_8) * 8) as u64));
+                State::affine(key, sp, bp, saved_at, cfa_on_bp || bp_on_bp)
+            }
+            _ => State::unwound(key, sp, bp),
+        }
+    }
 }
 
 /// The kernel's signal return trampoline on x86-64 Linux (glibc's and
@@ -565,36 +587,50 @@ impl Steps {
         (at, sp, bp): (&mut u64, &mut u64, &mut u64),
         read: &impl Fn(u64) -> Option<u64>,
         emit: &mut Emit<'_>,
+        reuse: &mut Option<Reuse<'_>>,
         replayed: &mut u64,
     ) -> bool {
         // The leaf's few frames first, then the rest with no test for the
         // leaf in the loop.
         let mut stop = Stop::PastLeaf;
         if emit.leaf {
-            stop = self.replay_while::<true>((at, sp, bp), read, emit, replayed);
+            stop = self.replay_while::<true>((at, sp, bp), read, emit, &mut None, replayed);
         }
         if stop == Stop::PastLeaf {
-            stop = self.replay_while::<false>((at, sp, bp), read, emit, replayed);
+            stop = self.replay_while::<false>((at, sp, bp), read, emit, reuse, replayed);
         }
         stop == Stop::End
     }
 
     /// [`Steps::replay`] while `emit` is at the leaf if `LEAF`, else to
-    /// the end.
+    /// the end, past the leaf checking what it can of the thread's last
+    /// stack rather than unwinding it (`reuse`).
     #[inline(always)]
     fn replay_while<const LEAF: bool>(
         &mut self,
         (at, sp, bp): (&mut u64, &mut u64, &mut u64),
         read: &impl Fn(u64) -> Option<u64>,
         emit: &mut Emit<'_>,
+        reuse: &mut Option<Reuse<'_>>,
         replayed: &mut u64,
     ) -> Stop {
         loop {
+            if let (false, Some(r)) = (LEAF, reuse.as_mut()) {
+                let (follow, written) = r.follow((at, sp, bp), read, emit.room());
+                emit.n += written;
+                if follow == Follow::Full {
+                    return Stop::End;
+                }
+            }
             let (key, step) = &*self.slot(*at);
             if *key != *at || !matches!(step, Step::Affine { .. }) {
                 return Stop::NotReplayed;
             }
-            let Some((caller, caller_sp, caller_bp)) = step.apply(*sp, *bp, read) else {
+            let next = step.apply(*sp, *bp, read);
+            if let (false, Some(r)) = (LEAF, reuse.as_mut()) {
+                r.record(step.state(*at, *sp, *bp));
+            }
+            let Some((caller, caller_sp, caller_bp)) = next else {
                 return Stop::End;
             };
             *replayed += 1;
@@ -669,6 +705,13 @@ impl Emit<'_> {
         self.n == MAX_FRAMES
     }
 
+    /// The buffer's unused part, for frames taken from the thread's last
+    /// stack (which then add to `n`).
+    #[inline(always)]
+    fn room(&mut self) -> &mut [MaybeUninit<u64>] {
+        &mut self.out[self.n..]
+    }
+
     /// Takes the return address (not 0) of a frame past the leaf; false
     /// when full.
     #[inline(always)]
@@ -710,6 +753,10 @@ pub struct StackUnwinder {
     /// Steps learned from framehop; `None` without the memory for them
     /// (then framehop unwinds every frame).
     steps: Option<Steps>,
+    /// Threads' last stacks, whose unchanged frames a capture checks
+    /// rather than unwinds; `None` without the memory for them. Built from
+    /// the learned steps, so replaced with them.
+    last_stacks: Option<Box<LastStacks>>,
     generation: Option<Generation>,
     modules: Vec<ModuleInfo>,
     /// Frames in this range (the recorder's own module, in the shim) are
@@ -718,6 +765,8 @@ pub struct StackUnwinder {
     skip_own_module: bool,
     /// Frames unwound by a learned step (for tests and tuning).
     pub replayed: u64,
+    /// Frames taken from a thread's last stack (for tests and tuning).
+    pub reused: u64,
 }
 
 impl StackUnwinder {
@@ -728,11 +777,13 @@ impl StackUnwinder {
             unwinder: None,
             caches: Vec::new(),
             steps: None,
+            last_stacks: None,
             generation: None,
             modules: Vec::new(),
             skip: 0..0,
             skip_own_module,
             replayed: 0,
+            reused: 0,
         }
     }
 
@@ -762,7 +813,9 @@ impl StackUnwinder {
         // rather than a cleared one: the old one is given back before the
         // new is asked for, and untouched pages of the new stay unused.
         self.steps = None;
+        self.last_stacks = None;
         self.steps = Steps::new();
+        self.last_stacks = zeroed_box::<LastStacks>();
         self.generation = Some(g);
         if self.caches.is_empty() {
             self.caches = (0..RULE_CACHES).map(|_| CacheX86_64::new_in()).collect();
@@ -784,14 +837,31 @@ impl StackUnwinder {
     /// [`learn`]) and replayed from then on. Steps that are not affine in
     /// the stack and frame pointers go to framehop each time. Those two
     /// registers are all framehop tracks on x86-64 too, so a replayed step
-    /// loses nothing it would have kept.
+    /// loses nothing it would have kept. Frames the thread's last capture
+    /// also had are checked rather than unwound (see [`super::last_stack`]).
     #[inline(never)]
     pub fn capture<'b>(&mut self, stack: Range<u64>, out: &'b mut FrameBuf) -> &'b [u64] {
-        self.unwind(stack, out, true)
+        let frames = self.unwind(stack.clone(), out, true, true);
+        // Debug builds unwind every frame again and compare.
+        #[cfg(debug_assertions)]
+        {
+            let mut again = frame_buf();
+            let unwound = self.unwind(stack, &mut again, true, false);
+            debug_assert_eq!(frames, unwound, "frames taken from the last stack differ");
+        }
+        frames
     }
 
+    /// Unwinds with learned steps if `replay`, checking frames of the
+    /// thread's last stack rather than unwinding them if `reuse` too.
     #[inline(always)]
-    fn unwind<'b>(&mut self, stack: Range<u64>, out: &'b mut FrameBuf, replay: bool) -> &'b [u64] {
+    fn unwind<'b>(
+        &mut self,
+        stack: Range<u64>,
+        out: &'b mut FrameBuf,
+        replay: bool,
+        reuse: bool,
+    ) -> &'b [u64] {
         let Some(unwinder) = self.unwinder.as_ref() else {
             return &[];
         };
@@ -843,13 +913,24 @@ impl StackUnwinder {
         };
         let modules = &self.modules;
         let mut steps = if replay { self.steps.as_mut() } else { None };
+        let mut reuse = match (&steps, self.last_stacks.as_deref_mut()) {
+            (Some(_), Some(last)) if reuse => Some(last.reuse(stack.clone())),
+            _ => None,
+        };
         let mut address = FrameAddress::from_instruction_pointer(pc);
         let (mut sp, mut bp) = (sp, bp);
         let mut replayed = 0;
         loop {
             if let Some(steps) = steps.as_deref_mut() {
                 let mut at = step_key(address);
-                if steps.replay((&mut at, &mut sp, &mut bp), &read, &mut emit, &mut replayed) {
+                let end = steps.replay(
+                    (&mut at, &mut sp, &mut bp),
+                    &read,
+                    &mut emit,
+                    &mut reuse,
+                    &mut replayed,
+                );
+                if end {
                     break;
                 }
                 // A return address `emit` took (not 0), or the key it
@@ -858,6 +939,22 @@ impl StackUnwinder {
                     break;
                 };
                 address = a;
+            }
+            // Past the leaf, the thread's last stack may have this state
+            // (the replay loop has looked already, unless it stopped at
+            // the leaf's end).
+            if let (false, Some(r)) = (emit.leaf, reuse.as_mut()) {
+                let mut key = step_key(address);
+                let (follow, written) = r.follow((&mut key, &mut sp, &mut bp), &read, emit.room());
+                emit.n += written;
+                match follow {
+                    Follow::Full => break,
+                    Follow::Moved => match frame_address(key) {
+                        Some(a) => address = a,
+                        None => break,
+                    },
+                    Follow::New => {}
+                }
             }
             let next = match steps.as_deref_mut() {
                 Some(steps) => {
@@ -871,6 +968,9 @@ impl StackUnwinder {
                             learn(unwinder, cache, address)
                         };
                         *slot = (key, step);
+                    }
+                    if let (false, Some(r)) = (emit.leaf, reuse.as_mut()) {
+                        r.record(slot.1.state(key, sp, bp));
                     }
                     match slot.1 {
                         Step::Affine { .. } => {
@@ -901,6 +1001,10 @@ impl StackUnwinder {
             (address, sp, bp) = (a, caller_sp, caller_bp);
         }
         self.replayed += replayed;
+        if let Some(r) = reuse {
+            self.reused += r.reused;
+            r.finish();
+        }
         let n = emit.n;
         // SAFETY: `Emit::push` wrote `out[0..n]`, in order, and nothing else
         // has touched `out` since.
@@ -1040,7 +1144,7 @@ mod tests {
             stack: Range<u64>,
             out: &'b mut FrameBuf,
         ) -> &'b [u64] {
-            self.unwind(stack, out, false)
+            self.unwind(stack, out, false, false)
         }
     }
 
@@ -1066,6 +1170,50 @@ mod tests {
             assert!(replayed.len() > depth as usize + 3, "{replayed:x?}");
         }
         assert!(u.replayed > 20, "{} frames replayed", u.replayed);
+    }
+
+    /// Calls [`deeper`] from its own frame: two instances have the same
+    /// frame size, so the frames inside them are at the same stack
+    /// addresses and differ only in the return address into each.
+    #[inline(never)]
+    fn from<const SITE: u32>(
+        u: &mut StackUnwinder,
+        stack: Range<u64>,
+        out: &mut Vec<u64>,
+        replay: bool,
+    ) {
+        core::hint::black_box(deeper(u, stack, 4, out, replay));
+    }
+
+    #[test]
+    fn frames_of_the_last_stack_are_checked_not_trusted() {
+        let mut u = StackUnwinder::new(false);
+        u.install(generation(), loaded_modules());
+        let stack = thread_stack().unwrap();
+        let mut seen = Vec::new();
+        for round in 0..6 {
+            // The same inner frames at the same addresses, under a
+            // different caller every other round; from one call site, so
+            // that only the first frame differs from framehop's.
+            let [replayed, plain] = [true, false].map(|replay| {
+                let mut out = Vec::new();
+                if round % 2 == 0 {
+                    from::<1>(&mut u, stack.clone(), &mut out, replay);
+                } else {
+                    from::<2>(&mut u, stack.clone(), &mut out, replay);
+                }
+                out
+            });
+            assert_eq!(
+                replayed[1..],
+                plain[1..],
+                "round {round}: {replayed:x?} against {plain:x?}"
+            );
+            seen.push(replayed);
+        }
+        assert_ne!(seen[0][1..], seen[1][1..], "the callers differ");
+        assert_eq!(seen[0][1..], seen[2][1..]);
+        assert!(u.reused > 0, "nothing was taken from the last stack");
     }
 
     #[test]
