@@ -35,7 +35,7 @@ use super::tables::Zeroable;
 use super::unwind::MAX_FRAMES;
 
 /// Threads whose last stacks are kept; more share slots and reuse less.
-const SLOTS: usize = 16;
+pub const SLOTS: usize = 16;
 
 /// States a stack may have: one per frame, plus the first and the last.
 const STATES: usize = MAX_FRAMES + 2;
@@ -107,6 +107,8 @@ struct LastStack {
     owner: Range<u64>,
     /// The states in use.
     n: usize,
+    /// The return addresses the capture that left them gave.
+    frames: usize,
     /// Outermost first, so that a capture that shares the outer states
     /// rewrites only the inner ones.
     states: [State; STATES],
@@ -127,9 +129,10 @@ unsafe impl Zeroable for LastStacks {}
 impl LastStacks {
     /// Starts a capture of the thread whose stack mapping is `stack`.
     pub fn reuse(&mut self, stack: Range<u64>) -> Reuse<'_> {
-        let i = (stack.start >> 12).wrapping_mul(0x9e37_79b9_7f4a_7c15)
-            >> (64 - SLOTS.trailing_zeros());
-        let last = &mut self.slots[i as usize % SLOTS];
+        let slot = ((stack.start >> 12).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            >> (64 - SLOTS.trailing_zeros())) as usize
+            % SLOTS;
+        let last = &mut self.slots[slot];
         if last.owner != stack {
             last.owner = stack;
             last.n = 0;
@@ -140,6 +143,7 @@ impl LastStacks {
             n => last.states[n - 1].sp,
         };
         Reuse {
+            slot,
             last,
             fresh: &mut self.fresh,
             fresh_n: 0,
@@ -152,6 +156,17 @@ impl LastStacks {
             reused: 0,
         }
     }
+}
+
+/// Which last stack a capture used, and whether it gave the same return
+/// addresses as that stack's capture before it: then it is the same call
+/// stack, and the stack table need not look it up again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Repeat {
+    /// The last stack's slot, below [`SLOTS`].
+    pub slot: usize,
+    /// The same return addresses as the slot's capture before.
+    pub same: bool,
 }
 
 /// What [`Reuse::follow`] found at a state.
@@ -170,6 +185,8 @@ pub enum Follow {
 /// at each state past the leaf before its step, [`record`](Self::record)
 /// after it, and [`finish`](Self::finish) at the end.
 pub struct Reuse<'a> {
+    /// Which of the [`SLOTS`] the last stack is in.
+    slot: usize,
     last: &'a mut LastStack,
     fresh: &'a mut [State; STATES],
     fresh_n: usize,
@@ -328,11 +345,28 @@ impl Reuse<'_> {
         self.fresh_n += 1;
     }
 
-    /// Makes this capture the thread's last stack: its own states inside
-    /// the last stack's states it reached, or only its own if it reached
-    /// none. Nothing is kept of a capture that left the last stack after
-    /// reaching it, or that had more states than fit.
-    pub fn finish(self) {
+    /// Makes this capture, which gave `frames` return addresses, the
+    /// thread's last stack: its own states inside the last stack's states
+    /// it reached, or only its own if it reached none. Nothing is kept of a
+    /// capture that left the last stack after reaching it, or that had more
+    /// states than fit.
+    ///
+    /// Returns its slot and whether its return addresses are the last
+    /// stack's, all of them: its first state past the leaf was the last
+    /// stack's first, every state after that was the last stack's, and
+    /// there were as many.
+    pub fn finish(self, frames: usize) -> Repeat {
+        let first = self.last.n.checked_sub(1);
+        let same = self.matched.is_some()
+            && self.matched == first
+            && self.fresh_n == 0
+            && !self.diverged
+            && frames == self.last.frames;
+        let repeat = Repeat {
+            slot: self.slot,
+            same,
+        };
+        self.last.frames = frames;
         let start = match self.matched {
             None => 0,
             Some(i) => i + 1,
@@ -340,7 +374,7 @@ impl Reuse<'_> {
         let n = start + self.fresh_n;
         if self.diverged || n > STATES {
             self.last.n = 0;
-            return;
+            return repeat;
         }
         let states = &mut self.last.states;
         for (to, from) in states[start..n]
@@ -367,6 +401,7 @@ impl Reuse<'_> {
             s.link = (s.link & !BP_LIVE) | if live { BP_LIVE } else { 0 };
         }
         self.last.n = n;
+        repeat
     }
 }
 
@@ -425,7 +460,7 @@ mod tests {
             i += 1;
         }
         let reused = reuse.reused;
-        reuse.finish();
+        reuse.finish(out.len());
         (out, reused)
     }
 
@@ -465,7 +500,7 @@ mod tests {
         reuse.record(State::affine(3, 30, 7, None, false));
         reuse.record(State::affine(2, 40, 7, Some(48), false));
         reuse.record(State::affine(1, 50, 9, None, true));
-        reuse.finish();
+        reuse.finish(2);
         let last = &s
             .slots
             .iter()

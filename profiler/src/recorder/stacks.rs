@@ -33,6 +33,7 @@ use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering::Relaxed};
 
 use super::block_map::{BLOCK_SHARDS, Block, BlockMap, Inserted};
 use super::clock::Tsc;
+use super::last_stack::{self, Repeat};
 use super::lock::{AtFork, SpinGuard, SpinLock};
 use super::tables::{Chunks, Sharded, StackHash, max_shard_bytes};
 use super::thread::{Body, ThreadState, enter};
@@ -356,9 +357,9 @@ unsafe extern "C" fn stacked<B: StackBody>(
     if released != 0 || new != 0 {
         let locked = STATE.lock_within(WAIT_YIELDS);
         let mut buf = unwind::frame_buf();
-        let (locked, frames) = match (locked, to_capture) {
+        let (locked, frames, repeat) = match (locked, to_capture) {
             (Some(s), Some((stack, g))) => capture(s, stack, g, &mut buf),
-            (locked, _) => (locked, &[][..]),
+            (locked, _) => (locked, &[][..], None),
         };
         let Some(mut s) = locked else {
             // Not recorded rather than waited for (see `WAIT_YIELDS`): a
@@ -384,7 +385,7 @@ unsafe extern "C" fn stacked<B: StackBody>(
             if new != 0 && !frames.is_empty() {
                 core::hint::black_box(s.sites.site(frames));
             }
-            core::hint::black_box((&mut s, released, frames, ticks, starved));
+            core::hint::black_box((&mut s, released, frames, ticks, starved, repeat));
         }
         #[cfg(not(any(allocmux_bench = "no_tables", allocmux_bench = "stack_table_only")))]
         {
@@ -399,7 +400,7 @@ unsafe extern "C" fn stacked<B: StackBody>(
                     s.sites.lost += 1;
                     s.sites.degraded += starved as u64;
                 } else {
-                    s.sites.alloc(new, size, frames, ticks);
+                    s.sites.alloc(new, size, frames, ticks, repeat);
                 }
             }
         }
@@ -449,29 +450,31 @@ unsafe fn timed_call<B: StackBody>(t: &ThreadState, body: B) -> (B::Out, u64) {
 
 /// Unwinds the calling thread, whose stack mapping is `stack`, into `buf`
 /// with the lock held, returning the lock (`None` if it had to be let go
-/// to read the module list and could not be taken again) and the frames
-/// found (none if that is not possible). `generation` is the loader's,
+/// to read the module list and could not be taken again), the frames
+/// found (none if that is not possible) and whether they repeat the
+/// thread's last stack (see [`StackUnwinder::repeat`]). `generation` is the loader's,
 /// read before the lock was taken.
 fn capture<'l, 'b>(
     mut s: SpinGuard<'l, State>,
     stack: Range<u64>,
     generation: unwind::Generation,
     buf: &'b mut unwind::FrameBuf,
-) -> (Option<SpinGuard<'l, State>>, &'b [u64]) {
+) -> (Option<SpinGuard<'l, State>>, &'b [u64], Option<Repeat>) {
     if !s.unwinder.is_current(generation) {
         // Reading the module list takes the loader's lock: not while
         // holding this one.
         drop(s);
         let modules = unwind::loaded_modules();
         let Some(again) = STATE.lock_within(WAIT_YIELDS) else {
-            return (None, &[]);
+            return (None, &[], None);
         };
         s = again;
         s.remember_modules(&modules.0);
         s.unwinder.install(generation, modules);
     }
     let frames = s.unwinder.capture(stack, buf);
-    (Some(s), frames)
+    let repeat = s.unwinder.repeat();
+    (Some(s), frames, repeat)
 }
 
 /// A growth step of the site table is one chunk of 4,096 sites (384 KiB),
@@ -574,6 +577,10 @@ struct Sites {
     degraded: u64,
     /// Mean bytes between samples (0: exact).
     mean: u64,
+    /// The site of the latest stack captured in each of the unwinder's
+    /// last-stack slots (see [`StackUnwinder::repeat`]), `NO_SITE` if none:
+    /// kept here so that a new table starts with none.
+    last_site: [u32; last_stack::SLOTS],
 }
 
 impl Default for Sites {
@@ -598,6 +605,7 @@ impl Sites {
             lost: 0,
             degraded: 0,
             mean,
+            last_site: [NO_SITE; last_stack::SLOTS],
         }
     }
 
@@ -610,6 +618,7 @@ impl Sites {
     /// that the program's own memory traffic had evicted since, and it was
     /// a third of exact mode's stack-table time (docs/performance.md). Two
     /// distinct stacks are merged only if both 64-bit halves collide.
+    #[inline(always)] // into `alloc`, its one caller on the hot path
     fn site(&mut self, frames: &[u64]) -> Option<u32> {
         let StackHash { hash, check } = StackHash::of(frames);
         let head = self.index.get(hash).copied();
@@ -673,8 +682,30 @@ impl Sites {
         s
     }
 
-    fn alloc(&mut self, addr: usize, size: u64, frames: &[u64], ticks: u64) {
-        let Some(i) = self.site(frames) else {
+    fn alloc(
+        &mut self,
+        addr: usize,
+        size: u64,
+        frames: &[u64],
+        ticks: u64,
+        repeat: Option<Repeat>,
+    ) {
+        // (Slots are below `SLOTS`, a power of two: the mask only spares a
+        // bounds check.)
+        let slot = repeat.map(|r| r.slot % last_stack::SLOTS);
+        let site = match (repeat, slot.map(|i| self.last_site[i])) {
+            // The same stack as the last one captured in its slot: the
+            // same site, found without hashing the frames again.
+            (Some(Repeat { same: true, .. }), Some(i)) if i != NO_SITE => {
+                debug_assert!(self.has_frames(i, frames), "a repeated stack differs");
+                Some(i)
+            }
+            _ => self.site(frames),
+        };
+        if let Some(slot) = slot {
+            self.last_site[slot] = site.unwrap_or(NO_SITE);
+        }
+        let Some(i) = site else {
             // No memory for a new stack: the allocation goes without one.
             self.lost += 1;
             self.degraded += 1;
@@ -1163,12 +1194,12 @@ mod tests {
     fn sites_keep_exact_figures_at_the_peak() {
         let mut s = Sites::default();
         let (a, b) = ([1u64, 2][..].to_vec(), [3u64][..].to_vec());
-        s.alloc(0x100, 10, &a, 5);
-        s.alloc(0x200, 20, &b, 5);
-        s.alloc(0x300, 30, &a, 5); // peak: a 40 (2 blocks), b 20
+        s.alloc(0x100, 10, &a, 5, None);
+        s.alloc(0x200, 20, &b, 5, None);
+        s.alloc(0x300, 30, &a, 5, None); // peak: a 40 (2 blocks), b 20
         s.free(0x300, 7);
         s.free(0x200, 1);
-        s.alloc(0x400, 15, &b, 2); // live 25 < 60: no new peak
+        s.alloc(0x400, 15, &b, 2, None); // live 25 < 60: no new peak
         s.free(0x999, 1); // unknown: ignored
         let (ca, cb) = (s.counts(0), s.counts(1));
         assert_eq!((ca.allocs, ca.bytes, ca.ticks), (2, 40, 17));
@@ -1226,7 +1257,7 @@ mod tests {
         let stacks: Vec<Vec<u64>> = (0..5000).map(|i| stack(i, 40)).collect();
         let ((), largest) = test_alloc::largest_allocation(|| {
             for b in 0..300_000usize {
-                s.alloc(0x7f00_0000_0000 + b * 32, 24, &stacks[b % 5000], 10);
+                s.alloc(0x7f00_0000_0000 + b * 32, 24, &stacks[b % 5000], 10, None);
             }
             for b in (0..300_000usize).step_by(2) {
                 s.free(0x7f00_0000_0000 + b * 32, 10);
@@ -1253,7 +1284,13 @@ mod tests {
         let n = 10_000_000usize;
         let ((), largest) = test_alloc::largest_allocation(|| {
             for b in 0..n {
-                s.alloc(0x7f00_0000_0000 + b * 48, 32, &stacks[b % stacks.len()], 10);
+                s.alloc(
+                    0x7f00_0000_0000 + b * 48,
+                    32,
+                    &stacks[b % stacks.len()],
+                    10,
+                    None,
+                );
             }
         });
         println!(
@@ -1271,7 +1308,7 @@ mod tests {
     fn without_memory_stacks_and_blocks_are_dropped_and_counted() {
         let mut s = Sites::default();
         let (a, b) = (stack(1, 5), stack(2, 5));
-        s.alloc(0x1000, 100, &a, 1);
+        s.alloc(0x1000, 100, &a, 1, None);
         // Four blocks under the page-map leaf of the first, which need no
         // room, and four in the next leaf (a MiB on), which does.
         let same: Vec<usize> = (1..=4)
@@ -1279,9 +1316,9 @@ mod tests {
             .chain((0..4).map(|i| 0x1000 + (1 << 20) + i * 32))
             .collect();
         test_alloc::without_memory(|| {
-            s.alloc(0x2000, 100, &b, 1); // a new stack: no room
+            s.alloc(0x2000, 100, &b, 1, None); // a new stack: no room
             for &addr in &same {
-                s.alloc(addr, 10, &a, 1);
+                s.alloc(addr, 10, &a, 1, None);
             }
         });
         assert_eq!(s.sites.len(), 1);
@@ -1365,7 +1402,13 @@ mod tests {
     fn snapshots_write_whole_or_what_fits() {
         let mut sites = Sites::default();
         for i in 0..40 {
-            sites.alloc(0x1000 + i * 64, 8 + i as u64, &stack(i as u64, 20 + i), 1);
+            sites.alloc(
+                0x1000 + i * 64,
+                8 + i as u64,
+                &stack(i as u64, 20 + i),
+                1,
+                None,
+            );
         }
         let snap = snapshot_of(&mut sites, vec![module("/bin/a"), module("/lib/b.so")]);
         let section = |stack_lines: &str| {
@@ -1440,5 +1483,25 @@ process
             (est_calls / calls as f64 - 1.0).abs() < 0.05,
             "{est_calls} vs {calls}"
         );
+    }
+    #[test]
+    fn a_repeated_stack_goes_to_the_site_it_went_to_last() {
+        let mut s = Sites::default();
+        let a = [0x10, 0x20, 0x30];
+        let b = [0x11, 0x21];
+        let first = |slot| Some(Repeat { slot, same: false });
+        let again = |slot| Some(Repeat { slot, same: true });
+        s.alloc(0x1000, 8, &a, 1, first(3));
+        s.alloc(0x2000, 8, &b, 1, first(4));
+        // Slot 3's stack again: its site, without a lookup; slot 4's too.
+        s.alloc(0x3000, 8, &a, 1, again(3));
+        s.alloc(0x4000, 8, &b, 1, again(4));
+        let counts = |s: &Sites, i: u32| s.sites.get(i as usize).allocs;
+        assert_eq!((counts(&s, 0), counts(&s, 1)), (2.0, 2.0));
+        // A new table knows no slot's site: it looks the stack up.
+        let mut fresh = Sites::default();
+        fresh.alloc(0x1000, 8, &b, 1, again(3));
+        assert_eq!(fresh.sites.len(), 1);
+        assert_eq!(fresh.last_site[3], 0);
     }
 }

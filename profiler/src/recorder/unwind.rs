@@ -17,7 +17,7 @@ use core::ffi::{c_int, c_void};
 use core::mem::MaybeUninit;
 use core::ops::Range;
 
-use super::last_stack::{Follow, LastStacks, Reuse, State};
+use super::last_stack::{Follow, LastStacks, Repeat, Reuse, State};
 use super::tables::{Zeroable, zeroed_box};
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, FrameAddress, MustNotAllocateDuringUnwind, Unwinder};
@@ -767,6 +767,8 @@ pub struct StackUnwinder {
     pub replayed: u64,
     /// Frames taken from a thread's last stack (for tests and tuning).
     pub reused: u64,
+    /// The last capture's use of its thread's last stack, if any.
+    repeat: Option<Repeat>,
 }
 
 impl StackUnwinder {
@@ -784,6 +786,7 @@ impl StackUnwinder {
             skip_own_module,
             replayed: 0,
             reused: 0,
+            repeat: None,
         }
     }
 
@@ -822,6 +825,13 @@ impl StackUnwinder {
         }
     }
 
+    /// Which last stack the latest [`capture`](Self::capture) used, and
+    /// whether its return addresses were all that stack's: the same call
+    /// stack as the capture before it in that slot. `None` if it used none.
+    pub fn repeat(&self) -> Option<Repeat> {
+        self.repeat
+    }
+
     /// The executable mappings the unwinder knows.
     pub fn modules(&self) -> &[ModuleInfo] {
         &self.modules
@@ -853,15 +863,19 @@ impl StackUnwinder {
     }
 
     /// Unwinds with learned steps if `replay`, checking frames of the
-    /// thread's last stack rather than unwinding them if `reuse` too.
+    /// thread's last stack rather than unwinding them if `use_last` too
+    /// (and only then noting its [`repeat`](Self::repeat)).
     #[inline(always)]
     fn unwind<'b>(
         &mut self,
         stack: Range<u64>,
         out: &'b mut FrameBuf,
         replay: bool,
-        reuse: bool,
+        use_last: bool,
     ) -> &'b [u64] {
+        if use_last {
+            self.repeat = None;
+        }
         let Some(unwinder) = self.unwinder.as_ref() else {
             return &[];
         };
@@ -914,7 +928,7 @@ impl StackUnwinder {
         let modules = &self.modules;
         let mut steps = if replay { self.steps.as_mut() } else { None };
         let mut reuse = match (&steps, self.last_stacks.as_deref_mut()) {
-            (Some(_), Some(last)) if reuse => Some(last.reuse(stack.clone())),
+            (Some(_), Some(last)) if use_last => Some(last.reuse(stack.clone())),
             _ => None,
         };
         let mut address = FrameAddress::from_instruction_pointer(pc);
@@ -1001,11 +1015,13 @@ impl StackUnwinder {
             (address, sp, bp) = (a, caller_sp, caller_bp);
         }
         self.replayed += replayed;
-        if let Some(r) = reuse {
-            self.reused += r.reused;
-            r.finish();
-        }
         let n = emit.n;
+        if use_last {
+            self.repeat = reuse.map(|r| {
+                self.reused += r.reused;
+                r.finish(n)
+            });
+        }
         // SAFETY: `Emit::push` wrote `out[0..n]`, in order, and nothing else
         // has touched `out` since.
         unsafe { core::slice::from_raw_parts(out.as_ptr().cast::<u64>(), n) }
@@ -1153,6 +1169,7 @@ mod tests {
         let mut u = StackUnwinder::new(false);
         u.install(generation(), loaded_modules());
         let stack = thread_stack().unwrap();
+        let mut previous = None;
         for depth in [3, 0, 7, 3, 12, 12, 1] {
             // Both captures from one call site, so all frames but the first
             // (where `deeper` calls the capture) are the same: `deeper`,
@@ -1168,6 +1185,11 @@ mod tests {
                 "depth {depth}: {replayed:x?} against {plain:x?}"
             );
             assert!(replayed.len() > depth as usize + 3, "{replayed:x?}");
+            // Only the second capture at depth 12 is the one before it
+            // again (framehop's captures leave the last stack alone).
+            let repeat = u.repeat().expect("a capture with the last stacks");
+            assert_eq!(repeat.same, previous == Some(depth), "depth {depth}");
+            previous = Some(depth);
         }
         assert!(u.replayed > 20, "{} frames replayed", u.replayed);
     }
