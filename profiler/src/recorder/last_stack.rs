@@ -279,12 +279,17 @@ impl Reuse<'_> {
         // `k - 1`, holds if the return address it read still holds, and
         // the saved frame pointer it read, where that matters (`finish`
         // keeps its address only then).
-        let mut k = at;
+        // One frame per state outside `at`, as many as there is room for.
+        let limit = at.min(room.len());
         let mut written = 0;
         let mut stop = false;
-        while k > 0 && written < room.len() {
-            let link = states[k].link;
-            let outer = &states[k - 1];
+        while written < limit {
+            let k = at - written;
+            // SAFETY: `0 < k <= at < states.len()`; indexing without the
+            // bounds checks keeps this loop, the one a reused frame costs,
+            // to its loads and compares.
+            let (link, outer) =
+                unsafe { (states.get_unchecked(k).link, states.get_unchecked(k - 1)) };
             if link & STOP != 0 {
                 stop = true;
                 break;
@@ -305,10 +310,11 @@ impl Reuse<'_> {
             if saved != 0 && read(saved) != Some(outer.bp) {
                 break;
             }
-            room[written].write(outer.key);
+            // SAFETY: `written < limit <= room.len()`.
+            unsafe { room.get_unchecked_mut(written) }.write(outer.key);
             written += 1;
-            k -= 1;
         }
+        let k = at - written;
         self.reused += written as u64;
         if k != at {
             let s = &states[k];
