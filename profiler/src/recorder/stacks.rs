@@ -121,8 +121,21 @@ impl StackThread {
         self.rng.get() != 0
     }
 
-    /// Draws the gap to the next sampled byte (`mean` 0: exact mode).
+    /// Draws the gap to the next sampled byte (`mean` 0: exact mode, where
+    /// every allocation is sampled: inline, as it follows each one).
+    #[inline(always)]
     fn rearm(&self, mean: u64) {
+        if mean == 0 && self.armed() {
+            self.countdown.set(-1);
+        } else {
+            self.draw(mean);
+        }
+    }
+
+    /// [`rearm`](Self::rearm) when a gap is drawn (sample mode), or the
+    /// thread's random state is seeded (its first allocation).
+    #[inline(never)]
+    fn draw(&self, mean: u64) {
         let mut x = self.rng.get();
         if x == 0 {
             x = Tsc::now() ^ (self as *const StackThread as u64).rotate_left(29) | 1;
@@ -452,8 +465,10 @@ unsafe fn timed_call<B: StackBody>(t: &ThreadState, body: B) -> (B::Out, u64) {
 /// with the lock held, returning the lock (`None` if it had to be let go
 /// to read the module list and could not be taken again), the frames
 /// found (none if that is not possible) and whether they repeat the
-/// thread's last stack (see [`StackUnwinder::repeat`]). `generation` is the loader's,
-/// read before the lock was taken.
+/// thread's last stack (see [`StackUnwinder::repeat`]). `generation` is
+/// the loader's, read before the lock was taken. Inlined: a frame of its
+/// own would be one more for every capture to unwind.
+#[inline(always)]
 fn capture<'l, 'b>(
     mut s: SpinGuard<'l, State>,
     stack: Range<u64>,
