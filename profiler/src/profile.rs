@@ -57,7 +57,10 @@
 //!
 //! A stack's figures count the allocations made from it (`malloc`,
 //! `calloc`, `realloc`, the aligned functions); its ticks are the time of
-//! those calls plus the time of the `free`s of the blocks they made. In
+//! those calls plus the time of the `free`s of the blocks they made
+//! (estimated in `exact` mode from the calls the time sample timed,
+//! weighted as `timed_ticks` are; timed per recorded call in `sample`
+//! mode). In
 //! `sample` mode every allocation of `n` bytes is sampled with probability
 //! `1 - exp(-n / MEAN_BYTES)` and counted with the weight `1 / p`, so each
 //! estimate is unbiased (the Horvitz-Thompson form of pprof's heap-sample
