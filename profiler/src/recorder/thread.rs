@@ -86,10 +86,11 @@ pub struct ThreadState {
     /// `live_max - live`, kept per call by `grew`/`shrank` (and set
     /// wherever `live_max` is): it going negative is a new high.
     headroom: Cell<i64>,
-    /// The allocator time of the last call the time sample timed, weighted
-    /// as the process total counts it (a sampled call's capped ticks times
-    /// the sample's mean, an exactly timed call's ticks once): what exact
-    /// stack mode adds to the call's stack (see [`ThreadState::take_timed`]).
+    /// The allocator time of the calls the time sample timed since the last
+    /// [`ThreadState::take_timed`], weighted as the process total counts it
+    /// (a sampled call's capped ticks times the sample's mean, an exactly
+    /// timed call's ticks once): what exact stack mode adds to a recorded
+    /// call's stack.
     timed: Cell<u64>,
 }
 
