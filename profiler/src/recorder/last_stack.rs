@@ -126,6 +126,9 @@ pub struct LastStacks {
 // states of integers.
 unsafe impl Zeroable for LastStacks {}
 
+// The memory docs/guarantees.md counts for the last stacks (70 KiB).
+const _: () = assert!(size_of::<LastStacks>() <= 70 * 1024);
+
 impl LastStacks {
     /// Starts a capture of the thread whose stack mapping is `stack`.
     pub fn reuse(&mut self, stack: Range<u64>) -> Reuse<'_> {
