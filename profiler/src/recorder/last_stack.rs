@@ -281,8 +281,8 @@ impl Reuse<'_> {
         // Each step from the last stack's state `k` to the one outside it,
         // `k - 1`, holds if the return address it read still holds, and
         // the saved frame pointer it read, where that matters (`finish`
-        // keeps its address only then).
-        // One frame per state outside `at`, as many as there is room for.
+        // keeps its address only then): one frame per state outside `at`,
+        // as many as there is room for.
         let limit = at.min(room.len());
         let mut written = 0;
         let mut stop = false;
