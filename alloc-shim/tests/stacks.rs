@@ -305,6 +305,77 @@ fn stack_time_comes_from_the_time_sample(backend: &str) {
     );
 }
 
+/// A library closed and another opened where it was, over and over:
+/// every allocation through either is on its own caller's stack. The two
+/// builds' allocating functions have the same code but frames of
+/// different sizes, so unwinding the second with what was learned of the
+/// first (steps, last stacks) would lose its callers: the recorder must
+/// see each load and unload.
+#[test]
+fn a_library_opened_where_another_was_unwinds_as_itself() {
+    let (rounds, calls) = (20u64, 500u64);
+    let lib = |frame: &str| {
+        let flags = [
+            "-O2",
+            "-g",
+            "-fomit-frame-pointer",
+            "-shared",
+            "-fPIC",
+            "-DLIB",
+            frame,
+        ];
+        compile("cc", "dlreload.c", &flags)
+    };
+    let (lib_a, lib_b) = (lib("-DFRAME=200"), lib("-DFRAME=2000"));
+    let exe = compile(
+        "cc",
+        "dlreload.c",
+        &["-O2", "-g", "-fomit-frame-pointer", "-ldl"],
+    );
+    let mut cmd = Command::new(&exe);
+    cmd.arg(&lib_a)
+        .arg(&lib_b)
+        .arg(rounds.to_string())
+        .arg(calls.to_string());
+    let (out, mut profiles) = run_under("system", &mut cmd, &[("ALLOCMUX_STACKS", "exact")]);
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    // Where the loader put them is its choice: the test is only as strong
+    // as it says.
+    assert_eq!(
+        text(&out.stdout),
+        format!("dlreload: {rounds} rounds, same place\n"),
+        "the two builds were never mapped at the same address"
+    );
+    assert_eq!(profiles.len(), 1);
+    let p = profiles.pop().unwrap();
+    assert_eq!(p.stacks.lost, 0);
+    let got = Symbols::load(&exe).by_chain(&p);
+    let mut keys: Vec<_> = got.keys().cloned().collect();
+    keys.sort();
+    for via in ["via_a", "via_b"] {
+        let through: Vec<_> = keys
+            .iter()
+            .filter(|k| k.contains(&via.to_string()))
+            .collect();
+        assert_eq!(
+            through,
+            [&chain(&[via, "main", "_start"])],
+            "stacks through {via}: {keys:?}"
+        );
+        let c = &got[&chain(&[via, "main", "_start"])];
+        assert_eq!(
+            (c.allocs, c.bytes),
+            (rounds * calls, 48 * rounds * calls),
+            "{via}"
+        );
+    }
+}
+
 per_backend!(
     exact_mode_counts_every_stack,
     stack_time_comes_from_the_time_sample,

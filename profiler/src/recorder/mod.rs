@@ -32,6 +32,7 @@ mod counters;
 pub mod env;
 pub mod http;
 mod last_stack;
+pub mod loader;
 mod lock;
 pub mod pprof;
 pub mod process;

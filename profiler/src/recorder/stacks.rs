@@ -359,8 +359,8 @@ unsafe extern "C" fn stacked<B: StackBody>(
     // Short of memory, no new stack is taken (it may allocate): dropped.
     let starved = new != 0 && is_short_of_memory();
     let take_stack = new != 0 && !starved;
-    // Outside the lock: the loader's generation takes the loader's lock
-    // (see `unwind`), and a thread's first look at its stack bounds reads
+    // Outside the lock: the loader's generation may take the loader's lock
+    // (see `loader`), and a thread's first look at its stack bounds reads
     // /proc/self/maps.
     let to_capture = if take_stack {
         st.stack().map(|stack| (stack, unwind::generation()))

@@ -4,10 +4,10 @@
 //! crate with its rule cache, reading nothing but the thread's own stack.
 //!
 //! The module list comes from `dl_iterate_phdr` and is rebuilt when the
-//! loader's load/unload counters change (dlopen, dlclose). That call takes
-//! the loader's lock, so it is never made while holding the stack lock: a
-//! thread inside `dlopen` that allocates would otherwise wait for us while
-//! we wait for it.
+//! loader's generation changes (see [`super::loader`]: dlopen, dlclose).
+//! That call takes the loader's lock, so it is never made while holding
+//! the stack lock: a thread inside `dlopen` that allocates would otherwise
+//! wait for us while we wait for it.
 //!
 //! Everything here allocates only while rebuilding the module list (through
 //! the host's global allocator, which in the shim bypasses the hooks);
@@ -51,31 +51,7 @@ pub struct ModuleInfo {
     pub path: Vec<u8>,
 }
 
-/// The loader's (adds, subs) counters: they change on every dlopen/dlclose.
-pub type Generation = (u64, u64);
-
-/// Reads the loader's generation. Takes the loader's lock: never call it
-/// while holding a lock an allocating thread may wait for.
-pub fn generation() -> Generation {
-    unsafe extern "C" fn first(
-        info: *mut libc::dl_phdr_info,
-        size: usize,
-        out: *mut c_void,
-    ) -> c_int {
-        // SAFETY: `info` is valid for the callback; `out` is our Generation.
-        unsafe {
-            let out = &mut *(out as *mut Generation);
-            if size >= core::mem::offset_of!(libc::dl_phdr_info, dlpi_subs) + 8 {
-                *out = ((*info).dlpi_adds, (*info).dlpi_subs);
-            }
-        }
-        1 // one object is enough: the counters are global
-    }
-    let mut g: Generation = (0, 0);
-    // SAFETY: the callback only writes `g`, which outlives the call.
-    unsafe { libc::dl_iterate_phdr(Some(first), &mut g as *mut Generation as *mut c_void) };
-    g
-}
+pub use super::loader::{Generation, generation};
 
 /// A loaded object's unwind data, found from its program headers.
 struct Found {
