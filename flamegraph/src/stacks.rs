@@ -226,18 +226,20 @@ impl<'a> StackSet<'a> {
                 .collect();
             addrs.sort_unstable();
             addrs.dedup();
-            let resolved: HashMap<u64, Resolved> = addrs
-                .iter()
-                .copied()
-                .zip(sym.resolve(&p.stacks.modules, &addrs))
-                .collect();
+            // In the order of `addrs`, found by binary search: cheaper than
+            // hashing each of a deep profile's hundreds of thousands of frames.
+            let resolved = sym.resolve(&p.stacks.modules, &addrs);
+            let resolved_of = |a: &u64| {
+                let i = addrs.binary_search(a).expect("every frame is in `addrs`");
+                resolved[i].clone()
+            };
             for s in &p.stacks.stacks {
                 let values = Values::from_counts(&s.counts, ticks_per_ns);
                 if values.is_zero() {
                     continue;
                 }
                 let locations: Vec<(u64, Resolved)> =
-                    s.frames.iter().map(|a| (*a, resolved[a].clone())).collect();
+                    s.frames.iter().map(|a| (*a, resolved_of(a))).collect();
                 let trimmed =
                     crate::symbolize::trim_count(locations.iter().flat_map(|(_, r)| r.iter()));
                 stacks.push(ProcStack {

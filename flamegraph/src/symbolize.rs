@@ -119,8 +119,12 @@ pub fn trim_count<'a>(frames: impl IntoIterator<Item = &'a Frame>) -> usize {
 /// Symbolizes addresses offline, caching per module file and address.
 pub struct Symbolizer {
     inner: blazesym::symbolize::Symbolizer,
-    /// (module path, build id, return address's ELF virtual address) → frames.
-    cache: HashMap<(String, String, u64), Resolved>,
+    /// (module, return address's ELF virtual address) → frames; the module
+    /// is its index in `module_ids`, so that no address's key copies or
+    /// hashes a path.
+    cache: HashMap<(usize, u64), Resolved>,
+    /// (module path, build id) → its index, for `cache`'s keys.
+    module_ids: HashMap<(String, String), usize>,
     /// Whether a (module path, build id) can be read and matches.
     usable: HashMap<(String, String), bool>,
     unknown: Resolved,
@@ -156,6 +160,7 @@ impl Symbolizer {
         Symbolizer {
             inner,
             cache: HashMap::new(),
+            module_ids: HashMap::new(),
             usable: HashMap::new(),
             unknown: Rc::from(vec![Frame::bare(UNKNOWN.into(), None)]),
             warned: HashSet::new(),
@@ -190,12 +195,14 @@ impl Symbolizer {
         // The byte before a return address is inside the call; a call that
         // ends a mapping has its return address one past the mapping's end.
         let module_of = |a: u64| modules.iter().position(|m| m.contains(a.wrapping_sub(1)));
+        let ids: Vec<usize> = modules.iter().map(|m| self.module_id(m)).collect();
         let mut todo: HashMap<usize, Vec<u64>> = HashMap::new();
         for &a in addrs {
             if let Some(i) = module_of(a) {
-                let m = &modules[i];
-                let key = (m.path.clone(), m.build_id.clone(), a.wrapping_sub(m.bias));
-                if !self.cache.contains_key(&key) {
+                if !self
+                    .cache
+                    .contains_key(&(ids[i], a.wrapping_sub(modules[i].bias)))
+                {
                     todo.entry(i).or_default().push(a);
                 }
             }
@@ -205,16 +212,15 @@ impl Symbolizer {
         for (i, mut batch) in batches {
             batch.sort_unstable();
             batch.dedup();
-            self.resolve_module(&modules[i], &batch);
+            self.resolve_module(&modules[i], ids[i], &batch);
         }
         addrs
             .iter()
             .map(|&a| match module_of(a) {
                 Some(i) => {
                     let m = &modules[i];
-                    let key = (m.path.clone(), m.build_id.clone(), a.wrapping_sub(m.bias));
                     self.cache
-                        .get(&key)
+                        .get(&(ids[i], a.wrapping_sub(m.bias)))
                         .cloned()
                         .unwrap_or_else(|| fallback(m, a))
                 }
@@ -223,8 +229,18 @@ impl Symbolizer {
             .collect()
     }
 
-    /// Resolves sorted, distinct addresses of one module in one batch.
-    fn resolve_module(&mut self, m: &Module, addrs: &[u64]) {
+    /// The index of module `m` (by path and build id) in `cache`'s keys.
+    fn module_id(&mut self, m: &Module) -> usize {
+        let next = self.module_ids.len();
+        *self
+            .module_ids
+            .entry((m.path.clone(), m.build_id.clone()))
+            .or_insert(next)
+    }
+
+    /// Resolves sorted, distinct addresses of module `m`, whose index is
+    /// `id`, in one batch.
+    fn resolve_module(&mut self, m: &Module, id: usize, addrs: &[u64]) {
         let syms = if self.module_usable(m) {
             let offsets: Vec<u64> = addrs
                 .iter()
@@ -250,8 +266,7 @@ impl Symbolizer {
         };
         for (&a, frames) in addrs.iter().zip(syms) {
             let frames = frames.unwrap_or_else(|| fallback(m, a));
-            let key = (m.path.clone(), m.build_id.clone(), a.wrapping_sub(m.bias));
-            self.cache.insert(key, frames);
+            self.cache.insert((id, a.wrapping_sub(m.bias)), frames);
         }
     }
 

@@ -733,6 +733,41 @@ pub fn parse(text: &str) -> Result<Vec<ProcessProfile>, ParseError> {
     })
 }
 
+/// The hex numbers of `s`, separated by spaces (a stack's addresses), or
+/// the first word that is not one (at most 16 hex digits). A byte loop
+/// rather than `split` and `from_str_radix`: a deep-stacked profile is
+/// mostly addresses, and reading them was the most of parsing it.
+fn hex_words(s: &str) -> Result<Vec<u64>, &str> {
+    let bytes = s.as_bytes();
+    // The writer writes 12 digits and a space for most addresses.
+    let mut out = Vec::with_capacity(bytes.len() / 13 + 1);
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b' ' {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        let mut v: u64 = 0;
+        while i < bytes.len() && bytes[i] != b' ' {
+            let d = match bytes[i] {
+                b @ b'0'..=b'9' => b - b'0',
+                b @ b'a'..=b'f' => b - b'a' + 10,
+                b @ b'A'..=b'F' => b - b'A' + 10,
+                _ => 16,
+            };
+            if d == 16 || i - start == 16 {
+                let end = s[start..].find(' ').map_or(s.len(), |e| start + e);
+                return Err(&s[start..end]);
+            }
+            v = v << 4 | u64::from(d);
+            i += 1;
+        }
+        out.push(v);
+    }
+    Ok(out)
+}
+
 fn parse_sections(text: &str) -> Result<Vec<ProcessProfile>, ParseError> {
     let err = |line: usize, message: String| ParseError { line, message };
     let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l));
@@ -948,19 +983,22 @@ fn parse_sections(text: &str) -> Result<Vec<ProcessProfile>, ParseError> {
                 });
             }
             "stack" => {
-                let mut f = rest.split(' ').filter(|w| !w.is_empty());
                 let mut c = [0u64; SiteCounts::FIELDS];
+                let mut words = rest;
                 for v in &mut c {
-                    *v = num(f.next().ok_or_else(|| {
-                        err(n, "`stack` needs eight figures and its addresses".into())
-                    })?)?;
+                    words = words.trim_start_matches(' ');
+                    let (word, after) = words.split_once(' ').unwrap_or((words, ""));
+                    if word.is_empty() {
+                        return Err(err(
+                            n,
+                            "`stack` needs eight figures and its addresses".into(),
+                        ));
+                    }
+                    *v = num(word)?;
+                    words = after;
                 }
-                let frames = f
-                    .map(|a| {
-                        u64::from_str_radix(a, 16)
-                            .map_err(|_| err(n, format!("bad stack address {a:?}")))
-                    })
-                    .collect::<Result<Vec<_>, _>>()?;
+                let frames =
+                    hex_words(words).map_err(|a| err(n, format!("bad stack address {a:?}")))?;
                 if frames.is_empty() {
                     return Err(err(n, "a `stack` has no addresses".into()));
                 }
@@ -1145,6 +1183,17 @@ mod tests {
     }
 
     #[test]
+    fn reads_stack_addresses() {
+        assert_eq!(hex_words(""), Ok(vec![]));
+        assert_eq!(
+            hex_words("  558100a3 FFFFffffFFFFffff  0 "),
+            Ok(vec![0x5581_00a3, u64::MAX, 0])
+        );
+        assert_eq!(hex_words("12 g 34"), Err("g"));
+        assert_eq!(hex_words("12 1é 34"), Err("1é"));
+    }
+
+    #[test]
     fn rejects_bad_stack_lines() {
         let base = "allocmux-profile 1\nprocess\nstacks exact 1\n";
         let cases = [
@@ -1155,6 +1204,12 @@ mod tests {
             ("stack 1 2 3", "eight figures"),
             ("stack 1 2 3 4 5 6 7 8", "no addresses"),
             ("stack 1 2 3 4 5 6 7 8 xyz", "bad stack address"),
+            ("stack 1 2 3 4 5 6 7 8 10 +1f", "bad stack address \"+1f\""),
+            ("stack 1 2 3 4 5 6 7 8 10 -1", "bad stack address \"-1\""),
+            (
+                "stack 1 2 3 4 5 6 7 8 10 10000000000000000 20",
+                "bad stack address \"10000000000000000\"",
+            ),
             ("stacks_degraded many", "needs a number"),
         ];
         for line in ["stack 1 2 3 4 5 6 7 8 9", "stacks_degraded 1"] {
