@@ -310,9 +310,13 @@ impl<'a> StackSet<'a> {
                 *lines.entry(folded_names(s.frames())).or_default() += v;
             }
         }
-        let mut out = String::new();
+        // Sized once: a deep-stacked profile folds to tens of megabytes,
+        // which growing by doubling would copy and fault in again.
+        let digits = 20 + 2; // a u64, the space and the line break
+        let mut out = String::with_capacity(lines.keys().map(|k| k.len() + digits).sum());
         for (stack, v) in lines {
-            let _ = writeln!(out, "{stack} {v}");
+            out.push_str(&stack);
+            let _ = writeln!(out, " {v}");
         }
         out
     }
