@@ -5,17 +5,17 @@
 //! carries the loader's load and unload counts (`dlpi_adds`, `dlpi_subs`).
 //! It takes the loader's lock and walks every loaded object to find the
 //! caller's namespace: on deep stacks, where every allocation is captured,
-//! that was 6–9% of exact mode's instructions (docs/performance.md).
+//! that was 6–10% of exact mode's instructions (docs/performance.md).
 //!
 //! On glibc for x86-64 the same counts are read where the loader keeps
 //! them, in its exported `_rtld_global`: the number of objects ever added
 //! (`_dl_load_adds`) and each namespace's number of loaded objects
 //! (`_ns_nloaded`), whose difference is the number removed. Four loads, no
-//! lock. Where those fields lie is not an interface, so their places
-//! (those of glibc 2.35 and later) are used only once a read of them, made
-//! under the loader's lock, has given exactly what `dl_iterate_phdr`
-//! reported under the same lock; until then, and on any other C library,
-//! every call takes the locked path.
+//! lock. Where those fields lie is not an interface, so their places (as
+//! glibc 2.36 lays them out) are used only once a read of them, made under
+//! the loader's lock, has given exactly what `dl_iterate_phdr` reported
+//! under the same lock; until then, and with any other layout or C
+//! library, every call takes the locked path.
 //!
 //! Read without the lock, the counts are exact for what the recorder needs
 //! them for. A library's code cannot run (and so cannot be on a stack)
@@ -77,8 +77,8 @@ static RTLD_GLOBAL: AtomicPtr<u8> = AtomicPtr::new(core::ptr::null_mut());
 static ATTEMPTS: AtomicU32 = AtomicU32::new(0);
 const MAX_ATTEMPTS: u32 = 8;
 
-/// Places in glibc's `struct rtld_global` on x86-64, glibc 2.35 and later
-/// (read from its debug information): `_dl_ns[DL_NNS]` of 160-byte
+/// Places in glibc's `struct rtld_global` on x86-64, as glibc 2.36 lays it
+/// out (read from its debug information): `_dl_ns[DL_NNS]` of 160-byte
 /// `struct link_namespaces` whose `_ns_nloaded` (a 32-bit count) is at
 /// byte 8, then `_dl_nns`, three recursive locks, and `_dl_load_adds`.
 const DL_NNS: usize = 16;
@@ -103,7 +103,7 @@ unsafe fn read_counters(base: *mut u8) -> Generation {
         let nns = AtomicUsize::from_ptr(base.add(NNS).cast())
             .load(Relaxed)
             .min(DL_NNS);
-        // One namespace but where `dlmopen` made more.
+        // Namespace 0, then any that `dlmopen` added.
         let mut loaded = u64::from(AtomicU32::from_ptr(base.add(NS_NLOADED).cast()).load(Relaxed));
         for ns in 1..nns {
             let count = base.add(ns * NAMESPACE_SIZE + NS_NLOADED);
