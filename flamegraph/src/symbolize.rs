@@ -198,13 +198,12 @@ impl Symbolizer {
         let ids: Vec<usize> = modules.iter().map(|m| self.module_id(m)).collect();
         let mut todo: HashMap<usize, Vec<u64>> = HashMap::new();
         for &a in addrs {
-            if let Some(i) = module_of(a) {
-                if !self
+            if let Some(i) = module_of(a)
+                && !self
                     .cache
                     .contains_key(&(ids[i], a.wrapping_sub(modules[i].bias)))
-                {
-                    todo.entry(i).or_default().push(a);
-                }
+            {
+                todo.entry(i).or_default().push(a);
             }
         }
         let mut batches: Vec<_> = todo.into_iter().collect();
