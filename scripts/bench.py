@@ -618,7 +618,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="2 rounds, sizes / 8: checks the script in minutes")
     ap.add_argument("--smoke", action="store_true", help="for the test: 1 round, tiny sizes, 2 workloads, no counting")
     ap.add_argument("--rounds", type=int, help="rounds of compare and overhead (default 8)")
-    ap.add_argument("--heaptrack-rounds", type=int, help="rounds of the heaptrack part (default 5: two rounds of it moved by 30% between runs on the shared VM)")
+    ap.add_argument("--heaptrack-rounds", type=int, help="rounds of the heaptrack part (default 5: two rounds of it moved by 30%% between runs on the shared VM)")
     ap.add_argument("--only", help="comma-separated parts: " + ", ".join(PARTS))
     ap.add_argument("--workloads", help="comma-separated workload names (default: all)")
     ap.add_argument("--out", default=os.path.join(ROOT, "BENCHMARKS.md"))
