@@ -124,23 +124,23 @@ pub fn read(envp: *const *const c_char) -> Config {
     };
     let get = |name: &[u8]| lookup(env, name).filter(|v| !v.is_empty());
 
-    if let Some(v) = get(env::ALLOCATOR.as_bytes()) {
-        if Backend::from_name(v).is_none() {
-            warn(format_args!(
-                "unknown ALLOCMUX_ALLOCATOR={:?} (expected system, jemalloc or mimalloc); using system",
-                Bytes(v).to_str_lossy()
-            ));
-        }
+    if let Some(v) = get(env::ALLOCATOR.as_bytes())
+        && Backend::from_name(v).is_none()
+    {
+        warn(format_args!(
+            "unknown ALLOCMUX_ALLOCATOR={:?} (expected system, jemalloc or mimalloc); using system",
+            Bytes(v).to_str_lossy()
+        ));
     }
     // The stack settings take effect at the first allocation
     // (`stack_mode`); here they are only checked, to warn once.
-    if let Some(v) = get(env::STACKS.as_bytes()) {
-        if StackMode::from_env_value(v, DEFAULT_SAMPLE_BYTES).is_none() {
-            warn(format_args!(
-                "unknown ALLOCMUX_STACKS={:?} (expected off, sample or exact); using off",
-                Bytes(v).to_str_lossy()
-            ));
-        }
+    if let Some(v) = get(env::STACKS.as_bytes())
+        && StackMode::from_env_value(v, DEFAULT_SAMPLE_BYTES).is_none()
+    {
+        warn(format_args!(
+            "unknown ALLOCMUX_STACKS={:?} (expected off, sample or exact); using off",
+            Bytes(v).to_str_lossy()
+        ));
     }
     let _sample_bytes = number(
         get(env::SAMPLE_BYTES.as_bytes()),

@@ -120,7 +120,7 @@ mod tests {
     #[test]
     fn blocks_are_mappings_recognised_by_their_header() {
         let p = allocate(Layout::from_size_align(100, 64).unwrap());
-        assert!(!p.is_null() && holds(p) && p as usize % 64 == 0);
+        assert!(!p.is_null() && holds(p) && (p as usize).is_multiple_of(64));
         // SAFETY: `p` is a 100-byte block, resized and freed once.
         unsafe {
             p.write_bytes(0x7e, 100);

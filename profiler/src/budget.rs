@@ -453,10 +453,10 @@ fn stacks_report<R>(out: &mut String, figure: usize, first: Figures, f: &mut imp
         leaked_bytes: 0,
     };
     for &(e, at, len) in &rec.events {
-        if e.old != 0 {
-            if let Some(b) = live.remove(&e.old) {
-                now -= blocks[b].size;
-            }
+        if e.old != 0
+            && let Some(b) = live.remove(&e.old)
+        {
+            now -= blocks[b].size;
         }
         if e.new != 0 {
             live.insert(e.new, blocks.len());
@@ -643,10 +643,10 @@ fn is_library(f: &Frame) -> bool {
     if is_recorder(f) {
         return true;
     }
-    if let Some(file) = &f.file {
-        if file.starts_with("/rustc/") || file.contains("/library/") {
-            return true;
-        }
+    if let Some(file) = &f.file
+        && (file.starts_with("/rustc/") || file.contains("/library/"))
+    {
+        return true;
     }
     const STD: [&str; 8] = [
         "std::", "<std::", "core::", "<core::", "alloc::", "<alloc::", "test::", "<test::",

@@ -419,7 +419,7 @@ fn write_escaped<W: Write>(w: &mut W, bytes: &[u8]) -> fmt::Result {
 
 fn decode_hex(s: &str) -> Option<Vec<u8>> {
     // Digits only: `from_str_radix` would also take a sign ("+5").
-    if s.len() % 2 != 0 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+    if !s.len().is_multiple_of(2) || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
     (0..s.len())

@@ -101,7 +101,7 @@ impl<const N: usize> TimelineBuffer<N> {
     /// An empty timeline sampled every [`BASE_INTERVAL_NS`].
     pub const fn new() -> Self {
         // Halving merges pairs of a full buffer.
-        const { assert!(N >= 2 && N % 2 == 0) };
+        const { assert!(N >= 2 && N.is_multiple_of(2)) };
         TimelineBuffer {
             points: [TimelinePoint {
                 t_ns: 0,

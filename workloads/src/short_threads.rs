@@ -50,10 +50,10 @@ fn work(i: u64) -> (u64, Vec<Vec<u8>>) {
             let old = live.swap_remove(r.below(live.len() as u64) as usize);
             sum = mix(sum, old.len() as u64);
         }
-        if r.below(50) == 0 {
-            if let Some(k) = live.pop() {
-                kept.push(k);
-            }
+        if r.below(50) == 0
+            && let Some(k) = live.pop()
+        {
+            kept.push(k);
         }
     }
     sum = mix(sum, live.iter().map(|v| v.len() as u64).sum());

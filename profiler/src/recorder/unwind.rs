@@ -1034,22 +1034,22 @@ pub fn thread_stack() -> Option<Range<u64>> {
         have += n as usize;
         let mut start = 0;
         while let Some(nl) = buf[start..have].iter().position(|&b| b == b'\n') {
-            if let Some(r) = mapping_range(&buf[start..start + nl]) {
-                if r.contains(&sp) {
-                    found = Some(r);
-                    break 'read;
-                }
+            if let Some(r) = mapping_range(&buf[start..start + nl])
+                && r.contains(&sp)
+            {
+                found = Some(r);
+                break 'read;
             }
             start += nl + 1;
         }
         if start == 0 && have == buf.len() {
             // A line longer than the buffer (a very long path): its
             // range is at the start; keep only that.
-            if let Some(r) = mapping_range(&buf[..have]) {
-                if r.contains(&sp) {
-                    found = Some(r);
-                    break;
-                }
+            if let Some(r) = mapping_range(&buf[..have])
+                && r.contains(&sp)
+            {
+                found = Some(r);
+                break;
             }
             have = 0;
             continue;
