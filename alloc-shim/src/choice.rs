@@ -2,7 +2,7 @@
 //! `ALLOCMUX_ALLOCATOR`, and never changed after.
 //!
 //! Nothing here runs on the allocation hot path: the choice installs a hook
-//! table ([`crate::hooks::install`]) and the exports jump through that.
+//! table ([`crate::hooks::install`]), whose functions the exports jump to.
 
 use core::sync::atomic::{AtomicU8, Ordering::Acquire, Ordering::Release};
 
@@ -90,7 +90,7 @@ fn choose() -> Choice {
     crate::heap::follow_backend(choice.backend);
     // Install first, publish last: a first call that finds the choice made
     // (`FIRST_CALL` trampolines read `current()` and then jump through the
-    // table) must find the table in place, or it would jump to itself.
+    // slots) must find the hooks in place, or it would jump to itself.
     // Threads racing here read the same environment and make the same
     // choice, and installing is idempotent, so no lock is needed.
     let mode = config::stack_mode();

@@ -11,11 +11,14 @@
 use core::ffi::{CStr, c_char, c_int, c_void};
 use core::sync::atomic::AtomicPtr;
 
-use crate::hooks::table;
+#[cfg(not(target_arch = "x86_64"))]
+use crate::hooks::hook;
 use crate::{credentials, exec};
 
-/// One exported function per entry of the malloc family's table, each one
-/// load of the hook table and an indirect tail jump.
+/// One exported function per entry of the malloc family's table, each an
+/// indirect tail jump through its slot. On x86-64 the export is that one
+/// instruction, `jmp *slot(%rip)` (a naked function: the compiler reads an
+/// atomic slot into a register first, one more instruction per call).
 macro_rules! malloc_exports {
     ([] $($name:ident => $Func:ident ($($arg:ident : $ty:ty),*) $(-> $ret:ty)?;)*) => {$(
         #[doc = concat!("`", stringify!($name), "(3)`, served by the hook in force.")]
@@ -23,11 +26,32 @@ macro_rules! malloc_exports {
         /// # Safety
         /// As for the C function: pointers the program passes are NULL or
         /// live blocks of this allocator, out-pointers are writable.
+        #[cfg(target_arch = "x86_64")]
+        #[cfg_attr(not(test), unsafe(no_mangle))]
+        #[unsafe(naked)]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) $(-> $ret)? {
+            // The arguments are still in their registers and the return
+            // address on the stack: the hook receives the program's call
+            // as it was made. The slot is a pointer-sized atomic, so the
+            // jump reads a whole hook (see `hooks::SLOTS`).
+            core::arch::naked_asm!(
+                "jmp qword ptr [rip + {slots} + {offset}]",
+                slots = sym crate::hooks::SLOTS,
+                offset = const core::mem::offset_of!(crate::hooks::Slots, $name),
+            )
+        }
+
+        #[doc = concat!("`", stringify!($name), "(3)`, served by the hook in force.")]
+        ///
+        /// # Safety
+        /// As for the C function: pointers the program passes are NULL or
+        /// live blocks of this allocator, out-pointers are writable.
+        #[cfg(not(target_arch = "x86_64"))]
         #[cfg_attr(not(test), unsafe(no_mangle))]
         pub unsafe extern "C" fn $name($($arg: $ty),*) $(-> $ret)? {
-            // SAFETY: the hook has this function's C contract, which the
-            // caller keeps.
-            unsafe { (table().$name)($($arg),*) }
+            // SAFETY: the slot holds this function's hook (see `hooks`),
+            // which has its C contract; the caller keeps it.
+            unsafe { (hook!($name))($($arg),*) }
         }
     )*};
 }

@@ -1,9 +1,10 @@
-//! The hook table: one set of small `extern "C"` functions per backend (each
-//! the body from `posix` run under the recorder), and the table the exports
-//! jump through. The table starts at trampolines that choose the backend at
-//! the process's first call; after that an export costs one load and an
-//! indirect tail jump, and each hook is a separate function whose fast path
-//! saves no more registers than its own work needs.
+//! The hook tables: one set of small `extern "C"` functions per backend
+//! (each the body from `posix` run under the recorder), and the slots the
+//! exports jump through, one per function. The slots start at trampolines
+//! that choose the backend at the process's first call; after that an
+//! export is one indirect jump through its slot (`jmp *slot(%rip)`), and
+//! each hook is a separate function whose fast path saves no more
+//! registers than its own work needs.
 //!
 //! Every per-function list here (the table's fields, each table's
 //! functions) is generated from the one list of the malloc family,
@@ -35,14 +36,51 @@ macro_rules! hooks_struct {
 }
 allocmux::for_each_malloc_function!(hooks_struct);
 
-static TABLE: AtomicPtr<Hooks> = AtomicPtr::new(&FIRST_CALL as *const Hooks as *mut Hooks);
+/// The slots the exports jump through, and the hook of one function read
+/// from its slot (`hook!(malloc)`).
+macro_rules! slots_struct {
+    ([] $($name:ident => $Func:ident ($($arg:ident : $ty:ty),*) $(-> $ret:ty)?;)*) => {
+        /// The hooks in force, one slot per function, each holding a
+        /// function of one of the tables below. A slot rather than a
+        /// pointer to a table: an export then loads its hook with one
+        /// PC-relative load and no pointer to chase first.
+        pub struct Slots {
+            $(
+                #[doc = concat!("`", stringify!($name), "`.")]
+                pub $name: AtomicPtr<()>,
+            )*
+        }
+
+        impl Slots {
+            const fn of(t: &Hooks) -> Slots {
+                Slots { $($name: AtomicPtr::new(t.$name as *mut ()),)* }
+            }
+
+            fn set(&self, t: &Hooks) {
+                $(self.$name.store(t.$name as *mut (), Relaxed);)*
+            }
+        }
+
+        /// The hook in force for one function, from its slot. Used in an
+        /// `unsafe` block, whose SAFETY line owes that the slot only ever
+        /// holds this function's hook (`Slots::of`, `Slots::set`).
+        macro_rules! hook {
+            $(
+                ($name) => {
+                    core::mem::transmute::<*mut (), unsafe extern "C" fn($($ty),*) $(-> $ret)?>(
+                        $crate::hooks::SLOTS.$name.load(core::sync::atomic::Ordering::Relaxed),
+                    )
+                };
+            )*
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        pub(crate) use hook;
+    };
+}
+allocmux::for_each_malloc_function!(slots_struct);
 
 /// The hooks in force.
-#[inline(always)]
-pub fn table() -> &'static Hooks {
-    // SAFETY: TABLE always points at one of the static tables below.
-    unsafe { &*TABLE.load(Relaxed) }
-}
+pub static SLOTS: Slots = Slots::of(&FIRST_CALL);
 
 /// Makes `choice` the process's backend, with stack recording if `stacks`
 /// (set up beforehand). Called by the first call (or by several threads'
@@ -62,7 +100,7 @@ pub fn install(choice: Choice, stacks: bool) {
             (_, true) => &SYSTEM_STACKS,
         }
     };
-    TABLE.store(t as *const Hooks as *mut Hooks, Relaxed);
+    SLOTS.set(t);
 }
 
 /// Runs a body on this thread's recorder.
@@ -171,8 +209,9 @@ macro_rules! first_call_hooks {
             unsafe extern "C" fn $name($($arg: $ty),*) $(-> $ret)? {
                 choice::current();
                 // SAFETY: forwarded, with the caller's arguments, to the
-                // same function of the table just installed.
-                unsafe { (table().$name)($($arg),*) }
+                // same function of the table just installed (a slot holds
+                // only its function's hooks).
+                unsafe { (hook!($name))($($arg),*) }
             }
         )*
         Hooks { $($name),* }
