@@ -445,6 +445,7 @@ impl<B: Backend> StackBody for Malloc<B> {
 }
 
 impl<B: Backend> StackBody for Free<B> {
+    const RELEASES: bool = true;
     fn request(&self) -> Option<usize> {
         None
     }
@@ -466,6 +467,7 @@ impl<B: Backend> StackBody for Calloc<B> {
 }
 
 impl<B: Backend> StackBody for Realloc<B> {
+    const RELEASES: bool = true;
     fn request(&self) -> Option<usize> {
         // realloc(p, 0) frees p and hands out nothing.
         (self.1 != 0 || self.0.is_null()).then_some(self.1)

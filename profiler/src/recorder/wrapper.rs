@@ -278,6 +278,7 @@ impl<I: Inner<A>, A: GlobalAlloc, const ZEROED: bool> StackBody for Alloc<I, A, 
 }
 
 impl<I: Inner<A>, A: GlobalAlloc> StackBody for Dealloc<I, A> {
+    const RELEASES: bool = true;
     fn request(&self) -> Option<usize> {
         None
     }
@@ -290,6 +291,7 @@ impl<I: Inner<A>, A: GlobalAlloc> StackBody for Dealloc<I, A> {
 }
 
 impl<I: Inner<A>, A: GlobalAlloc> StackBody for Realloc<I, A> {
+    const RELEASES: bool = true;
     fn request(&self) -> Option<usize> {
         Some(self.3)
     }
