@@ -17,7 +17,7 @@ use allocmux::Backend as Allocator;
 use allocmux::recorder::stacks::{StackBody, enter_stacks};
 use allocmux::recorder::{Body, enter};
 
-use crate::backend::{Jemalloc, Mimalloc, System};
+use crate::backend::{Jemalloc, Mimalloc, MimallocLookup, System};
 use crate::choice::{self, Choice};
 use crate::posix::*;
 use crate::tls;
@@ -92,10 +92,12 @@ pub fn install(choice: Choice, stacks: bool) {
         match (choice.backend, stacks) {
             (Allocator::Jemalloc, false) => &JEMALLOC,
             (Allocator::Jemalloc, true) => &JEMALLOC_STACKS,
-            (Allocator::Mimalloc, _) => {
-                crate::backend::init_mimalloc();
-                if stacks { &MIMALLOC_STACKS } else { &MIMALLOC }
-            }
+            (Allocator::Mimalloc, _) => match (crate::backend::init_mimalloc(), stacks) {
+                (true, false) => &MIMALLOC,
+                (true, true) => &MIMALLOC_STACKS,
+                (false, false) => &MIMALLOC_LOOKUP,
+                (false, true) => &MIMALLOC_LOOKUP_STACKS,
+            },
             (_, false) => &SYSTEM,
             (_, true) => &SYSTEM_STACKS,
         }
@@ -197,6 +199,10 @@ static MIMALLOC: Hooks = bench_variant!(recorded_hooks!(Mimalloc), Mimalloc);
 static SYSTEM_STACKS: Hooks = recorded_hooks!(System, with_stacks);
 static JEMALLOC_STACKS: Hooks = recorded_hooks!(Jemalloc, with_stacks);
 static MIMALLOC_STACKS: Hooks = recorded_hooks!(Mimalloc, with_stacks);
+/// mimalloc where its layout is not the one the shim reads block sizes
+/// from (see `backend::mimalloc::page`): sizes from `mi_usable_size`.
+static MIMALLOC_LOOKUP: Hooks = recorded_hooks!(MimallocLookup);
+static MIMALLOC_LOOKUP_STACKS: Hooks = recorded_hooks!(MimallocLookup, with_stacks);
 
 /// Secure execution: glibc, nothing recorded.
 static UNRECORDED: Hooks = recorded_hooks!(System, unrecorded);

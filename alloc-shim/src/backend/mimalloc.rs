@@ -12,12 +12,20 @@ unsafe extern "C" {
     fn mi_usable_size(ptr: *const c_void) -> usize;
 }
 
-/// mimalloc.
+/// mimalloc, with a block's usable size read from its page inline
+/// (`PAGE_SIZES`, see [`page`]) or asked of `mi_usable_size`.
 #[derive(Debug, Clone, Copy)]
-pub struct Mimalloc;
+pub struct MimallocWith<const PAGE_SIZES: bool>;
+
+/// mimalloc, block sizes read from their pages: the hooks installed when
+/// [`init`] found mimalloc's layout to be the one [`page`] reads.
+pub type Mimalloc = MimallocWith<true>;
+/// mimalloc, block sizes from `mi_usable_size`: the hooks installed
+/// otherwise.
+pub type MimallocLookup = MimallocWith<false>;
 
 // SAFETY: forwards to mimalloc.
-unsafe impl Backend for Mimalloc {
+unsafe impl<const PAGE_SIZES: bool> Backend for MimallocWith<PAGE_SIZES> {
     #[inline(always)]
     fn size_before_malloc(requested: usize) -> Option<usize> {
         let size = SMALL_SIZES.get((requested + 7) >> 3)?.load(Relaxed);
@@ -66,16 +74,207 @@ unsafe impl Backend for Mimalloc {
     }
     #[inline(always)]
     unsafe fn usable(ptr: *mut c_void) -> usize {
-        // SAFETY: the caller passes a live mimalloc block.
-        unsafe { mi_usable_size(ptr) }
+        if PAGE_SIZES {
+            // SAFETY: the caller passes a live mimalloc block, and these
+            // hooks are installed only once `init` verified the layout.
+            unsafe { page::usable(ptr) }
+        } else {
+            // SAFETY: the caller passes a live mimalloc block.
+            unsafe { mi_usable_size(ptr) }
+        }
     }
     #[inline(always)]
     unsafe fn allocated_size(ptr: *mut c_void, requested: usize, plain: bool) -> usize {
         match Self::size_before_malloc(requested) {
             Some(size) if plain => size,
             // SAFETY: the caller passes a live mimalloc block.
-            _ => unsafe { mi_usable_size(ptr) },
+            _ => unsafe { Self::usable(ptr) },
         }
+    }
+}
+
+/// A block's usable size read from its mimalloc page, as `mi_usable_size`
+/// reads it, without the call: the `free` hook under mimalloc must count
+/// the block's bytes, and the call (with the registers the hook saves
+/// around it) was most of that hook's cost.
+///
+/// mimalloc 2.x finds a block's page from its address alone: the segment
+/// is the address rounded down to 32 MiB (one byte before it, for huge
+/// aligned blocks), its slice the offset from there in 64 KiB units, and
+/// the page the slice minus the slice's `slice_offset`; a page of
+/// unaligned blocks holds their usable size, `block_size`. Those places
+/// are mimalloc's, not an interface: the constants below are the layout
+/// of the `libmimalloc-sys` the workspace pins, as its build compiles it
+/// (`MI_DEBUG=0`: no padding, no free-list keys), which a unit test
+/// compiles from mimalloc's header. A different build (another version
+/// resolved by a registry install, say) could differ, so [`verified`]
+/// compares the reading with `mi_usable_size` on live blocks first,
+/// reading only a segment's first page (its header, always mapped), and
+/// the hooks that use it are installed only if every block agrees.
+pub(crate) mod page {
+    use core::ffi::c_void;
+
+    use super::mi_usable_size;
+
+    /// `MI_SEGMENT_SHIFT`: segments are 32 MiB, aligned to their size.
+    pub const SEGMENT_SHIFT: u32 = 25;
+    /// `MI_SEGMENT_SLICE_SHIFT`: slices are 64 KiB.
+    pub const SLICE_SHIFT: u32 = 16;
+    /// `offsetof(mi_segment_t, slices)`.
+    pub const SLICES: usize = 288;
+    /// `sizeof(mi_slice_t)`, which is `mi_page_t`.
+    pub const SLICE_SIZE: usize = 96;
+    /// `offsetof(mi_page_t, slice_offset)`, a `uint32_t`.
+    pub const SLICE_OFFSET: usize = 4;
+    /// `offsetof(mi_page_t, flags)`, a byte.
+    pub const FLAGS: usize = 14;
+    /// `flags.x.has_aligned`: the page holds aligned blocks, whose usable
+    /// size depends on where in the block the pointer lies.
+    pub const HAS_ALIGNED: u8 = 2;
+    /// `offsetof(mi_page_t, block_size)`, a `size_t`.
+    pub const BLOCK_SIZE: usize = 40;
+    /// `offsetof(mi_page_t, page_start)`, a pointer: where the page's
+    /// first block begins.
+    pub const PAGE_START: usize = 48;
+
+    /// The bytes of a segment [`verified`] reads within: its first slice,
+    /// where the segment's header and its slices lie. mimalloc commits
+    /// that much when it maps a segment (`mi_segment_os_alloc` commits the
+    /// info slices, at least one), and keeps it while any block of the
+    /// segment lives.
+    const HEADER_BYTES: usize = 1 << SLICE_SHIFT;
+
+    fn segment(p: usize) -> usize {
+        (p - 1) & !((1usize << SEGMENT_SHIFT) - 1)
+    }
+
+    /// The address of the page of block `p`, reading the slice's offset
+    /// with `read_u32` (a plain load, or a checked one).
+    #[inline(always)]
+    fn page_of(p: usize, read_u32: impl FnOnce(usize) -> Option<u32>) -> Option<usize> {
+        let segment = segment(p);
+        let slice = segment + SLICES + ((p - segment) >> SLICE_SHIFT) * SLICE_SIZE;
+        Some(slice - read_u32(slice + SLICE_OFFSET)? as usize)
+    }
+
+    /// The usable size of block `p` from its page's fields: the block
+    /// size, less how far into its block `p` lies where the page holds
+    /// aligned blocks (mimalloc's `mi_page_usable_aligned_size_of`).
+    #[inline(always)]
+    fn size_in(
+        p: usize,
+        flags: u8,
+        block_size: usize,
+        page_start: impl FnOnce() -> usize,
+    ) -> usize {
+        if flags & HAS_ALIGNED == 0 {
+            block_size
+        } else {
+            // No call here: a call anywhere in the `free` hook makes it
+            // save registers on its fast path too.
+            block_size - (p - page_start()) % block_size.max(1)
+        }
+    }
+
+    /// Usable size of a live mimalloc block.
+    ///
+    /// # Safety
+    /// `p` is a live, non-NULL mimalloc block, and [`verified`] returned
+    /// true in this process.
+    #[inline(always)]
+    pub unsafe fn usable(p: *mut c_void) -> usize {
+        // SAFETY: a live block's segment header holds its slice, and the
+        // slice's offset leads to its page (the layout verified).
+        let page = page_of(p as usize, |at| Some(unsafe { (at as *const u32).read() }));
+        let page = page.unwrap_or(0) as *const u8;
+        // SAFETY: as above: the page's fields.
+        unsafe {
+            size_in(
+                p as usize,
+                page.add(FLAGS).read(),
+                page.add(BLOCK_SIZE).cast::<usize>().read(),
+                || page.add(PAGE_START).cast::<usize>().read(),
+            )
+        }
+    }
+
+    /// Whether reading `p`'s page gives `mi_usable_size(p)`, reading only
+    /// the first [`HEADER_BYTES`] of its segment: a wrong layout can then
+    /// be wrong about the size, never read unmapped memory (a block whose
+    /// slice lies past them counts as a disagreement).
+    ///
+    /// # Safety
+    /// `p` is a live, non-NULL mimalloc block.
+    unsafe fn agrees(p: *mut c_void) -> bool {
+        let segment = segment(p as usize);
+        let inside = |at: usize, len: usize| at >= segment && at + len <= segment + HEADER_BYTES;
+        let read_u32 = |at: usize| {
+            // SAFETY: inside the segment's first page, its header.
+            inside(at, 4).then(|| unsafe { (at as *const u32).read() })
+        };
+        let Some(page) = page_of(p as usize, read_u32) else {
+            return false;
+        };
+        if !inside(page, PAGE_START + 8) {
+            return false;
+        }
+        let page = page as *const u8;
+        // SAFETY: inside the segment's header, checked above; `p` is live.
+        unsafe {
+            let size = size_in(
+                p as usize,
+                page.add(FLAGS).read(),
+                page.add(BLOCK_SIZE).cast::<usize>().read_unaligned(),
+                || page.add(PAGE_START).cast::<usize>().read_unaligned(),
+            );
+            size == mi_usable_size(p)
+        }
+    }
+
+    /// Whether [`usable`] reads this mimalloc's blocks right: checked on
+    /// live blocks of small and medium pages, some spanning several
+    /// slices (a non-zero slice offset), and a page of aligned blocks.
+    pub fn verified() -> bool {
+        // Small (64 KiB pages) and medium (512 KiB pages of eight slices),
+        // enough of the latter that some lie past their page's first
+        // slice (a non-zero slice offset): a few hundred kilobytes, at
+        // once back in mimalloc's free lists.
+        const SIZES: [(usize, usize); 4] = [(24, 2), (1000, 2), (20_000, 6), (60_000, 3)];
+        let mut blocks = [core::ptr::null_mut::<c_void>(); 16];
+        let mut n = 0;
+        let mut ok = true;
+        'probe: for (size, count) in SIZES {
+            for _ in 0..count {
+                // SAFETY: a plain allocation, freed below.
+                let p = unsafe { libmimalloc_sys::mi_malloc(size) };
+                if p.is_null() {
+                    ok = false;
+                    break 'probe;
+                }
+                blocks[n] = p;
+                n += 1;
+                // SAFETY: `p` is live.
+                ok &= unsafe { agrees(p) };
+            }
+        }
+        // Blocks of pages of aligned blocks, at their start and inside.
+        for (size, align) in [(200, 4096), (5000, 256)] {
+            // SAFETY: a plain aligned allocation, freed below.
+            let p = unsafe { libmimalloc_sys::mi_malloc_aligned(size, align) };
+            if p.is_null() {
+                ok = false;
+                continue;
+            }
+            blocks[n] = p;
+            n += 1;
+            // SAFETY: `p` is live; one byte in is inside the same block.
+            ok &= unsafe { agrees(p) && agrees(p.cast::<u8>().add(1).cast()) };
+        }
+        for &p in &blocks[..n] {
+            // SAFETY: each block was allocated above, and is freed once.
+            unsafe { libmimalloc_sys::mi_free(p) };
+        }
+        ok
     }
 }
 
@@ -110,10 +309,13 @@ unsafe extern "C" fn on_mimalloc_error(err: c_int, _arg: *mut c_void) {
 
 /// Prepares mimalloc for the shim: the errno handler and the small-size
 /// table. Called once, when mimalloc is chosen, before any hook uses it.
-pub fn init() {
+/// Returns whether block sizes can be read from their pages
+/// ([`page::verified`]).
+pub fn init() -> bool {
     // SAFETY: registers a handler that only sets errno.
     unsafe { mi_register_error(Some(on_mimalloc_error), core::ptr::null_mut()) };
     init_size_table();
+    page::verified()
 }
 
 /// Fills the small-size table by allocating one block of each word count.
@@ -390,6 +592,103 @@ mod tests {
             core::mem::offset_of!(fork::SubprocLocks, abandoned_os_visit_lock)
         );
         assert_eq!(mirror, header, "offsets of the two locks in mi_subproc_t");
+    }
+
+    /// The layout `page` reads block sizes with is the one mimalloc's own
+    /// header gives, compiled as `libmimalloc-sys` compiles it for the
+    /// shim (`MI_DEBUG=0`).
+    #[test]
+    fn the_page_layout_matches_mimallocs_header() {
+        use super::page::*;
+        let include = env!("ALLOCMUX_MIMALLOC_INCLUDE");
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("probe.c");
+        let exe = dir.path().join("probe");
+        std::fs::write(
+            &src,
+            "#include <stddef.h>\n#include <stdio.h>\n#include \"mimalloc/types.h\"\n\
+             int main(void) { mi_page_t page = {0}; page.flags.x.has_aligned = 1;\n\
+             printf(\"%d %d %zu %zu %zu %zu %u %zu %zu %d\", MI_SEGMENT_SHIFT, \
+             MI_SEGMENT_SLICE_SHIFT, offsetof(mi_segment_t, slices), sizeof(mi_slice_t), \
+             offsetof(mi_page_t, slice_offset), offsetof(mi_page_t, flags), \
+             (unsigned)page.flags.full_aligned, offsetof(mi_page_t, block_size), \
+             offsetof(mi_page_t, page_start), (int)MI_PADDING_SIZE); return 0; }\n",
+        )
+        .unwrap();
+        let built = std::process::Command::new("gcc")
+            .args(["-DMI_DEBUG=0", "-DNDEBUG"])
+            .arg(format!("-I{include}"))
+            .arg(&src)
+            .arg("-o")
+            .arg(&exe)
+            .status()
+            .expect("gcc runs");
+        assert!(built.success(), "the probe compiles against {include}");
+        let out = std::process::Command::new(&exe).output().unwrap();
+        let header = String::from_utf8(out.stdout).unwrap();
+        let mirror = format!(
+            "{SEGMENT_SHIFT} {SLICE_SHIFT} {SLICES} {SLICE_SIZE} {SLICE_OFFSET} {FLAGS} \
+             {HAS_ALIGNED} {BLOCK_SIZE} {PAGE_START} 0"
+        );
+        assert_eq!(mirror, header, "mimalloc's segment and page layout");
+    }
+
+    /// Block sizes read from their pages are `mi_usable_size`'s, for
+    /// blocks of every kind of page: small, medium, large, huge (a segment
+    /// of its own), and aligned blocks, at their start and inside them.
+    #[test]
+    fn block_sizes_read_from_pages_are_mimallocs() {
+        assert!(
+            super::page::verified(),
+            "the layout is verified on live blocks"
+        );
+        let check = |p: *mut core::ffi::c_void| {
+            assert!(!p.is_null());
+            // SAFETY: a live mimalloc block (or a pointer inside one, as
+            // mimalloc's own usable-size reckoning takes it).
+            let (ours, theirs) = unsafe { (super::page::usable(p), super::mi_usable_size(p)) };
+            assert_eq!(ours, theirs, "block at {p:?}");
+        };
+        let mut blocks = Vec::new();
+        for size in [
+            0,
+            1,
+            8,
+            24,
+            100,
+            1000,
+            4096,
+            10_000,
+            70_000,
+            300_000,
+            2 << 20,
+            40 << 20,
+        ] {
+            for _ in 0..3 {
+                // SAFETY: a plain allocation, freed below.
+                let p = unsafe { libmimalloc_sys::mi_malloc(size) };
+                check(p);
+                blocks.push(p);
+            }
+        }
+        for (size, align) in [
+            (8, 64),
+            (200, 4096),
+            (5000, 256),
+            (100_000, 1 << 16),
+            (1 << 20, 1 << 22),
+        ] {
+            // SAFETY: a plain aligned allocation, freed below.
+            let p = unsafe { libmimalloc_sys::mi_malloc_aligned(size, align) };
+            check(p);
+            // SAFETY: inside the same block.
+            check(unsafe { p.cast::<u8>().add(size / 2).cast() });
+            blocks.push(p);
+        }
+        for p in blocks {
+            // SAFETY: allocated above, freed once.
+            unsafe { libmimalloc_sys::mi_free(p) };
+        }
     }
 
     /// Both ways a lock can be held at a fork, one after the other (they

@@ -9,9 +9,9 @@ mod system;
 
 pub use jemalloc::Jemalloc;
 pub use jemalloc::fork as jemalloc_fork;
-pub use mimalloc::Mimalloc;
 pub use mimalloc::fork as mimalloc_fork;
 pub use mimalloc::init as init_mimalloc;
+pub use mimalloc::{Mimalloc, MimallocLookup};
 pub use system::System;
 
 use core::ffi::c_void;
