@@ -1,9 +1,9 @@
 //! The exported C symbols: names only, as mimalloc's `alloc-override.c`.
-//! The malloc family jumps through the hook table (`hooks`) of the chosen
-//! backend; `_exit` and the `exec` functions go to `exec`, which writes the
-//! exit profile first; `setuid` and the other functions that change
-//! credentials go to glibc's through `credentials`, which restarts the
-//! flusher thread around them.
+//! The malloc family jumps through its slot (`hooks::SLOTS`), which holds
+//! the chosen backend's hook; `_exit` and the `exec` functions go to
+//! `exec`, which writes the exit profile first; `setuid` and the other
+//! functions that change credentials go to glibc's through `credentials`,
+//! which restarts the flusher thread around them.
 //!
 //! Under `cfg(test)` the symbols are not exported, so a unit-test binary
 //! keeps glibc's malloc.
@@ -33,9 +33,15 @@ macro_rules! malloc_exports {
             // The arguments are still in their registers and the return
             // address on the stack: the hook receives the program's call
             // as it was made. The slot is a pointer-sized atomic, so the
-            // jump reads a whole hook (see `hooks::SLOTS`).
+            // jump reads a whole hook (see `hooks::SLOTS`). The CFI
+            // directives give the instruction an unwind entry (the return
+            // address at the stack pointer, as at any function's entry):
+            // a profiler or debugger that stops the program there can
+            // still walk its stack.
             core::arch::naked_asm!(
+                ".cfi_startproc",
                 "jmp qword ptr [rip + {slots} + {offset}]",
+                ".cfi_endproc",
                 slots = sym crate::hooks::SLOTS,
                 offset = const core::mem::offset_of!(crate::hooks::Slots, $name),
             )

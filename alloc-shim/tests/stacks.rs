@@ -424,3 +424,40 @@ fn python_with_stacks() {
         );
     }
 }
+
+/// Every malloc-family export of the shim has an unwind entry. The
+/// exports are naked one-instruction jumps, which get none unless they
+/// declare it, and a profiler or debugger that stops a program on one (a
+/// sampling profiler does, now and then) must still walk its stack.
+#[test]
+fn every_export_has_an_unwind_entry() {
+    let data = std::fs::read(shim()).unwrap();
+    let file = object::File::parse(&*data).unwrap();
+    let frames = Command::new("readelf")
+        .args(["--debug-dump=frames", shim()])
+        .output()
+        .expect("readelf (binutils) runs");
+    assert!(frames.status.success());
+    // FDE lines name their range as `pc=START..END`, in hex.
+    let ranges: Vec<std::ops::Range<u64>> = String::from_utf8_lossy(&frames.stdout)
+        .split_whitespace()
+        .filter_map(|w| w.strip_prefix("pc="))
+        .filter_map(|r| {
+            let (start, end) = r.split_once("..")?;
+            Some(u64::from_str_radix(start, 16).ok()?..u64::from_str_radix(end, 16).ok()?)
+        })
+        .collect();
+    assert!(!ranges.is_empty(), "no FDE parsed from readelf's output");
+    for f in allocmux::Func::ALL {
+        let symbol = file
+            .dynamic_symbols()
+            .find(|s| s.name() == Ok(f.name()))
+            .unwrap_or_else(|| panic!("{} is exported", f.name()));
+        assert!(
+            ranges.iter().any(|r| r.contains(&symbol.address())),
+            "{} at {:#x} has no unwind entry",
+            f.name(),
+            symbol.address()
+        );
+    }
+}
