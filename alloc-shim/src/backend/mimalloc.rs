@@ -109,7 +109,7 @@ unsafe impl<const PAGE_SIZES: bool> Backend for MimallocWith<PAGE_SIZES> {
 /// compiles from mimalloc's header. A different build (another version
 /// resolved by a registry install, say) could differ, so [`verified`]
 /// compares the reading with `mi_usable_size` on live blocks first,
-/// reading only a segment's first page (its header, always mapped), and
+/// reading only a segment's first slice (its header, always mapped), and
 /// the hooks that use it are installed only if every block agrees.
 pub(crate) mod page {
     use core::ffi::c_void;

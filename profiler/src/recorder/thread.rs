@@ -691,14 +691,14 @@ pub unsafe fn enter<B: Body>(t: &ThreadState, body: B) -> B::Out {
         // `dec`, a store and a branch, two instructions more on every call.
         // SAFETY: the operand is `t.countdown[B::FUNC]` (the offset of the
         // array plus 4 bytes per `AtomicI32` before it), this thread's own
-        // aligned 4-byte counter;
-        // the owner alone decrements it, and other threads only load it
-        // (or store 0 into it, as before). An aligned `dec` on memory
-        // without `lock` is one load and one store of the location, each
-        // single-copy atomic on x86-64: exactly the relaxed load and store
-        // of the portable version below, with its race unchanged. It
-        // touches no other memory and no stack; the label tail-calls the
-        // slow path with the caller's arguments, as the branch below does.
+        // aligned 4-byte counter, written through its `UnsafeCell`. The
+        // owner alone decrements it; other threads only load it (or store
+        // 0 into it, as before). An aligned `dec` on memory without `lock`
+        // is one load and one store of the location, each single-copy
+        // atomic on x86-64: exactly the relaxed load and store of the
+        // portable version below, with its race unchanged. It touches no
+        // other memory and no stack; the label tail-calls the slow path
+        // with the caller's arguments, as the branch below does.
         unsafe {
             core::arch::asm!(
                 "dec dword ptr [{t} + {offset}]",
