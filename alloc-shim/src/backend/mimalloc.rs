@@ -113,6 +113,7 @@ unsafe impl<const PAGE_SIZES: bool> Backend for MimallocWith<PAGE_SIZES> {
 /// the hooks that use it are installed only if every block agrees.
 pub(crate) mod page {
     use core::ffi::c_void;
+    use core::sync::atomic::Ordering::Relaxed;
 
     use super::mi_usable_size;
 
@@ -176,6 +177,20 @@ pub(crate) mod page {
         }
     }
 
+    /// The page's flags byte. The page's owner rewrites it (`in_full`)
+    /// while other threads free blocks of the page, as mimalloc's own
+    /// `free` reads it, so it is read as an atomic (a plain load all the
+    /// same). `has_aligned`, the bit that matters here, only changes the
+    /// reckoning for pointers inside a block, never a block's start.
+    ///
+    /// # Safety
+    /// `page` is a live mimalloc page.
+    #[inline(always)]
+    unsafe fn flags(page: *const u8) -> u8 {
+        // SAFETY: a byte of a live page, only ever accessed per byte.
+        unsafe { (*page.add(FLAGS).cast::<core::sync::atomic::AtomicU8>()).load(Relaxed) }
+    }
+
     /// Usable size of a live mimalloc block.
     ///
     /// # Safety
@@ -191,7 +206,7 @@ pub(crate) mod page {
         unsafe {
             size_in(
                 p as usize,
-                page.add(FLAGS).read(),
+                flags(page),
                 page.add(BLOCK_SIZE).cast::<usize>().read(),
                 || page.add(PAGE_START).cast::<usize>().read(),
             )
@@ -209,7 +224,7 @@ pub(crate) mod page {
         let segment = segment(p as usize);
         let inside = |at: usize, len: usize| at >= segment && at + len <= segment + HEADER_BYTES;
         let read_u32 = |at: usize| {
-            // SAFETY: inside the segment's first page, its header.
+            // SAFETY: inside the segment's first slice, its header.
             inside(at, 4).then(|| unsafe { (at as *const u32).read() })
         };
         let Some(page) = page_of(p as usize, read_u32) else {
@@ -223,7 +238,7 @@ pub(crate) mod page {
         unsafe {
             let size = size_in(
                 p as usize,
-                page.add(FLAGS).read(),
+                flags(page),
                 page.add(BLOCK_SIZE).cast::<usize>().read_unaligned(),
                 || page.add(PAGE_START).cast::<usize>().read_unaligned(),
             );
