@@ -219,13 +219,16 @@ static SKIP_OWN_MODULE: AtomicBool = AtomicBool::new(false);
 const FILTER_BITS: u32 = 14;
 static FILTER: [AtomicU8; 1 << FILTER_BITS] = [const { AtomicU8::new(0) }; 1 << FILTER_BITS];
 
-/// A block's slot: the top bits of its address times an odd constant
-/// (Fibonacci hashing). The address is not shifted past its alignment
-/// zeros first: the product's top bits mix all of them anyway, and the
-/// shift was two of the nine instructions every `free` pays for sampling.
+/// A block's slot: the top bits of the low 32 bits of its address times an
+/// odd constant (Fibonacci hashing), one multiply by an immediate and a
+/// shift. The address is not shifted past its alignment zeros first (the
+/// product's top bits mix the bits above them anyway), and its high half
+/// is left out (blocks 4 GiB apart share a slot, a false positive at
+/// worst): every `free` pays for this check while sampling, and the two
+/// cost three of its nine instructions.
 #[inline(always)]
 fn filter_slot(addr: usize) -> &'static AtomicU8 {
-    let h = (addr as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - FILTER_BITS);
+    let h = (addr as u32).wrapping_mul(0x9E37_79B1) >> (32 - FILTER_BITS);
     &FILTER[h as usize]
 }
 
