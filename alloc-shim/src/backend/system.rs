@@ -72,7 +72,8 @@ unsafe impl Backend for System {
         // usable space too. This layout has been stable since glibc 2.0.
         // SAFETY: `ptr` is a live glibc block, so its header word precedes it.
         let word = unsafe { *(ptr as *const usize).sub(1) };
-        // (size - 8, less 8 more if mmapped), without a branch or a `setcc`.
+        // The chunk size less 8, or less 16 if mmapped, computed without a
+        // branch or a `setcc`.
         (word & !7) - 8 - ((word & 2) << 2)
     }
 }
