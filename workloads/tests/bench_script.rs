@@ -171,3 +171,58 @@ fn ideal_shim_keeps_programs_working() {
         );
     }
 }
+
+/// `scripts/jemalloc_sampling_cost.py` measures jemalloc's own sampler
+/// with a one-frame backtrace hook (`scripts/jemalloc_prof_hook.c`): the
+/// hook must really be installed when jemalloc profiles (and refused, with
+/// a message, when it does not), and the script must print its four rows.
+#[test]
+fn jemalloc_sampling_cost_script_runs() {
+    let jemalloc = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
+    if ["gcc", "python3", "valgrind", jemalloc]
+        .iter()
+        .any(|w| missing(w))
+    {
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let churn = compile("gcc", root.join("scripts/churn.c"), &["-O2", "-pthread"]);
+    let hook = compile(
+        "gcc",
+        root.join("scripts/jemalloc_prof_hook.c"),
+        &["-O2", "-fPIC", "-shared", jemalloc],
+    );
+    let run = |conf: &str| {
+        let o = Command::new(&churn)
+            .args(["1", "20000"])
+            .env("LD_PRELOAD", format!("{jemalloc} {}", hook.display()))
+            .env("MALLOC_CONF", conf)
+            .output()
+            .unwrap();
+        assert!(o.status.success());
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    assert_eq!(run("prof:true,prof_active:true,lg_prof_sample:12"), "");
+    assert!(run("prof:false").contains("mallctl failed"));
+
+    let out = Command::new("python3")
+        .arg(root.join("scripts/jemalloc_sampling_cost.py"))
+        .args(["--pairs", "2000"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    check_tables(&text);
+    for row in [
+        "| bare |",
+        "| prof inactive |",
+        "| prof, libgcc backtraces |",
+        "| prof, one-frame backtraces |",
+    ] {
+        assert!(text.contains(row), "{row} missing from:\n{text}");
+    }
+}
