@@ -150,12 +150,14 @@ pub(crate) mod page {
     }
 
     /// The address of the page of block `p`, reading the slice's offset
-    /// with `read_u32` (a plain load, or a checked one).
+    /// with `read_u32` (a plain load, or a checked one). Wrapping: under a
+    /// layout being verified the offset read may be anything, and
+    /// [`agrees`] rejects a page outside the segment's header.
     #[inline(always)]
     fn page_of(p: usize, read_u32: impl FnOnce(usize) -> Option<u32>) -> Option<usize> {
         let segment = segment(p);
         let slice = segment + SLICES + ((p - segment) >> SLICE_SHIFT) * SLICE_SIZE;
-        Some(slice - read_u32(slice + SLICE_OFFSET)? as usize)
+        Some(slice.wrapping_sub(read_u32(slice + SLICE_OFFSET)? as usize))
     }
 
     /// The usable size of block `p` from its page's fields: the block
@@ -173,7 +175,9 @@ pub(crate) mod page {
         } else {
             // No call here: a call anywhere in the `free` hook makes it
             // save registers on its fast path too.
-            block_size - (p - page_start()) % block_size.max(1)
+            // Wrapping, for a layout being verified (see `page_of`); the
+            // remainder is below the block size, so the difference is not.
+            block_size - p.wrapping_sub(page_start()) % block_size.max(1)
         }
     }
 
