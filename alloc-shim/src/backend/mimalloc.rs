@@ -579,10 +579,11 @@ mod tests {
         finished && libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0
     }
 
-    /// `SubprocLocks` has the offsets mimalloc's own header gives, compiled
-    /// by the C compiler from the `libmimalloc-sys` sources the shim links.
-    #[test]
-    fn the_mirror_of_mimallocs_sub_process_matches_its_header() {
+    /// What a C program with `main_body` prints, compiled against
+    /// mimalloc's own header from the `libmimalloc-sys` sources the shim
+    /// links, with the defines that crate builds mimalloc with
+    /// (`MI_DEBUG=0`, `NDEBUG`).
+    fn from_mimallocs_header(main_body: &str) -> String {
         // From build.rs: libmimalloc-sys's include directory.
         let include = env!("ALLOCMUX_MIMALLOC_INCLUDE");
         let dir = tempfile::tempdir().unwrap();
@@ -590,48 +591,10 @@ mod tests {
         let exe = dir.path().join("probe");
         std::fs::write(
             &src,
-            "#include <stddef.h>\n#include <stdio.h>\n#include \"mimalloc/types.h\"\n\
-             int main(void) { printf(\"%zu %zu\", offsetof(mi_subproc_t, abandoned_os_lock), \
-             offsetof(mi_subproc_t, abandoned_os_visit_lock)); return 0; }\n",
-        )
-        .unwrap();
-        let built = std::process::Command::new("gcc")
-            .arg(format!("-I{include}"))
-            .arg(&src)
-            .arg("-o")
-            .arg(&exe)
-            .status()
-            .expect("gcc runs");
-        assert!(built.success(), "the probe compiles against {include}");
-        let out = std::process::Command::new(&exe).output().unwrap();
-        let header = String::from_utf8(out.stdout).unwrap();
-        let mirror = format!(
-            "{} {}",
-            core::mem::offset_of!(fork::SubprocLocks, abandoned_os_lock),
-            core::mem::offset_of!(fork::SubprocLocks, abandoned_os_visit_lock)
-        );
-        assert_eq!(mirror, header, "offsets of the two locks in mi_subproc_t");
-    }
-
-    /// The layout `page` reads block sizes with is the one mimalloc's own
-    /// header gives, compiled as `libmimalloc-sys` compiles it for the
-    /// shim (`MI_DEBUG=0`).
-    #[test]
-    fn the_page_layout_matches_mimallocs_header() {
-        use super::page::*;
-        let include = env!("ALLOCMUX_MIMALLOC_INCLUDE");
-        let dir = tempfile::tempdir().unwrap();
-        let src = dir.path().join("probe.c");
-        let exe = dir.path().join("probe");
-        std::fs::write(
-            &src,
-            "#include <stddef.h>\n#include <stdio.h>\n#include \"mimalloc/types.h\"\n\
-             int main(void) { mi_page_t page = {0}; page.flags.x.has_aligned = 1;\n\
-             printf(\"%d %d %zu %zu %zu %zu %u %zu %zu %d\", MI_SEGMENT_SHIFT, \
-             MI_SEGMENT_SLICE_SHIFT, offsetof(mi_segment_t, slices), sizeof(mi_slice_t), \
-             offsetof(mi_page_t, slice_offset), offsetof(mi_page_t, flags), \
-             (unsigned)page.flags.full_aligned, offsetof(mi_page_t, block_size), \
-             offsetof(mi_page_t, page_start), (int)MI_PADDING_SIZE); return 0; }\n",
+            format!(
+                "#include <stddef.h>\n#include <stdio.h>\n#include \"mimalloc/types.h\"\n\
+                 int main(void) {{ {main_body} return 0; }}\n"
+            ),
         )
         .unwrap();
         let built = std::process::Command::new("gcc")
@@ -644,7 +607,37 @@ mod tests {
             .expect("gcc runs");
         assert!(built.success(), "the probe compiles against {include}");
         let out = std::process::Command::new(&exe).output().unwrap();
-        let header = String::from_utf8(out.stdout).unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// `SubprocLocks` has the offsets mimalloc's own header gives.
+    #[test]
+    fn the_mirror_of_mimallocs_sub_process_matches_its_header() {
+        let header = from_mimallocs_header(
+            "printf(\"%zu %zu\", offsetof(mi_subproc_t, abandoned_os_lock), \
+             offsetof(mi_subproc_t, abandoned_os_visit_lock));",
+        );
+        let mirror = format!(
+            "{} {}",
+            core::mem::offset_of!(fork::SubprocLocks, abandoned_os_lock),
+            core::mem::offset_of!(fork::SubprocLocks, abandoned_os_visit_lock)
+        );
+        assert_eq!(mirror, header, "offsets of the two locks in mi_subproc_t");
+    }
+
+    /// The layout `page` reads block sizes with is the one mimalloc's own
+    /// header gives.
+    #[test]
+    fn the_page_layout_matches_mimallocs_header() {
+        use super::page::*;
+        let header = from_mimallocs_header(
+            "mi_page_t page = {0}; page.flags.x.has_aligned = 1; \
+             printf(\"%d %d %zu %zu %zu %zu %u %zu %zu %d\", MI_SEGMENT_SHIFT, \
+             MI_SEGMENT_SLICE_SHIFT, offsetof(mi_segment_t, slices), sizeof(mi_slice_t), \
+             offsetof(mi_page_t, slice_offset), offsetof(mi_page_t, flags), \
+             (unsigned)page.flags.full_aligned, offsetof(mi_page_t, block_size), \
+             offsetof(mi_page_t, page_start), (int)MI_PADDING_SIZE);",
+        );
         let mirror = format!(
             "{SEGMENT_SHIFT} {SLICE_SHIFT} {SLICES} {SLICE_SIZE} {SLICE_OFFSET} {FLAGS} \
              {HAS_ALIGNED} {BLOCK_SIZE} {PAGE_START} 0"
