@@ -93,12 +93,15 @@ fn choose() -> Choice {
     // slots) must find the hooks in place, or it would jump to itself.
     // Threads racing here read the same environment and make the same
     // choice, and installing is idempotent, so no lock is needed.
-    let mode = config::stack_mode();
-    let stacks = choice.recorded && mode != StackMode::Off;
-    if stacks {
+    let mode = if choice.recorded {
+        config::stack_mode()
+    } else {
+        StackMode::Off
+    };
+    if mode != StackMode::Off {
         recorder::stacks::configure(mode, true);
     }
-    crate::hooks::install(choice, stacks);
+    crate::hooks::install(choice, mode);
     CHOICE.store(choice.encode(), Release);
     choice
 }

@@ -14,7 +14,8 @@ use core::marker::PhantomData;
 use core::sync::atomic::{AtomicPtr, Ordering::Relaxed};
 
 use allocmux::Backend as Allocator;
-use allocmux::recorder::stacks::{StackBody, enter_stacks};
+use allocmux::profile::StackMode;
+use allocmux::recorder::stacks::{StackBody, enter_sampled, enter_stacks};
 use allocmux::recorder::{Body, enter};
 
 use crate::backend::{Jemalloc, Mimalloc, MimallocLookup, System};
@@ -82,24 +83,28 @@ allocmux::for_each_malloc_function!(slots_struct);
 /// The hooks in force.
 pub static SLOTS: Slots = Slots::of(&FIRST_CALL);
 
-/// Makes `choice` the process's backend, with stack recording if `stacks`
+/// Makes `choice` the process's backend, with stack recording in `mode`
 /// (set up beforehand). Called by the first call (or by several threads'
 /// first calls at once, with the same choice: idempotent).
-pub fn install(choice: Choice, stacks: bool) {
+pub fn install(choice: Choice, mode: StackMode) {
+    use StackMode::{Exact, Off, Sample};
     let t: &'static Hooks = if !choice.recorded {
         &UNRECORDED
     } else {
-        match (choice.backend, stacks) {
-            (Allocator::Jemalloc, false) => &JEMALLOC,
-            (Allocator::Jemalloc, true) => &JEMALLOC_STACKS,
-            (Allocator::Mimalloc, _) => match (crate::backend::init_mimalloc(), stacks) {
-                (true, false) => &MIMALLOC,
-                (true, true) => &MIMALLOC_STACKS,
-                (false, false) => &MIMALLOC_LOOKUP,
-                (false, true) => &MIMALLOC_LOOKUP_STACKS,
+        match (choice.backend, mode) {
+            (Allocator::Jemalloc, Off) => &JEMALLOC,
+            (Allocator::Jemalloc, _) => &JEMALLOC_STACKS,
+            (Allocator::Mimalloc, _) => match (crate::backend::init_mimalloc(), mode) {
+                (true, Off) => &MIMALLOC,
+                (true, Sample { .. }) => &MIMALLOC_SAMPLED,
+                (true, Exact) => &MIMALLOC_STACKS,
+                (false, Off) => &MIMALLOC_LOOKUP,
+                (false, Sample { .. }) => &MIMALLOC_LOOKUP_SAMPLED,
+                (false, Exact) => &MIMALLOC_LOOKUP_STACKS,
             },
-            (_, false) => &SYSTEM,
-            (_, true) => &SYSTEM_STACKS,
+            (_, Off) => &SYSTEM,
+            (_, Sample { .. }) => &SYSTEM_SAMPLED,
+            (_, Exact) => &SYSTEM_STACKS,
         }
     };
     SLOTS.set(t);
@@ -118,6 +123,16 @@ unsafe fn with_stacks<X: StackBody>(body: X) -> X::Out {
     let t = tls::current();
     // SAFETY: this thread's own states; the caller's arguments.
     unsafe { enter_stacks(&t.state, &t.stacks, body) }
+}
+
+/// Runs a body on this thread's recorder, with sampled stacks whose
+/// blocks are told apart at their release by size (glibc, mimalloc; see
+/// `enter_sampled`).
+#[inline(always)]
+unsafe fn with_sampled_stacks<X: StackBody>(body: X) -> X::Out {
+    // SAFETY: this thread's own states; the caller's arguments; the
+    // tables that use this are installed in sample mode only.
+    unsafe { enter_sampled(&tls::current().state, || &tls::current().stacks, body) }
 }
 
 /// Runs a body with nothing recorded (secure execution).
@@ -196,13 +211,19 @@ macro_rules! bench_variant {
 }
 use bench_variant;
 static MIMALLOC: Hooks = bench_variant!(recorded_hooks!(Mimalloc), Mimalloc);
+/// Exact stacks, and jemalloc's sampled ones (its hooks read no block
+/// sizes: its frees look in the filter).
 static SYSTEM_STACKS: Hooks = recorded_hooks!(System, with_stacks);
 static JEMALLOC_STACKS: Hooks = recorded_hooks!(Jemalloc, with_stacks);
 static MIMALLOC_STACKS: Hooks = recorded_hooks!(Mimalloc, with_stacks);
+/// Sampled stacks where frees read their block's size.
+static SYSTEM_SAMPLED: Hooks = recorded_hooks!(System, with_sampled_stacks);
+static MIMALLOC_SAMPLED: Hooks = recorded_hooks!(Mimalloc, with_sampled_stacks);
 /// mimalloc where its layout is not the one the shim reads block sizes
 /// from (see `backend::mimalloc::page`): sizes from `mi_usable_size`.
 static MIMALLOC_LOOKUP: Hooks = recorded_hooks!(MimallocLookup);
 static MIMALLOC_LOOKUP_STACKS: Hooks = recorded_hooks!(MimallocLookup, with_stacks);
+static MIMALLOC_LOOKUP_SAMPLED: Hooks = recorded_hooks!(MimallocLookup, with_sampled_stacks);
 
 /// Secure execution: glibc, nothing recorded.
 static UNRECORDED: Hooks = recorded_hooks!(System, unrecorded);

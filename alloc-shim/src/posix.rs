@@ -189,7 +189,7 @@ impl<B: Backend> Body for Free<B> {
             s.freed(usable);
         }
         // SAFETY: `p` is the program's live, non-NULL block of B.
-        s.time(usable, move || unsafe { B::free(p) });
+        s.release(p as usize, usable, move || unsafe { B::free(p) });
     }
     own_counters!();
 }
@@ -435,6 +435,12 @@ impl Scope for Unrecorded {
 
 // What each call does to blocks, for stack recording (`recorder::stacks`).
 
+/// A request of `size` bytes made `to(size)` (see `StackBody::promoted`);
+/// a zero-byte one stays (`realloc(p, 0)` frees).
+fn promote(size: usize, to: impl Fn(usize) -> usize) -> usize {
+    if size == 0 { 0 } else { to(size) }
+}
+
 impl<B: Backend> StackBody for Malloc<B> {
     fn request(&self) -> Option<usize> {
         Some(self.0)
@@ -442,10 +448,16 @@ impl<B: Backend> StackBody for Malloc<B> {
     fn handed_out(&self, out: &*mut c_void) -> usize {
         *out as usize
     }
+    fn promoted(self, to: impl Fn(usize) -> usize) -> Self {
+        Malloc(promote(self.0, to), PhantomData)
+    }
 }
 
 impl<B: Backend> StackBody for Free<B> {
     const RELEASES: bool = true;
+    // The body reads the block's size where the backend keeps no byte
+    // counters of its own.
+    const RELEASES_BY_SIZE: bool = !B::OWN_COUNTERS;
     fn request(&self) -> Option<usize> {
         None
     }
@@ -463,6 +475,12 @@ impl<B: Backend> StackBody for Calloc<B> {
     }
     fn handed_out(&self, out: &*mut c_void) -> usize {
         *out as usize
+    }
+    fn promoted(self, to: impl Fn(usize) -> usize) -> Self {
+        match self.0.checked_mul(self.1) {
+            Some(total) if to(total) != total => Calloc(1, promote(total, to), PhantomData),
+            _ => self,
+        }
     }
 }
 
@@ -482,6 +500,9 @@ impl<B: Backend> StackBody for Realloc<B> {
     fn handed_out(&self, out: &*mut c_void) -> usize {
         *out as usize
     }
+    fn promoted(self, to: impl Fn(usize) -> usize) -> Self {
+        Realloc(self.0, promote(self.1, to), PhantomData)
+    }
 }
 
 macro_rules! hands_out_its_result {
@@ -493,6 +514,10 @@ macro_rules! hands_out_its_result {
             fn handed_out(&self, out: &*mut c_void) -> usize {
                 *out as usize
             }
+            fn promoted(mut self, to: impl Fn(usize) -> usize) -> Self {
+                self.$size = promote(self.$size, to);
+                self
+            }
         }
     )*};
 }
@@ -501,6 +526,9 @@ hands_out_its_result!(AlignedAlloc(1), Memalign(1), Valloc(0), Pvalloc(0));
 impl<B: Backend> StackBody for PosixMemalign<B> {
     fn request(&self) -> Option<usize> {
         Some(self.2)
+    }
+    fn promoted(self, to: impl Fn(usize) -> usize) -> Self {
+        PosixMemalign(self.0, self.1, promote(self.2, to), PhantomData)
     }
     fn handed_out(&self, out: &c_int) -> usize {
         if *out == 0 {

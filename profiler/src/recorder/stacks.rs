@@ -14,7 +14,11 @@
 //! Unsampled allocations pay one subtraction on the thread's countdown.
 //! Unsampled frees pay one load from a small counting filter of the
 //! addresses of tracked blocks; only frees that hit it (tracked blocks, and
-//! rare false positives) take the lock and look the block up.
+//! rare false positives) take the lock and look the block up. Where the
+//! shim's hooks learn the size of every block they free anyway (glibc,
+//! mimalloc), its sample mode makes each sampled block at least
+//! [`SAMPLED_BLOCK_BYTES`] long instead, so that frees of smaller blocks,
+//! nearly all of them, pay nothing (see [`enter_sampled`]).
 //!
 //! Everything else, the unwinder, the stack table and the block map, sits
 //! behind one spin lock, taken only by sampled calls, frees of tracked
@@ -36,10 +40,10 @@ use super::clock::Tsc;
 use super::last_stack::{self, Repeat};
 use super::lock::{AtFork, SpinGuard, SpinLock};
 use super::tables::{Chunks, Sharded, StackHash, max_shard_bytes};
-use super::thread::{Body, ThreadState, enter};
+use super::thread::{Body, Scope, ThreadState, enter};
 use super::unwind::{self, StackUnwinder};
 use crate::profile::{self, ModuleRef, StackMode};
-use crate::stats::SiteCounts;
+use crate::stats::{Func, SiteCounts};
 
 /// What a hooked call does to blocks, for stack recording. Implemented by
 /// the shim's bodies (and the Rust wrapper's) next to their [`Body`].
@@ -60,7 +64,26 @@ pub trait StackBody: Body + Copy {
     }
     /// The block the call handed out, given its result, or 0.
     fn handed_out(&self, out: &Self::Out) -> usize;
+    /// Whether the body reports the size of the block it releases to
+    /// [`Scope::release`] (a `free` on an allocator without byte counters
+    /// of its own): [`enter_sampled`] then tells a sampled block's release
+    /// by that size, with no look at the filter.
+    const RELEASES_BY_SIZE: bool = false;
+    /// The same call asking the allocator for `to(size)` bytes instead of
+    /// its request's `size` (a sampled allocation under
+    /// [`enter_sampled`]); the scope is still told the original request.
+    /// Calls that hand out nothing keep the default, themselves.
+    fn promoted(self, _to: impl Fn(usize) -> usize) -> Self {
+        self
+    }
 }
+
+/// In sample mode under [`enter_sampled`], the least size a sampled block
+/// is given (a larger request keeps its own). One page: in a process whose
+/// live heap is `L` bytes, sampled blocks (about `L / mean` of them live)
+/// hold at most `L * 4096 / mean` bytes more than the program asked for,
+/// 0.8% at the default 512 KiB between samples.
+pub const SAMPLED_BLOCK_BYTES: usize = 4096;
 
 /// A thread's stack-sampling state; all-zero is a valid fresh state.
 #[derive(Debug)]
@@ -195,7 +218,9 @@ const MODE_EXACT: u8 = 2;
 static UNSTACKED: AtomicU64 = AtomicU64::new(0);
 
 /// Sampled allocations left out of the stack table because its lock
-/// stayed taken (see `WAIT_YIELDS`), counted as lost.
+/// stayed taken (see `WAIT_YIELDS`), or because their block could not be
+/// made recognisable at its release (see [`enter_sampled`]): counted as
+/// lost.
 static UNRECORDED: AtomicU64 = AtomicU64::new(0);
 
 /// How long a hooked call waits for the stack table's lock, in yields to
@@ -323,6 +348,311 @@ pub unsafe fn enter_stacks<B: StackBody>(t: &ThreadState, st: &StackThread, body
         // SAFETY: forwarded from the caller.
         unsafe { enter(t, body) }
     }
+}
+
+/// Methods of a wrapping [`Scope`] that pass the call on to `self.inner`.
+macro_rules! delegate_scope {
+    ($($method:ident),*) => { $(delegate_scope!(@ $method);)* };
+    (@ time) => {
+        #[inline(always)]
+        fn time<R>(&self, size: usize, op: impl FnOnce() -> R) -> R {
+            self.inner.time(size, op)
+        }
+    };
+    (@ alloc) => {
+        #[inline(always)]
+        fn alloc(&self, f: Func, requested: usize) {
+            self.inner.alloc(f, requested)
+        }
+    };
+    (@ allocated) => {
+        #[inline(always)]
+        fn allocated(&self, usable: usize) {
+            self.inner.allocated(usable)
+        }
+    };
+    (@ freed) => {
+        #[inline(always)]
+        fn freed(&self, usable: usize) {
+            self.inner.freed(usable)
+        }
+    };
+    (@ call) => {
+        #[inline(always)]
+        fn call(&self, f: Func) {
+            self.inner.call(f)
+        }
+    };
+    (@ fail) => {
+        #[inline(always)]
+        fn fail(&self, f: Func) {
+            self.inner.fail(f)
+        }
+    };
+    (@ in_place) => {
+        #[inline(always)]
+        fn in_place(&self) {
+            self.inner.in_place()
+        }
+    };
+    (@ release) => {
+        #[inline(always)]
+        fn release<R>(&self, ptr: usize, usable: usize, op: impl FnOnce() -> R) -> R {
+            self.inner.release(ptr, usable, op)
+        }
+    };
+}
+
+/// [`enter_stacks`] for sample mode where the body reports the size of
+/// every block it frees ([`StackBody::RELEASES_BY_SIZE`]: the shim on
+/// glibc and mimalloc). A sampled allocation asks the allocator for at
+/// least [`SAMPLED_BLOCK_BYTES`] (its stack, weight and requested bytes
+/// stay the original request's), so a `free` of a smaller block cannot
+/// release a tracked one, and the test a `free` makes anyway, whether its
+/// block is large enough to be timed for itself, moves down to that size:
+/// only the frees of blocks that large look in the filter, out of line,
+/// and a `free` costs what it costs with stacks off. Other releases
+/// (`realloc`) look in the filter, as under [`enter_stacks`].
+/// `stacks` finds the calling thread's [`StackThread`]: where it is cheap
+/// to find again (a closure that captures nothing, such as one reading an
+/// initial-exec TLS block), the paths out of line find it for themselves
+/// and the hot path passes nothing more to them.
+///
+/// # Safety
+/// As for [`enter_stacks`]; the mode must be sample mode.
+#[inline(always)]
+pub unsafe fn enter_sampled<B, L>(t: &ThreadState, stacks: L, body: B) -> B::Out
+where
+    B: StackBody,
+    L: Fn() -> &'static StackThread + Copy,
+{
+    let st = stacks();
+    let sample = match body.request() {
+        Some(n) => st.take(n),
+        None => false,
+    };
+    if sample {
+        // SAFETY: forwarded from the caller.
+        return unsafe { sampled_promoted(body, t, st) };
+    }
+    if B::RELEASES && !B::RELEASES_BY_SIZE && maybe_tracked(body.released()) {
+        // SAFETY: forwarded from the caller.
+        return unsafe { stacked(body, t, st, false) };
+    }
+    // SAFETY: forwarded from the caller.
+    unsafe { enter(t, SizeChecked { body, stacks }) }
+}
+
+/// A sampled call under [`enter_sampled`], promoted out of line: the hook
+/// passes its arguments on as it received them.
+#[cold]
+#[inline(never)]
+#[allow(improper_ctypes_definitions)] // called from Rust only; extern "C" so it cannot unwind
+unsafe extern "C" fn sampled_promoted<B: StackBody>(
+    body: B,
+    t: &ThreadState,
+    st: &StackThread,
+) -> B::Out {
+    let fell_back = Cell::new(false);
+    // SAFETY: forwarded from the caller; the promoted call has the
+    // original's contract, with a larger size.
+    unsafe { stacked(Promoted::new(body, &fell_back), t, st, true) }
+}
+
+/// A sampled allocation asking for at least [`SAMPLED_BLOCK_BYTES`] (see
+/// [`enter_sampled`]); recorded as the original request, and made as the
+/// original if the larger one fails.
+#[derive(Clone, Copy)]
+struct Promoted<'a, B> {
+    call: B,
+    original: B,
+    requested: usize,
+    /// Set when the larger call failed and the original was made instead.
+    fell_back: &'a Cell<bool>,
+}
+
+impl<'a, B: StackBody> Promoted<'a, B> {
+    #[inline(always)]
+    fn new(body: B, fell_back: &'a Cell<bool>) -> Self {
+        Promoted {
+            requested: body.request().unwrap_or(0),
+            call: body.promoted(|n| n.max(SAMPLED_BLOCK_BYTES)),
+            original: body,
+            fell_back,
+        }
+    }
+}
+
+impl<B: StackBody> Body for Promoted<'_, B> {
+    type Out = B::Out;
+    const FUNC: Func = B::FUNC;
+    #[inline(always)]
+    unsafe fn run<S: Scope>(self, s: &S) -> B::Out {
+        let grown = self.call.request() != self.original.request();
+        let scope = AsRequested {
+            inner: *s,
+            requested: self.requested,
+            quiet_failure: grown,
+        };
+        // SAFETY: the errno location of the calling thread.
+        let errno = unsafe { *libc::__errno_location() };
+        // SAFETY: the caller's contract, for the promoted call.
+        let out = unsafe { self.call.run(&scope) };
+        if !grown || self.call.handed_out(&out) != 0 {
+            return out;
+        }
+        // The larger block failed where the program's own request may
+        // not: make that one, as without stacks, untracked.
+        // SAFETY: as above.
+        unsafe { *libc::__errno_location() = errno };
+        self.fell_back.set(true);
+        let scope = AsRequested {
+            quiet_failure: false,
+            ..scope
+        };
+        // SAFETY: the caller's contract, for the program's own call.
+        unsafe { self.original.run(&scope) }
+    }
+    fn external_counters(&self) -> Option<[*mut u64; 2]> {
+        self.call.external_counters()
+    }
+}
+
+impl<B: StackBody> StackBody for Promoted<'_, B> {
+    const RELEASES: bool = B::RELEASES;
+    const RELEASES_BY_SIZE: bool = B::RELEASES_BY_SIZE;
+    fn request(&self) -> Option<usize> {
+        self.call.request().map(|_| self.requested)
+    }
+    fn released(&self) -> usize {
+        self.call.released()
+    }
+    fn did_release(&self, out: &Self::Out) -> bool {
+        self.call.did_release(out)
+    }
+    fn handed_out(&self, out: &Self::Out) -> usize {
+        // A block whose release would not be told apart would never be
+        // seen freed: not tracked, and counted as lost (a zero-byte
+        // request, or the original made after the larger one failed).
+        let p = self.call.handed_out(out);
+        let recognisable = !self.fell_back.get()
+            && self
+                .call
+                .request()
+                .is_some_and(|n| n >= SAMPLED_BLOCK_BYTES);
+        if p != 0 && !recognisable {
+            UNRECORDED.fetch_add(1, Relaxed);
+            return 0;
+        }
+        p
+    }
+}
+
+/// The scope a promoted call runs under: the original request's bytes,
+/// and no failure recorded for a larger call, which is followed by the
+/// program's own.
+#[derive(Clone, Copy)]
+struct AsRequested<S> {
+    inner: S,
+    requested: usize,
+    quiet_failure: bool,
+}
+
+impl<S: Scope> Scope for AsRequested<S> {
+    const NEEDS_SIZES: bool = S::NEEDS_SIZES;
+    #[inline(always)]
+    fn alloc(&self, f: Func, _promoted: usize) {
+        self.inner.alloc(f, self.requested)
+    }
+    #[inline(always)]
+    fn fail(&self, f: Func) {
+        if !self.quiet_failure {
+            self.inner.fail(f)
+        }
+    }
+    delegate_scope!(time, allocated, freed, call, in_place, release);
+}
+
+/// A call under [`enter_sampled`] that was not sampled: a `free` of a block
+/// of [`SAMPLED_BLOCK_BYTES`] or more looks in the filter.
+#[derive(Clone, Copy)]
+struct SizeChecked<B, L> {
+    body: B,
+    stacks: L,
+}
+
+impl<B: Body, L: Fn() -> &'static StackThread + Copy> Body for SizeChecked<B, L> {
+    type Out = B::Out;
+    const FUNC: Func = B::FUNC;
+    #[inline(always)]
+    unsafe fn run<S: Scope>(self, s: &S) -> B::Out {
+        let s = ReleaseChecked {
+            inner: *s,
+            stacks: self.stacks,
+        };
+        // SAFETY: the caller's contract.
+        unsafe { self.body.run(&s) }
+    }
+    fn external_counters(&self) -> Option<[*mut u64; 2]> {
+        self.body.external_counters()
+    }
+}
+
+/// The scope of a [`SizeChecked`] call.
+#[derive(Clone, Copy)]
+struct ReleaseChecked<S, L> {
+    inner: S,
+    stacks: L,
+}
+
+impl<S: Scope, L: Fn() -> &'static StackThread + Copy> Scope for ReleaseChecked<S, L> {
+    const NEEDS_SIZES: bool = S::NEEDS_SIZES;
+    #[inline(always)]
+    fn release<R>(&self, ptr: usize, usable: usize, op: impl FnOnce() -> R) -> R {
+        if usable < SAMPLED_BLOCK_BYTES {
+            self.inner.release(ptr, usable, op)
+        } else {
+            release_large(self.inner, (self.stacks)(), ptr, usable, op)
+        }
+    }
+    delegate_scope!(time, alloc, allocated, freed, call, fail, in_place);
+}
+
+/// The `free` of a block that may be a sampled one (see [`enter_sampled`]):
+/// if the filter says it may be tracked, the call is timed for the block's
+/// stack, as [`stacked`] times it, and the block is let go of.
+#[cold]
+#[inline(never)]
+fn release_large<S: Scope, R>(
+    s: S,
+    st: &StackThread,
+    ptr: usize,
+    usable: usize,
+    op: impl FnOnce() -> R,
+) -> R {
+    if !maybe_tracked(ptr) || st.busy.get() {
+        return s.release(ptr, usable, op);
+    }
+    st.busy.set(true);
+    let start = Tsc::now();
+    let out = s.release(ptr, usable, op);
+    let ticks = Tsc::now()
+        .wrapping_sub(start)
+        .saturating_sub(super::thread::tsc_overhead())
+        .min(super::thread::MAX_SAMPLED_TICKS);
+    match STATE.lock_within(WAIT_YIELDS) {
+        #[cfg(not(any(allocmux_bench = "no_tables", allocmux_bench = "stack_table_only")))]
+        Some(mut s) => s.sites.free(ptr, ticks),
+        #[cfg(any(allocmux_bench = "no_tables", allocmux_bench = "stack_table_only"))]
+        Some(s) => {
+            core::hint::black_box((s, ticks));
+        }
+        // As in `stacked`: the block stays in the table until its address
+        // is handed out again.
+        None => {}
+    }
+    st.busy.set(false);
+    out
 }
 
 #[cold]

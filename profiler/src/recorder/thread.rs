@@ -462,6 +462,15 @@ pub trait Scope: Copy {
     /// A `realloc` that returned the block it was given (recorded besides
     /// its `alloc`). Only the Rust wrapper reports it.
     fn in_place(&self) {}
+    /// Runs `op`, the allocator's work releasing the block at `ptr` of
+    /// `usable` bytes (a `free` whose size the body knows), timed as
+    /// [`time`](Self::time) times it. Stack sampling tells the release of
+    /// a sampled block apart here, by its size (see
+    /// [`stacks::enter_sampled`](super::stacks::enter_sampled)).
+    #[inline(always)]
+    fn release<R>(&self, _ptr: usize, usable: usize, op: impl FnOnce() -> R) -> R {
+        self.time(usable, op)
+    }
 }
 
 /// One hooked call: the allocator work plus what it records, written once
