@@ -640,7 +640,28 @@ fn cache_for(
     caches: &mut [CacheX86_64<MustNotAllocateDuringUnwind>],
     address: u64,
 ) -> &mut CacheX86_64<MustNotAllocateDuringUnwind> {
-    &mut caches[(address / 509) as usize % RULE_CACHES]
+    let n = caches.len();
+    &mut caches[(address / 509) as usize % n]
+}
+
+/// Up to [`RULE_CACHES`] new rule caches, made one at a time until
+/// `short()` says memory has run out. framehop makes each infallibly (a
+/// 24 KiB context and a 12 KiB table, about 600 KiB in all), so in the
+/// shim, whose heap falls back on a small emergency reserve when the
+/// allocator says no (and aborts when that is gone), making them all at a
+/// capture that comes after memory ran out would empty it. Made this way,
+/// at most one cache's worth comes from the reserve; the unwinder works
+/// with fewer caches (more of its framehop steps miss), and with none
+/// takes no stack.
+fn new_caches(short: impl Fn() -> bool) -> Vec<CacheX86_64<MustNotAllocateDuringUnwind>> {
+    let mut caches = Vec::new();
+    if caches.try_reserve_exact(RULE_CACHES).is_err() {
+        return caches;
+    }
+    while caches.len() < RULE_CACHES && !short() {
+        caches.push(CacheX86_64::new_in());
+    }
+    caches
 }
 
 /// One frame unwound by framehop from `address` with the stack and frame
@@ -797,7 +818,7 @@ impl StackUnwinder {
         self.last_stacks = zeroed_box::<LastStacks>();
         self.generation = Some(g);
         if self.caches.is_empty() {
-            self.caches = (0..RULE_CACHES).map(|_| CacheX86_64::new_in()).collect();
+            self.caches = new_caches(super::stacks::is_short_of_memory);
         }
     }
 
@@ -1099,6 +1120,30 @@ mod tests {
             deeper(u, stack, depth - 1, out, replay)
         };
         core::hint::black_box(n)
+    }
+
+    /// Rule caches are made while memory lasts, and the unwinder works
+    /// with however many there are: with none it takes no stack.
+    #[test]
+    fn rule_caches_stop_where_memory_runs_short() {
+        let asked = core::cell::Cell::new(0);
+        let short_after_three = || {
+            asked.set(asked.get() + 1);
+            asked.get() > 3
+        };
+        let mut u = StackUnwinder::new(false);
+        u.install(generation(), loaded_modules());
+        u.caches = new_caches(short_after_three);
+        assert_eq!(u.caches.len(), 3);
+        let stack = thread_stack().unwrap();
+        let mut out = Vec::new();
+        for replay in [false, true] {
+            let n = deeper(&mut u, stack.clone(), 5, &mut out, replay);
+            assert!(n > 5, "{replay}: {out:x?}");
+        }
+        u.caches = new_caches(|| true);
+        assert!(u.caches.is_empty());
+        assert_eq!(deeper(&mut u, stack, 5, &mut out, true), 0);
     }
 
     #[test]
