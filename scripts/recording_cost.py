@@ -133,8 +133,10 @@ def main():
         if not os.path.exists(lib):
             sys.exit(f"{lib} is missing: apt-get install libjemalloc2 libmimalloc2.0")
     sizes = {"churn": a.churn_iterations, "edit-distance": a.edit_distance}
-    # Callgrind sizes: small, since it runs 50x slower; doubled for the difference.
-    cg_sizes = {"churn": 100_000, "edit-distance": 3_000}
+    # Callgrind sizes: it runs 50x slower, but a run must take a few hundred
+    # stack samples (one per 512 KiB) for what sampling adds to be told from
+    # which calls it happened to sample; doubled for the difference.
+    cg_sizes = {"churn": 500_000, "edit-distance": 30_000}
     base = {k: v for k, v in os.environ.items() if not k.startswith(("LD_PRELOAD", "ALLOCMUX_"))}
     lines = [
         f"Machine: {platform.machine()}, {os.cpu_count()} cores, {platform.platform()}; "
