@@ -640,8 +640,14 @@ fn cache_for(
     caches: &mut [CacheX86_64<MustNotAllocateDuringUnwind>],
     address: u64,
 ) -> &mut CacheX86_64<MustNotAllocateDuringUnwind> {
-    let n = caches.len();
-    &mut caches[(address / 509) as usize % n]
+    let q = (address / 509) as usize;
+    // All of them but where memory ran short (see `new_caches`): a mask.
+    let i = if caches.len() == RULE_CACHES {
+        q % RULE_CACHES
+    } else {
+        q % caches.len()
+    };
+    &mut caches[i]
 }
 
 /// Up to [`RULE_CACHES`] new rule caches, made one at a time until
