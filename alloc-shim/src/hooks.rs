@@ -15,8 +15,10 @@ use core::sync::atomic::{AtomicPtr, Ordering::Relaxed};
 
 use allocmux::Backend as Allocator;
 use allocmux::profile::StackMode;
+use allocmux::recorder::Body;
+#[cfg(not(target_arch = "x86_64"))]
+use allocmux::recorder::enter;
 use allocmux::recorder::stacks::{StackBody, enter_sampled, enter_stacks};
-use allocmux::recorder::{Body, enter};
 
 use crate::backend::{Jemalloc, Mimalloc, MimallocLookup, System};
 use crate::choice::{self, Choice};
@@ -115,7 +117,15 @@ pub fn install(choice: Choice, mode: StackMode) {
 #[inline(always)]
 unsafe fn plain<X: Body>(body: X) -> X::Out {
     // SAFETY: this thread's own state; the caller's arguments.
-    unsafe { enter(&tls::current().state, body) }
+    #[cfg(target_arch = "x86_64")]
+    unsafe {
+        allocmux::recorder::enter_fs(tls::state_in_tls(), body)
+    }
+    // SAFETY: this thread's own state; the caller's arguments.
+    #[cfg(not(target_arch = "x86_64"))]
+    unsafe {
+        enter(&tls::current().state, body)
+    }
 }
 
 /// Runs a body on this thread's recorder, with stack recording.
@@ -133,7 +143,16 @@ unsafe fn with_stacks<X: StackBody>(body: X) -> X::Out {
 unsafe fn with_sampled_stacks<X: StackBody>(body: X) -> X::Out {
     // SAFETY: this thread's own states; the caller's arguments; the
     // tables that use this are installed in sample mode only.
-    unsafe { enter_sampled(&tls::current().state, || &tls::current().stacks, body) }
+    #[cfg(target_arch = "x86_64")]
+    unsafe {
+        enter_sampled(tls::state_in_tls(), tls::stacks_in_tls(), body)
+    }
+    // SAFETY: as above.
+    #[cfg(not(target_arch = "x86_64"))]
+    unsafe {
+        let t = tls::current();
+        enter_sampled(&t.state, &t.stacks, body)
+    }
 }
 
 /// Runs a body with nothing recorded (secure execution).

@@ -13,6 +13,8 @@ use core::cell::Cell;
 
 use crate::backend::mimalloc_fork::Held;
 use allocmux::recorder::ThreadState;
+#[cfg(target_arch = "x86_64")]
+use allocmux::recorder::stacks::FsStacks;
 use allocmux::recorder::stacks::StackThread;
 
 /// What the shim keeps per thread. All-zero is valid (it lives in `.tbss`).
@@ -103,6 +105,45 @@ pub fn current() -> &'static ShimThread {
         // non-atomic parts.
         &*p
     }
+}
+
+/// The calling thread's recorder state as an offset from the thread
+/// pointer (see `FsState`): the hooks' fast path addresses it with
+/// `%fs`-relative instructions, one instruction fewer per call than
+/// through [`current`]'s address.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub fn state_in_tls() -> allocmux::recorder::FsState {
+    const { assert!(core::mem::offset_of!(ShimThread, state) == 0) };
+    // SAFETY: every thread's block holds its own `ThreadState` first
+    // (`ShimThread` is `repr(C)`, the assertion above).
+    unsafe { allocmux::recorder::FsState::new(block_offset()) }
+}
+
+/// The calling thread's stack-sampling state, as [`state_in_tls`] gives
+/// its recorder state.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub fn stacks_in_tls() -> FsStacks<{ core::mem::offset_of!(ShimThread, stacks) }> {
+    // SAFETY: every thread's block holds its own `StackThread` there.
+    unsafe { FsStacks::new(block_offset()) }
+}
+
+/// The offset of the calling thread's block from the thread pointer.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn block_offset() -> usize {
+    let offset: usize;
+    // SAFETY: the GOT slot holds the block's offset from the thread
+    // pointer, fixed for the process (see `current`).
+    unsafe {
+        core::arch::asm!(
+            "mov {o}, qword ptr [rip + allocmux_shim_thread@GOTTPOFF]",
+            o = out(reg) offset,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+    }
+    offset
 }
 
 #[cfg(not(target_arch = "x86_64"))]

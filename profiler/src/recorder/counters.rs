@@ -51,6 +51,13 @@ impl Default for Counters {
 }
 
 impl Counters {
+    /// Where the byte counts a call on the fast path adds to are, from the
+    /// start of the struct: for code that adds to them through another
+    /// address (see `thread::FsState`).
+    pub(crate) const REQUESTED_AT: usize = core::mem::offset_of!(Counters, bytes_requested);
+    pub(crate) const ALLOCATED_AT: usize = core::mem::offset_of!(Counters, bytes_allocated);
+    pub(crate) const FREED_AT: usize = core::mem::offset_of!(Counters, bytes_freed);
+
     /// All zero.
     pub const fn new() -> Self {
         #[allow(clippy::declare_interior_mutable_const)]

@@ -42,7 +42,7 @@ use super::clock::Tsc;
 use super::last_stack::{self, Repeat};
 use super::lock::{AtFork, SpinGuard, SpinLock};
 use super::tables::{Chunks, Sharded, StackHash, max_shard_bytes};
-use super::thread::{Body, Scope, ThreadState, enter};
+use super::thread::{Body, OwnState, Scope, ThreadState, enter};
 use super::unwind::{self, StackUnwinder};
 use crate::profile::{self, ModuleRef, StackMode};
 use crate::stats::{Func, SiteCounts};
@@ -431,34 +431,114 @@ macro_rules! delegate_scope {
 ///
 /// Other releases (`realloc`, or a `free` neither applies to) look in the
 /// filter, as under [`enter_stacks`].
-/// `stacks` finds the calling thread's [`StackThread`]: where it is cheap
-/// to find again (a closure that captures nothing, such as one reading an
-/// initial-exec TLS block), the paths out of line find it for themselves
-/// and the hot path passes nothing more to them.
+/// `t` and `st` are the calling thread's states, by address or, in the
+/// shim on x86-64, from the thread pointer ([`OwnState`], [`OwnStacks`]),
+/// whose fast path then reaches them with `%fs`-relative instructions.
 ///
 /// # Safety
 /// As for [`enter_stacks`]; the mode must be sample mode.
 #[inline(always)]
-pub unsafe fn enter_sampled<B, L>(t: &ThreadState, stacks: L, body: B) -> B::Out
+pub unsafe fn enter_sampled<B, T, S>(t: T, st: S, body: B) -> B::Out
 where
     B: StackBody,
-    L: Fn() -> &'static StackThread + Copy,
+    T: OwnState<'static>,
+    S: OwnStacks,
 {
-    let st = stacks();
     let sample = match body.request() {
         Some(n) => st.take(n),
         None => false,
     };
     if sample {
         // SAFETY: forwarded from the caller.
-        return unsafe { sampled_promoted(body, t, st) };
+        return unsafe { sampled_promoted(body, t.state(), st.stacks()) };
     }
     if B::RELEASES && !B::RELEASES_BY_SIZE && may_be_sampled::<B>(body.released()) {
         // SAFETY: forwarded from the caller.
-        return unsafe { stacked(body, t, st, false) };
+        return unsafe { stacked(body, t.state(), st.stacks(), false) };
     }
     // SAFETY: forwarded from the caller.
-    unsafe { enter(t, SizeChecked { body, stacks }) }
+    unsafe { t.enter(SizeChecked { body, stacks: st }) }
+}
+
+/// A thread's own [`StackThread`] as a hook reaches it: by its address, or
+/// on x86-64 from the thread pointer ([`FsStacks`]).
+pub trait OwnStacks: Copy {
+    /// The state's address.
+    fn stacks(self) -> &'static StackThread;
+    /// Counts `size` requested bytes; true if this allocation is sampled.
+    fn take(self, size: usize) -> bool;
+}
+
+impl OwnStacks for &'static StackThread {
+    #[inline(always)]
+    fn stacks(self) -> &'static StackThread {
+        self
+    }
+    #[inline(always)]
+    fn take(self, size: usize) -> bool {
+        StackThread::take(self, size)
+    }
+}
+
+/// The calling thread's [`StackThread`] at `AT` bytes into a block of
+/// static TLS, the block named by its offset from the thread pointer
+/// (x86-64, initial-exec; see [`FsState`](super::FsState)): the byte
+/// countdown is one `%fs`-relative subtraction, where its address would
+/// take an instruction more to make.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy, Debug)]
+pub struct FsStacks<const AT: usize>(usize);
+
+#[cfg(target_arch = "x86_64")]
+impl<const AT: usize> FsStacks<AT> {
+    /// The state `AT` bytes into the block at `block` from the thread
+    /// pointer.
+    ///
+    /// # Safety
+    /// Every thread that uses it must have its own `StackThread` there.
+    #[inline(always)]
+    pub const unsafe fn new(block: usize) -> Self {
+        FsStacks(block)
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl<const AT: usize> OwnStacks for FsStacks<AT> {
+    #[inline(always)]
+    fn stacks(self) -> &'static StackThread {
+        let tp: usize;
+        // SAFETY: reads the thread pointer, fixed for the thread's life.
+        unsafe {
+            core::arch::asm!(
+                "mov {tp}, qword ptr fs:[0]",
+                tp = out(reg) tp,
+                options(pure, nomem, nostack, preserves_flags),
+            );
+        }
+        // SAFETY: the state is there (`new`), the calling thread's own.
+        unsafe { &*(tp.wrapping_add(self.0).wrapping_add(AT) as *const StackThread) }
+    }
+    #[inline(always)]
+    fn take(self, size: usize) -> bool {
+        let mut sampled = false;
+        // SAFETY: the operand is this thread's own `countdown` (`new`), an
+        // aligned `Cell<i64>` that only its owner touches: the `sub` is
+        // `StackThread::take`'s subtraction, and `js` its sign test.
+        unsafe {
+            core::arch::asm!(
+                "sub qword ptr fs:[{b} + {at}], {size}",
+                "js {yes}",
+                b = in(reg) self.0,
+                at = const AT + core::mem::offset_of!(StackThread, countdown),
+                size = in(reg) size,
+                yes = label {
+                    sampled = true;
+                },
+                options(nostack),
+            );
+        }
+        sampled
+    }
 }
 
 /// A sampled call under [`enter_sampled`], promoted out of line: the hook
@@ -618,12 +698,12 @@ impl<S: Scope> Scope for AsRequested<S> {
 /// A call under [`enter_sampled`] that was not sampled: a `free` of a block
 /// of [`SAMPLED_BLOCK_BYTES`] or more looks in the filter.
 #[derive(Clone, Copy)]
-struct SizeChecked<B, L> {
+struct SizeChecked<B, T> {
     body: B,
-    stacks: L,
+    stacks: T,
 }
 
-impl<B: Body, L: Fn() -> &'static StackThread + Copy> Body for SizeChecked<B, L> {
+impl<B: Body, T: OwnStacks> Body for SizeChecked<B, T> {
     type Out = B::Out;
     const FUNC: Func = B::FUNC;
     #[inline(always)]
@@ -642,19 +722,19 @@ impl<B: Body, L: Fn() -> &'static StackThread + Copy> Body for SizeChecked<B, L>
 
 /// The scope of a [`SizeChecked`] call.
 #[derive(Clone, Copy)]
-struct ReleaseChecked<S, L> {
+struct ReleaseChecked<S, T> {
     inner: S,
-    stacks: L,
+    stacks: T,
 }
 
-impl<S: Scope, L: Fn() -> &'static StackThread + Copy> Scope for ReleaseChecked<S, L> {
+impl<S: Scope, T: OwnStacks> Scope for ReleaseChecked<S, T> {
     const NEEDS_SIZES: bool = S::NEEDS_SIZES;
     #[inline(always)]
     fn release<R>(&self, ptr: usize, usable: usize, op: impl FnOnce() -> R) -> R {
         if usable < SAMPLED_BLOCK_BYTES {
             self.inner.release(ptr, usable, op)
         } else {
-            release_large(self.inner, (self.stacks)(), ptr, usable, op)
+            release_large(self.inner, self.stacks.stacks(), ptr, usable, op)
         }
     }
     delegate_scope!(time, alloc, allocated, freed, call, fail, in_place);

@@ -739,6 +739,186 @@ pub unsafe fn enter<B: Body>(t: &ThreadState, body: B) -> B::Out {
     }
 }
 
+/// A thread's own [`ThreadState`] where it lives in the thread's static
+/// TLS (x86-64, initial-exec, as in the shim), named by its offset from
+/// the thread pointer. The fast path then reaches its fields with
+/// `%fs`-relative instructions, as a C compiler reaches an initial-exec
+/// `__thread` variable: the state's address would take one instruction
+/// more per call to make (the thread pointer's `add`).
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy, Debug)]
+pub struct FsState(usize);
+
+#[cfg(target_arch = "x86_64")]
+impl FsState {
+    /// The state at `offset` from the thread pointer.
+    ///
+    /// # Safety
+    /// Every thread that uses it must have its own `ThreadState` there
+    /// (an initial-exec TLS block's offset, plus the state's in it).
+    #[inline(always)]
+    pub const unsafe fn new(offset: usize) -> Self {
+        FsState(offset)
+    }
+
+    /// The state's address, for everything off the fast path.
+    #[inline(always)]
+    pub fn state(self) -> &'static ThreadState {
+        let tp: usize;
+        // SAFETY: reads the thread pointer, which `%fs:0` holds on x86-64
+        // Linux and which is fixed for the thread's life (hence `pure`,
+        // `nomem`: computed once per function, as the shim's TLS address).
+        unsafe {
+            core::arch::asm!(
+                "mov {tp}, qword ptr fs:[0]",
+                tp = out(reg) tp,
+                options(pure, nomem, nostack, preserves_flags),
+            );
+        }
+        // SAFETY: the state is at this offset from the thread pointer
+        // (`new`), zero-initialised or in use, and the calling thread's own.
+        unsafe { &*((tp.wrapping_add(self.0)) as *const ThreadState) }
+    }
+
+    /// Adds `v` to the `u64` counter `AT` bytes into the state.
+    #[inline(always)]
+    fn add<const AT: usize>(self, v: usize) {
+        // SAFETY: `AT` is the offset of one of the state's `AtomicU64`
+        // counters (the constants below), this thread's own, 8-byte
+        // aligned (the state is 64-byte aligned). Only the owner adds to
+        // it; others only load it. An `add` to memory without `lock` is one
+        // load and one store, each single-copy atomic on x86-64: the
+        // relaxed load and store of `Counters`' own unshared bump.
+        unsafe {
+            core::arch::asm!(
+                "add qword ptr fs:[{o} + {at}], {v}",
+                o = in(reg) self.0,
+                at = const AT,
+                v = in(reg) v,
+                options(nostack),
+            );
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+const REQUESTED_AT: usize = core::mem::offset_of!(ThreadState, counters) + Counters::REQUESTED_AT;
+#[cfg(target_arch = "x86_64")]
+const ALLOCATED_AT: usize = core::mem::offset_of!(ThreadState, counters) + Counters::ALLOCATED_AT;
+#[cfg(target_arch = "x86_64")]
+const FREED_AT: usize = core::mem::offset_of!(ThreadState, counters) + Counters::FREED_AT;
+
+/// A thread's own state as a hook reaches it: by its address, or on
+/// x86-64 from the thread pointer ([`FsState`]).
+pub trait OwnState<'a>: Copy {
+    /// The state's address.
+    fn state(self) -> &'a ThreadState;
+    /// [`enter`] on this state.
+    ///
+    /// # Safety
+    /// As for [`enter`]: the calling thread's own state.
+    unsafe fn enter<B: Body>(self, body: B) -> B::Out;
+}
+
+impl<'a> OwnState<'a> for &'a ThreadState {
+    #[inline(always)]
+    fn state(self) -> &'a ThreadState {
+        self
+    }
+    #[inline(always)]
+    unsafe fn enter<B: Body>(self, body: B) -> B::Out {
+        // SAFETY: forwarded from the caller.
+        unsafe { enter(self, body) }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl OwnState<'static> for FsState {
+    #[inline(always)]
+    fn state(self) -> &'static ThreadState {
+        FsState::state(self)
+    }
+    #[inline(always)]
+    unsafe fn enter<B: Body>(self, body: B) -> B::Out {
+        // SAFETY: forwarded from the caller.
+        unsafe { enter_fs(self, body) }
+    }
+}
+
+/// [`enter`] for a state in static TLS (see [`FsState`]): the same
+/// decrement and branch, and on the fast path the same recording, each
+/// one `%fs`-relative instruction.
+///
+/// # Safety
+/// As for [`enter`], with `t` the calling thread's state.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub unsafe fn enter_fs<B: Body>(t: FsState, body: B) -> B::Out {
+    // SAFETY: as in `enter`, with the counter addressed from the thread
+    // pointer: `t` names the calling thread's own state.
+    unsafe {
+        core::arch::asm!(
+            "dec dword ptr fs:[{o} + {offset}]",
+            "js {slow}",
+            o = in(reg) t.0,
+            offset = const core::mem::offset_of!(ThreadState, countdown) + 4 * B::FUNC as usize,
+            slow = label {
+                // SAFETY: forwarded from the caller.
+                return unsafe { slow(body, t.state()) };
+            },
+            options(nostack),
+        );
+    }
+    // SAFETY: forwarded from the caller.
+    unsafe { body.run(&OwnedFs(t)) }
+}
+
+/// [`Owned`] for a state in static TLS: the fast path's adds are
+/// `%fs`-relative; everything else goes through the state's address.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+struct OwnedFs(FsState);
+
+#[cfg(target_arch = "x86_64")]
+impl Scope for OwnedFs {
+    #[inline(always)]
+    fn time<R>(&self, size: usize, op: impl FnOnce() -> R) -> R {
+        if size < EXACT_TIMING_BYTES {
+            op()
+        } else {
+            exact_time(self.0.state(), op)
+        }
+    }
+    #[inline(always)]
+    fn alloc(&self, _f: Func, requested: usize) {
+        // As `Owned::alloc`.
+        self.0.add::<REQUESTED_AT>(requested);
+        if requested >= EXACT_TIMING_BYTES {
+            large_request(self.0.state(), requested);
+        }
+    }
+    #[inline(always)]
+    fn allocated(&self, usable: usize) {
+        self.0.add::<ALLOCATED_AT>(usable);
+    }
+    #[inline(always)]
+    fn freed(&self, usable: usize) {
+        self.0.add::<FREED_AT>(usable);
+    }
+    #[inline(always)]
+    fn call(&self, _f: Func) {
+        // Counted by the countdown in `enter_fs`.
+    }
+    #[inline(always)]
+    fn fail(&self, f: Func) {
+        Owned(self.0.state()).fail(f)
+    }
+    #[inline(always)]
+    fn in_place(&self) {
+        Owned(self.0.state()).in_place()
+    }
+}
+
 /// A call whose countdown went negative. The decrement already counted it
 /// on the thread's own counters.
 ///
