@@ -113,37 +113,43 @@ pub fn current() -> &'static ShimThread {
 /// through [`current`]'s address.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-pub fn state_in_tls() -> allocmux::recorder::FsState {
+pub fn state_in_tls() -> allocmux::recorder::FsState<Block> {
     const { assert!(core::mem::offset_of!(ShimThread, state) == 0) };
     // SAFETY: every thread's block holds its own `ThreadState` first
     // (`ShimThread` is `repr(C)`, the assertion above).
-    unsafe { allocmux::recorder::FsState::new(block_offset()) }
+    unsafe { allocmux::recorder::FsState::new() }
 }
 
 /// The calling thread's stack-sampling state, as [`state_in_tls`] gives
 /// its recorder state.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-pub fn stacks_in_tls() -> FsStacks<{ core::mem::offset_of!(ShimThread, stacks) }> {
+pub fn stacks_in_tls() -> FsStacks<Block, { core::mem::offset_of!(ShimThread, stacks) }> {
     // SAFETY: every thread's block holds its own `StackThread` there.
-    unsafe { FsStacks::new(block_offset()) }
+    unsafe { FsStacks::new() }
 }
 
-/// The offset of the calling thread's block from the thread pointer.
+/// The shim's block of static TLS, `allocmux_shim_thread`.
 #[cfg(target_arch = "x86_64")]
-#[inline(always)]
-fn block_offset() -> usize {
-    let offset: usize;
-    // SAFETY: the GOT slot holds the block's offset from the thread
-    // pointer, fixed for the process (see `current`).
-    unsafe {
-        core::arch::asm!(
-            "mov {o}, qword ptr [rip + allocmux_shim_thread@GOTTPOFF]",
-            o = out(reg) offset,
-            options(pure, nomem, nostack, preserves_flags),
-        );
+#[derive(Clone, Copy, Debug)]
+pub struct Block;
+
+#[cfg(target_arch = "x86_64")]
+impl allocmux::recorder::TlsBlock for Block {
+    #[inline(always)]
+    fn offset() -> usize {
+        let offset: usize;
+        // SAFETY: the GOT slot holds the block's offset from the thread
+        // pointer, fixed for the process (see `current`).
+        unsafe {
+            core::arch::asm!(
+                "mov {o}, qword ptr [rip + allocmux_shim_thread@GOTTPOFF]",
+                o = out(reg) offset,
+                options(pure, nomem, nostack, preserves_flags),
+            );
+        }
+        offset
     }
-    offset
 }
 
 #[cfg(not(target_arch = "x86_64"))]

@@ -60,7 +60,7 @@ pub use thread::{
     set_time_sample_mean, snapshot, threads_seen, time_sample_mean,
 };
 #[cfg(target_arch = "x86_64")]
-pub use thread::{FsState, enter_fs};
+pub use thread::{FsState, TlsBlock, enter_fs};
 pub use wrapper::Counting;
 pub(crate) use wrapper::{
     clock_start, inner_allocator_name, is_counting, own_thread, start_stacks, ticks_to_ns,

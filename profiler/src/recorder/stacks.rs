@@ -42,6 +42,8 @@ use super::clock::Tsc;
 use super::last_stack::{self, Repeat};
 use super::lock::{AtFork, SpinGuard, SpinLock};
 use super::tables::{Chunks, Sharded, StackHash, max_shard_bytes};
+#[cfg(target_arch = "x86_64")]
+use super::thread::TlsBlock;
 use super::thread::{Body, OwnState, Scope, ThreadState, enter};
 use super::unwind::{self, StackUnwinder};
 use crate::profile::{self, ModuleRef, StackMode};
@@ -485,38 +487,38 @@ impl OwnStacks for &'static StackThread {
 /// (x86-64, initial-exec; see [`FsState`](super::FsState)): the byte
 /// countdown is one `%fs`-relative subtraction, where its address would
 /// take an instruction more to make.
+/// Like [`FsState`](super::FsState), it holds nothing.
 #[cfg(target_arch = "x86_64")]
-#[derive(Clone, Copy, Debug)]
-pub struct FsStacks<const AT: usize>(usize);
+#[derive(Debug)]
+pub struct FsStacks<L, const AT: usize>(core::marker::PhantomData<L>);
 
 #[cfg(target_arch = "x86_64")]
-impl<const AT: usize> FsStacks<AT> {
-    /// The state `AT` bytes into the block at `block` from the thread
-    /// pointer.
+impl<L, const AT: usize> Clone for FsStacks<L, AT> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+#[cfg(target_arch = "x86_64")]
+impl<L, const AT: usize> Copy for FsStacks<L, AT> {}
+
+#[cfg(target_arch = "x86_64")]
+impl<L: TlsBlock, const AT: usize> FsStacks<L, AT> {
+    /// The state `AT` bytes into block `L`.
     ///
     /// # Safety
     /// Every thread that uses it must have its own `StackThread` there.
     #[inline(always)]
-    pub const unsafe fn new(block: usize) -> Self {
-        FsStacks(block)
+    pub const unsafe fn new() -> Self {
+        FsStacks(core::marker::PhantomData)
     }
 }
 
 #[cfg(target_arch = "x86_64")]
-impl<const AT: usize> OwnStacks for FsStacks<AT> {
+impl<L: TlsBlock, const AT: usize> OwnStacks for FsStacks<L, AT> {
     #[inline(always)]
     fn stacks(self) -> &'static StackThread {
-        let tp: usize;
-        // SAFETY: reads the thread pointer, fixed for the thread's life.
-        unsafe {
-            core::arch::asm!(
-                "mov {tp}, qword ptr fs:[0]",
-                tp = out(reg) tp,
-                options(pure, nomem, nostack, preserves_flags),
-            );
-        }
         // SAFETY: the state is there (`new`), the calling thread's own.
-        unsafe { &*(tp.wrapping_add(self.0).wrapping_add(AT) as *const StackThread) }
+        unsafe { &*(super::thread::tls_address(L::offset() + AT) as *const StackThread) }
     }
     #[inline(always)]
     fn take(self, size: usize) -> bool {
@@ -528,7 +530,7 @@ impl<const AT: usize> OwnStacks for FsStacks<AT> {
             core::arch::asm!(
                 "sub qword ptr fs:[{b} + {at}], {size}",
                 "js {yes}",
-                b = in(reg) self.0,
+                b = in(reg) L::offset(),
                 at = const AT + core::mem::offset_of!(StackThread, countdown),
                 size = in(reg) size,
                 yes = label {
@@ -734,7 +736,8 @@ impl<S: Scope, T: OwnStacks> Scope for ReleaseChecked<S, T> {
         if usable < SAMPLED_BLOCK_BYTES {
             self.inner.release(ptr, usable, op)
         } else {
-            release_large(self.inner, self.stacks.stacks(), ptr, usable, op)
+            // The block's address first, where the hook received it.
+            release_large(ptr, usable, self.inner, self.stacks.stacks(), op)
         }
     }
     delegate_scope!(time, alloc, allocated, freed, call, fail, in_place);
@@ -746,10 +749,10 @@ impl<S: Scope, T: OwnStacks> Scope for ReleaseChecked<S, T> {
 #[cold]
 #[inline(never)]
 fn release_large<S: Scope, R>(
-    s: S,
-    st: &StackThread,
     ptr: usize,
     usable: usize,
+    s: S,
+    st: &StackThread,
     op: impl FnOnce() -> R,
 ) -> R {
     if !maybe_tracked(ptr) || st.busy.get() {

@@ -745,39 +745,68 @@ pub unsafe fn enter<B: Body>(t: &ThreadState, body: B) -> B::Out {
 /// `%fs`-relative instructions, as a C compiler reaches an initial-exec
 /// `__thread` variable: the state's address would take one instruction
 /// more per call to make (the thread pointer's `add`).
+///
+/// A value of it holds nothing: the block's offset is read where it is
+/// needed (one load, from the GOT), so a body that carries one to the slow
+/// path passes no more registers than without it.
 #[cfg(target_arch = "x86_64")]
-#[derive(Clone, Copy, Debug)]
-pub struct FsState(usize);
+#[derive(Debug)]
+pub struct FsState<L>(core::marker::PhantomData<L>);
 
 #[cfg(target_arch = "x86_64")]
-impl FsState {
-    /// The state at `offset` from the thread pointer.
+impl<L> Clone for FsState<L> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+#[cfg(target_arch = "x86_64")]
+impl<L> Copy for FsState<L> {}
+
+/// Where a block of static TLS is: its offset from the thread pointer
+/// (x86-64, initial-exec: a load from the GOT, the same for every thread).
+#[cfg(target_arch = "x86_64")]
+pub trait TlsBlock {
+    /// The offset.
+    fn offset() -> usize;
+}
+
+/// The thread pointer plus `offset`: an address in the calling thread's
+/// static TLS.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) fn tls_address(offset: usize) -> usize {
+    let tp: usize;
+    // SAFETY: reads the thread pointer, which `%fs:0` holds on x86-64
+    // Linux and which is fixed for the thread's life (hence `pure`,
+    // `nomem`: computed once per function).
+    unsafe {
+        core::arch::asm!(
+            "mov {tp}, qword ptr fs:[0]",
+            tp = out(reg) tp,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+    }
+    tp.wrapping_add(offset)
+}
+
+#[cfg(target_arch = "x86_64")]
+impl<L: TlsBlock> FsState<L> {
+    /// The state at the start of block `L`.
     ///
     /// # Safety
-    /// Every thread that uses it must have its own `ThreadState` there
-    /// (an initial-exec TLS block's offset, plus the state's in it).
+    /// Every thread that uses it must have its own `ThreadState` at the
+    /// start of its block `L`.
     #[inline(always)]
-    pub const unsafe fn new(offset: usize) -> Self {
-        FsState(offset)
+    pub const unsafe fn new() -> Self {
+        FsState(core::marker::PhantomData)
     }
 
     /// The state's address, for everything off the fast path.
     #[inline(always)]
     pub fn state(self) -> &'static ThreadState {
-        let tp: usize;
-        // SAFETY: reads the thread pointer, which `%fs:0` holds on x86-64
-        // Linux and which is fixed for the thread's life (hence `pure`,
-        // `nomem`: computed once per function, as the shim's TLS address).
-        unsafe {
-            core::arch::asm!(
-                "mov {tp}, qword ptr fs:[0]",
-                tp = out(reg) tp,
-                options(pure, nomem, nostack, preserves_flags),
-            );
-        }
-        // SAFETY: the state is at this offset from the thread pointer
-        // (`new`), zero-initialised or in use, and the calling thread's own.
-        unsafe { &*((tp.wrapping_add(self.0)) as *const ThreadState) }
+        // SAFETY: the state is at the start of the calling thread's block
+        // (`new`), zero-initialised or in use, and the thread's own.
+        unsafe { &*(tls_address(L::offset()) as *const ThreadState) }
     }
 
     /// Adds `v` to the `u64` counter `AT` bytes into the state.
@@ -792,7 +821,7 @@ impl FsState {
         unsafe {
             core::arch::asm!(
                 "add qword ptr fs:[{o} + {at}], {v}",
-                o = in(reg) self.0,
+                o = in(reg) L::offset(),
                 at = const AT,
                 v = in(reg) v,
                 options(nostack),
@@ -833,7 +862,7 @@ impl<'a> OwnState<'a> for &'a ThreadState {
 }
 
 #[cfg(target_arch = "x86_64")]
-impl OwnState<'static> for FsState {
+impl<L: TlsBlock> OwnState<'static> for FsState<L> {
     #[inline(always)]
     fn state(self) -> &'static ThreadState {
         FsState::state(self)
@@ -853,14 +882,14 @@ impl OwnState<'static> for FsState {
 /// As for [`enter`], with `t` the calling thread's state.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-pub unsafe fn enter_fs<B: Body>(t: FsState, body: B) -> B::Out {
+pub unsafe fn enter_fs<B: Body, L: TlsBlock>(t: FsState<L>, body: B) -> B::Out {
     // SAFETY: as in `enter`, with the counter addressed from the thread
     // pointer: `t` names the calling thread's own state.
     unsafe {
         core::arch::asm!(
             "dec dword ptr fs:[{o} + {offset}]",
             "js {slow}",
-            o = in(reg) t.0,
+            o = in(reg) L::offset(),
             offset = const core::mem::offset_of!(ThreadState, countdown) + 4 * B::FUNC as usize,
             slow = label {
                 // SAFETY: forwarded from the caller.
@@ -876,11 +905,19 @@ pub unsafe fn enter_fs<B: Body>(t: FsState, body: B) -> B::Out {
 /// [`Owned`] for a state in static TLS: the fast path's adds are
 /// `%fs`-relative; everything else goes through the state's address.
 #[cfg(target_arch = "x86_64")]
-#[derive(Clone, Copy)]
-struct OwnedFs(FsState);
+struct OwnedFs<L>(FsState<L>);
 
 #[cfg(target_arch = "x86_64")]
-impl Scope for OwnedFs {
+impl<L> Clone for OwnedFs<L> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+#[cfg(target_arch = "x86_64")]
+impl<L> Copy for OwnedFs<L> {}
+
+#[cfg(target_arch = "x86_64")]
+impl<L: TlsBlock> Scope for OwnedFs<L> {
     #[inline(always)]
     fn time<R>(&self, size: usize, op: impl FnOnce() -> R) -> R {
         if size < EXACT_TIMING_BYTES {
