@@ -442,7 +442,6 @@ fn promote(size: usize, to: impl Fn(usize) -> usize) -> usize {
 }
 
 impl<B: Backend> StackBody for Malloc<B> {
-    const ALIGNS_WHOLE_PAGES: bool = B::ALIGNS_WHOLE_PAGES;
     fn request(&self) -> Option<usize> {
         Some(self.0)
     }
@@ -455,7 +454,6 @@ impl<B: Backend> StackBody for Malloc<B> {
 }
 
 impl<B: Backend> StackBody for Free<B> {
-    const ALIGNS_WHOLE_PAGES: bool = B::ALIGNS_WHOLE_PAGES;
     const RELEASES: bool = true;
     // The body reads the block's size where the backend keeps no byte
     // counters of its own.
@@ -472,7 +470,6 @@ impl<B: Backend> StackBody for Free<B> {
 }
 
 impl<B: Backend> StackBody for Calloc<B> {
-    const ALIGNS_WHOLE_PAGES: bool = B::ALIGNS_WHOLE_PAGES;
     fn request(&self) -> Option<usize> {
         self.0.checked_mul(self.1) // an overflow fails: nothing to sample
     }
@@ -488,7 +485,6 @@ impl<B: Backend> StackBody for Calloc<B> {
 }
 
 impl<B: Backend> StackBody for Realloc<B> {
-    const ALIGNS_WHOLE_PAGES: bool = B::ALIGNS_WHOLE_PAGES;
     const RELEASES: bool = true;
     fn request(&self) -> Option<usize> {
         // realloc(p, 0) frees p and hands out nothing.
@@ -512,7 +508,6 @@ impl<B: Backend> StackBody for Realloc<B> {
 macro_rules! hands_out_its_result {
     ($($body:ident($size:tt)),*) => {$(
         impl<B: Backend> StackBody for $body<B> {
-            const ALIGNS_WHOLE_PAGES: bool = B::ALIGNS_WHOLE_PAGES;
             fn request(&self) -> Option<usize> {
                 Some(self.$size)
             }
@@ -529,7 +524,6 @@ macro_rules! hands_out_its_result {
 hands_out_its_result!(AlignedAlloc(1), Memalign(1), Valloc(0), Pvalloc(0));
 
 impl<B: Backend> StackBody for PosixMemalign<B> {
-    const ALIGNS_WHOLE_PAGES: bool = B::ALIGNS_WHOLE_PAGES;
     fn request(&self) -> Option<usize> {
         Some(self.2)
     }
@@ -548,7 +542,6 @@ impl<B: Backend> StackBody for PosixMemalign<B> {
 }
 
 impl<B: Backend> StackBody for MallocUsableSize<B> {
-    const ALIGNS_WHOLE_PAGES: bool = B::ALIGNS_WHOLE_PAGES;
     fn request(&self) -> Option<usize> {
         None
     }

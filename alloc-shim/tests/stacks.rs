@@ -192,11 +192,13 @@ fn sample_mode_estimates_shares(backend: &str) {
 /// of the loop's blocks, so no stack of the loop may hold live blocks at
 /// exit, whether its blocks are small (under glibc and mimalloc a sampled
 /// one is made a page long, and only frees of blocks that long are looked
-/// up) or larger than that to begin with. Each run takes about 1,000
-/// samples; a single missed free would leave one block, weighed as about
-/// 40 (small) or 1 (large), live.
+/// up), larger than that to begin with, or large enough for the
+/// allocator's large-block paths (where jemalloc offsets a block from its
+/// page by a random number of cache lines). Each run takes 600 to 1,000
+/// samples and must lose none; a single missed free would leave one
+/// block, weighed as about 40 (small) or 1 (larger), live.
 fn sample_mode_sees_every_sampled_block_freed(backend: &str) {
-    for (size, n) in [(100u64, 10_000u64), (5000, 1000)] {
+    for (size, n) in [(100u64, 10_000u64), (5000, 1000), (100_000, 200)] {
         let exe = fixture_exe();
         let (out, profiles) = run_under(
             backend,

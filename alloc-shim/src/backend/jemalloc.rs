@@ -52,11 +52,6 @@ fn enomem_if_null(p: *mut c_void) -> *mut c_void {
 // SAFETY: forwards to jemalloc.
 unsafe impl Backend for Jemalloc {
     const OWN_COUNTERS: bool = true;
-    // Its size classes of whole pages (4, 8 and 12 KiB small classes,
-    // laid out from the start of page-aligned slabs; large ones, whole
-    // page-aligned extents) start on page boundaries. Stack sampling
-    // checks each block it tracks, and tracks none that is not.
-    const ALIGNS_WHOLE_PAGES: bool = true;
 
     fn own_byte_counters() -> Option<[*mut u64; 2]> {
         Some([

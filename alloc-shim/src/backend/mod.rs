@@ -41,10 +41,6 @@ pub unsafe trait Backend: Copy {
     /// Whether the allocator counts bytes per thread itself
     /// ([`Backend::own_byte_counters`]), so the shim needs no sizes per call.
     const OWN_COUNTERS: bool = false;
-    /// Whether every request for a multiple of 4 KiB gets a block aligned
-    /// to 4 KiB: sampled stacks then tell a `free` that may release a
-    /// sampled block by its address (see `recorder::stacks::enter_sampled`).
-    const ALIGNS_WHOLE_PAGES: bool = false;
 
     /// `malloc(size)`.
     unsafe fn malloc(size: usize) -> *mut c_void;

@@ -14,13 +14,11 @@
 //! Unsampled allocations pay one subtraction on the thread's countdown.
 //! Unsampled frees pay one load from a small counting filter of the
 //! addresses of tracked blocks; only frees that hit it (tracked blocks, and
-//! rare false positives) take the lock and look the block up. The shim's
-//! sample mode makes sampled blocks recognisable instead (see
-//! [`enter_sampled`]): where its hooks learn the size of every block they
-//! free anyway (glibc, mimalloc), each sampled block is at least
-//! [`SAMPLED_BLOCK_BYTES`] long, so frees of smaller blocks, nearly all of
-//! them, pay nothing; under jemalloc each is page-aligned, so only frees of
-//! page-aligned blocks look in the filter.
+//! rare false positives) take the lock and look the block up. Where the
+//! shim's hooks learn the size of every block they free anyway (glibc,
+//! mimalloc), its sample mode makes each sampled block at least
+//! [`SAMPLED_BLOCK_BYTES`] long instead, so that frees of smaller blocks,
+//! nearly all of them, pay nothing (see [`enter_sampled`]).
 //!
 //! Everything else, the unwinder, the stack table and the block map, sits
 //! behind one spin lock, taken only by sampled calls, frees of tracked
@@ -73,12 +71,6 @@ pub trait StackBody: Body + Copy {
     /// of its own): [`enter_sampled`] then tells a sampled block's release
     /// by that size, with no look at the filter.
     const RELEASES_BY_SIZE: bool = false;
-    /// Whether the allocator hands out a block aligned to
-    /// [`SAMPLED_BLOCK_BYTES`] for every request of a multiple of it
-    /// (jemalloc, whose size classes of whole pages are laid out on page
-    /// boundaries): [`enter_sampled`] then makes sampled blocks that, and
-    /// tells a release that may be of one by the address alone.
-    const ALIGNS_WHOLE_PAGES: bool = false;
     /// The same call asking the allocator for `to(size)` bytes instead of
     /// its request's `size` (a sampled allocation under
     /// [`enter_sampled`]); the scope is still told the original request.
@@ -89,11 +81,10 @@ pub trait StackBody: Body + Copy {
 }
 
 /// In sample mode under [`enter_sampled`], the least size a sampled block
-/// is given (a larger request keeps its own, or is rounded up to a
-/// multiple of it where the allocator aligns those). One page: in a
-/// process whose live heap is `L` bytes, sampled blocks (about `L / mean`
-/// of them live) hold at most `L * 4096 / mean` bytes more than the
-/// program asked for, 0.8% at the default 512 KiB between samples.
+/// is given (a larger request keeps its own). One page: in a process whose
+/// live heap is `L` bytes, sampled blocks (about `L / mean` of them live)
+/// hold at most `L * 4096 / mean` bytes more than the program asked for,
+/// 0.8% at the default 512 KiB between samples.
 pub const SAMPLED_BLOCK_BYTES: usize = 4096;
 
 /// A thread's stack-sampling state; all-zero is a valid fresh state.
@@ -414,25 +405,16 @@ macro_rules! delegate_scope {
     };
 }
 
-/// [`enter_stacks`] for sample mode, with sampled blocks made
-/// recognisable at their release, so that most frees need not look in the
-/// filter (the stack, weight and requested bytes stay the original
-/// request's):
-///
-/// - where the body reports the size of every block it frees
-///   ([`StackBody::RELEASES_BY_SIZE`]: the shim on glibc and mimalloc), a
-///   sampled allocation asks for at least [`SAMPLED_BLOCK_BYTES`], so a
-///   `free` of a smaller block cannot release a tracked one, and the test
-///   a `free` makes anyway, whether its block is large enough to be timed
-///   for itself, moves down to that size: only the frees of blocks that
-///   large look in the filter, out of line, and a `free` costs what it
-///   costs with stacks off;
-/// - where the allocator aligns whole pages
-///   ([`StackBody::ALIGNS_WHOLE_PAGES`]: jemalloc), it asks for a whole
-///   number of pages, and only releases of page-aligned blocks look.
-///
-/// Other releases (`realloc`, or a `free` neither applies to) look in the
-/// filter, as under [`enter_stacks`].
+/// [`enter_stacks`] for sample mode where the body reports the size of
+/// every block it frees ([`StackBody::RELEASES_BY_SIZE`]: the shim on
+/// glibc and mimalloc). A sampled allocation asks the allocator for at
+/// least [`SAMPLED_BLOCK_BYTES`] (its stack, weight and requested bytes
+/// stay the original request's), so a `free` of a smaller block cannot
+/// release a tracked one, and the test a `free` makes anyway, whether its
+/// block is large enough to be timed for itself, moves down to that size:
+/// only the frees of blocks that large look in the filter, out of line,
+/// and a `free` costs what it costs with stacks off. Other releases
+/// (`realloc`) look in the filter, as under [`enter_stacks`].
 /// `t` and `st` are the calling thread's states, by address or, in the
 /// shim on x86-64, from the thread pointer ([`OwnState`], [`OwnStacks`]),
 /// whose fast path then reaches them with `%fs`-relative instructions.
@@ -454,7 +436,7 @@ where
         // SAFETY: forwarded from the caller.
         return unsafe { sampled_promoted(body, t.state(), st.stacks()) };
     }
-    if B::RELEASES && !B::RELEASES_BY_SIZE && may_be_sampled::<B>(body.released()) {
+    if B::RELEASES && !B::RELEASES_BY_SIZE && maybe_tracked(body.released()) {
         // SAFETY: forwarded from the caller.
         return unsafe { stacked(body, t.state(), st.stacks(), false) };
     }
@@ -559,23 +541,9 @@ unsafe extern "C" fn sampled_promoted<B: StackBody>(
     unsafe { stacked(Promoted::new(body, &fell_back), t, st, true) }
 }
 
-/// Whether a block released by a call of `B` under [`enter_sampled`] may
-/// be a sampled one, where the body does not report its size: where the
-/// allocator aligns whole pages, only a block on a page boundary may be
-/// (one test of the address's low bits), and the filter decides.
-#[inline(always)]
-fn may_be_sampled<B: StackBody>(addr: usize) -> bool {
-    if B::ALIGNS_WHOLE_PAGES {
-        addr.is_multiple_of(SAMPLED_BLOCK_BYTES) && maybe_tracked(addr)
-    } else {
-        maybe_tracked(addr)
-    }
-}
-
-/// A sampled allocation made recognisable at its release (see
-/// [`enter_sampled`]): at least [`SAMPLED_BLOCK_BYTES`] long, or where the
-/// allocator aligns whole pages, a whole number of them. Recorded as the
-/// original request, and made as the original if the larger one fails.
+/// A sampled allocation asking for at least [`SAMPLED_BLOCK_BYTES`] (see
+/// [`enter_sampled`]); recorded as the original request, and made as the
+/// original if the larger one fails.
 #[derive(Clone, Copy)]
 struct Promoted<'a, B> {
     call: B,
@@ -590,11 +558,7 @@ impl<'a, B: StackBody> Promoted<'a, B> {
     fn new(body: B, fell_back: &'a Cell<bool>) -> Self {
         Promoted {
             requested: body.request().unwrap_or(0),
-            call: if B::ALIGNS_WHOLE_PAGES {
-                body.promoted(|n| n.next_multiple_of(SAMPLED_BLOCK_BYTES))
-            } else {
-                body.promoted(|n| n.max(SAMPLED_BLOCK_BYTES))
-            },
+            call: body.promoted(|n| n.max(SAMPLED_BLOCK_BYTES)),
             original: body,
             fell_back,
         }
@@ -639,7 +603,6 @@ impl<B: StackBody> Body for Promoted<'_, B> {
 impl<B: StackBody> StackBody for Promoted<'_, B> {
     const RELEASES: bool = B::RELEASES;
     const RELEASES_BY_SIZE: bool = B::RELEASES_BY_SIZE;
-    const ALIGNS_WHOLE_PAGES: bool = B::ALIGNS_WHOLE_PAGES;
     fn request(&self) -> Option<usize> {
         self.call.request().map(|_| self.requested)
     }
@@ -652,18 +615,13 @@ impl<B: StackBody> StackBody for Promoted<'_, B> {
     fn handed_out(&self, out: &Self::Out) -> usize {
         // A block whose release would not be told apart would never be
         // seen freed: not tracked, and counted as lost (a zero-byte
-        // request, the original made after the larger one failed, or a
-        // block the allocator did not align).
+        // request, or the original made after the larger one failed).
         let p = self.call.handed_out(out);
-        let recognisable = if B::ALIGNS_WHOLE_PAGES {
-            p.is_multiple_of(SAMPLED_BLOCK_BYTES)
-        } else {
-            !self.fell_back.get()
-                && self
-                    .call
-                    .request()
-                    .is_some_and(|n| n >= SAMPLED_BLOCK_BYTES)
-        };
+        let recognisable = !self.fell_back.get()
+            && self
+                .call
+                .request()
+                .is_some_and(|n| n >= SAMPLED_BLOCK_BYTES);
         if p != 0 && !recognisable {
             UNRECORDED.fetch_add(1, Relaxed);
             return 0;
