@@ -95,7 +95,8 @@ pub fn install(choice: Choice, mode: StackMode) {
     } else {
         match (choice.backend, mode) {
             (Allocator::Jemalloc, Off) => &JEMALLOC,
-            (Allocator::Jemalloc, _) => &JEMALLOC_STACKS,
+            (Allocator::Jemalloc, Sample { .. }) => &JEMALLOC_SAMPLED,
+            (Allocator::Jemalloc, Exact) => &JEMALLOC_STACKS,
             (Allocator::Mimalloc, _) => match (crate::backend::init_mimalloc(), mode) {
                 (true, Off) => &MIMALLOC,
                 (true, Sample { .. }) => &MIMALLOC_SAMPLED,
@@ -135,8 +136,7 @@ unsafe fn with_stacks<X: StackBody>(body: X) -> X::Out {
     unsafe { enter_stacks(&t.state, &t.stacks, body) }
 }
 
-/// Runs a body on this thread's recorder, with sampled stacks whose
-/// blocks are told apart at their release by size (glibc, mimalloc; see
+/// Runs a body on this thread's recorder, with sampled stacks (see
 /// `enter_sampled`).
 #[inline(always)]
 unsafe fn with_sampled_stacks<X: StackBody>(body: X) -> X::Out {
@@ -230,13 +230,14 @@ macro_rules! bench_variant {
 }
 use bench_variant;
 static MIMALLOC: Hooks = bench_variant!(recorded_hooks!(Mimalloc), Mimalloc);
-/// Exact stacks, and jemalloc's sampled ones (its hooks read no block
-/// sizes: its frees look in the filter).
+/// Exact stacks.
 static SYSTEM_STACKS: Hooks = recorded_hooks!(System, with_stacks);
 static JEMALLOC_STACKS: Hooks = recorded_hooks!(Jemalloc, with_stacks);
 static MIMALLOC_STACKS: Hooks = recorded_hooks!(Mimalloc, with_stacks);
-/// Sampled stacks where frees read their block's size.
+/// Sampled stacks (under jemalloc, whose hooks read no block sizes, every
+/// free looks in the filter).
 static SYSTEM_SAMPLED: Hooks = recorded_hooks!(System, with_sampled_stacks);
+static JEMALLOC_SAMPLED: Hooks = recorded_hooks!(Jemalloc, with_sampled_stacks);
 static MIMALLOC_SAMPLED: Hooks = recorded_hooks!(Mimalloc, with_sampled_stacks);
 /// mimalloc where its layout is not the one the shim reads block sizes
 /// from (see `backend::mimalloc::page`): sizes from `mi_usable_size`.

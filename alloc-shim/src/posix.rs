@@ -442,6 +442,7 @@ fn promote(size: usize, to: impl Fn(usize) -> usize) -> usize {
 }
 
 impl<B: Backend> StackBody for Malloc<B> {
+    const PROMOTES: bool = !B::OWN_COUNTERS;
     fn request(&self) -> Option<usize> {
         Some(self.0)
     }
@@ -470,6 +471,7 @@ impl<B: Backend> StackBody for Free<B> {
 }
 
 impl<B: Backend> StackBody for Calloc<B> {
+    const PROMOTES: bool = !B::OWN_COUNTERS;
     fn request(&self) -> Option<usize> {
         self.0.checked_mul(self.1) // an overflow fails: nothing to sample
     }
@@ -485,6 +487,7 @@ impl<B: Backend> StackBody for Calloc<B> {
 }
 
 impl<B: Backend> StackBody for Realloc<B> {
+    const PROMOTES: bool = !B::OWN_COUNTERS;
     const RELEASES: bool = true;
     fn request(&self) -> Option<usize> {
         // realloc(p, 0) frees p and hands out nothing.
@@ -508,6 +511,7 @@ impl<B: Backend> StackBody for Realloc<B> {
 macro_rules! hands_out_its_result {
     ($($body:ident($size:tt)),*) => {$(
         impl<B: Backend> StackBody for $body<B> {
+            const PROMOTES: bool = !B::OWN_COUNTERS;
             fn request(&self) -> Option<usize> {
                 Some(self.$size)
             }
@@ -524,6 +528,7 @@ macro_rules! hands_out_its_result {
 hands_out_its_result!(AlignedAlloc(1), Memalign(1), Valloc(0), Pvalloc(0));
 
 impl<B: Backend> StackBody for PosixMemalign<B> {
+    const PROMOTES: bool = !B::OWN_COUNTERS;
     fn request(&self) -> Option<usize> {
         Some(self.2)
     }

@@ -71,6 +71,12 @@ pub trait StackBody: Body + Copy {
     /// of its own): [`enter_sampled`] then tells a sampled block's release
     /// by that size, with no look at the filter.
     const RELEASES_BY_SIZE: bool = false;
+    /// Whether [`enter_sampled`] makes this call's sampled blocks at least
+    /// [`SAMPLED_BLOCK_BYTES`] long: where the backend's `free` reports
+    /// block sizes ([`RELEASES_BY_SIZE`](Self::RELEASES_BY_SIZE)), which
+    /// is what makes them recognisable. Elsewhere it would cost memory
+    /// for nothing.
+    const PROMOTES: bool = false;
     /// The same call asking the allocator for `to(size)` bytes instead of
     /// its request's `size` (a sampled allocation under
     /// [`enter_sampled`]); the scope is still told the original request.
@@ -405,16 +411,18 @@ macro_rules! delegate_scope {
     };
 }
 
-/// [`enter_stacks`] for sample mode where the body reports the size of
-/// every block it frees ([`StackBody::RELEASES_BY_SIZE`]: the shim on
-/// glibc and mimalloc). A sampled allocation asks the allocator for at
+/// [`enter_stacks`] for sample mode, on states the hook may reach from the
+/// thread pointer. Where the body reports the size of every block it frees
+/// ([`StackBody::RELEASES_BY_SIZE`], [`StackBody::PROMOTES`]: the shim on
+/// glibc and mimalloc), a sampled allocation asks the allocator for at
 /// least [`SAMPLED_BLOCK_BYTES`] (its stack, weight and requested bytes
 /// stay the original request's), so a `free` of a smaller block cannot
 /// release a tracked one, and the test a `free` makes anyway, whether its
 /// block is large enough to be timed for itself, moves down to that size:
 /// only the frees of blocks that large look in the filter, out of line,
 /// and a `free` costs what it costs with stacks off. Other releases
-/// (`realloc`) look in the filter, as under [`enter_stacks`].
+/// (`realloc`, and every one under jemalloc) look in the filter, as under
+/// [`enter_stacks`].
 /// `t` and `st` are the calling thread's states, by address or, in the
 /// shim on x86-64, from the thread pointer ([`OwnState`], [`OwnStacks`]),
 /// whose fast path then reaches them with `%fs`-relative instructions.
@@ -434,7 +442,13 @@ where
     };
     if sample {
         // SAFETY: forwarded from the caller.
-        return unsafe { sampled_promoted(body, t.state(), st.stacks()) };
+        return unsafe {
+            if B::PROMOTES {
+                sampled_promoted(body, t.state(), st.stacks())
+            } else {
+                stacked(body, t.state(), st.stacks(), true)
+            }
+        };
     }
     if B::RELEASES && !B::RELEASES_BY_SIZE && maybe_tracked(body.released()) {
         // SAFETY: forwarded from the caller.
