@@ -107,10 +107,10 @@ pub fn current() -> &'static ShimThread {
     }
 }
 
-/// The calling thread's recorder state as an offset from the thread
-/// pointer (see `FsState`): the hooks' fast path addresses it with
-/// `%fs`-relative instructions, one instruction fewer per call than
-/// through [`current`]'s address.
+/// The calling thread's recorder state, reached from the thread pointer
+/// (see `FsState`): the hooks' fast path addresses it with `%fs`-relative
+/// instructions, one instruction fewer per call than through [`current`]'s
+/// address.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub fn state_in_tls() -> allocmux::recorder::FsState<Block> {

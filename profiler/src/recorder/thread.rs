@@ -740,8 +740,8 @@ pub unsafe fn enter<B: Body>(t: &ThreadState, body: B) -> B::Out {
 }
 
 /// A thread's own [`ThreadState`] where it lives in the thread's static
-/// TLS (x86-64, initial-exec, as in the shim), named by its offset from
-/// the thread pointer. The fast path then reaches its fields with
+/// TLS (x86-64, initial-exec, as in the shim): at the start of the block
+/// `L` names ([`TlsBlock`]). The fast path reaches its fields with
 /// `%fs`-relative instructions, as a C compiler reaches an initial-exec
 /// `__thread` variable: the state's address would take one instruction
 /// more per call to make (the thread pointer's `add`).
