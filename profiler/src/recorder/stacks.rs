@@ -485,17 +485,8 @@ impl OwnStacks for &'static StackThread {
 /// take an instruction more to make.
 /// Like [`FsState`](super::FsState), it holds nothing.
 #[cfg(target_arch = "x86_64")]
-#[derive(Debug)]
+#[derive(Clone, Copy, Debug)]
 pub struct FsStacks<L, const AT: usize>(core::marker::PhantomData<L>);
-
-#[cfg(target_arch = "x86_64")]
-impl<L, const AT: usize> Clone for FsStacks<L, AT> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-#[cfg(target_arch = "x86_64")]
-impl<L, const AT: usize> Copy for FsStacks<L, AT> {}
 
 #[cfg(target_arch = "x86_64")]
 impl<L: TlsBlock, const AT: usize> FsStacks<L, AT> {

@@ -750,22 +750,13 @@ pub unsafe fn enter<B: Body>(t: &ThreadState, body: B) -> B::Out {
 /// needed (one load, from the GOT), so a body that carries one to the slow
 /// path passes no more registers than without it.
 #[cfg(target_arch = "x86_64")]
-#[derive(Debug)]
+#[derive(Clone, Copy, Debug)]
 pub struct FsState<L>(core::marker::PhantomData<L>);
-
-#[cfg(target_arch = "x86_64")]
-impl<L> Clone for FsState<L> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-#[cfg(target_arch = "x86_64")]
-impl<L> Copy for FsState<L> {}
 
 /// Where a block of static TLS is: its offset from the thread pointer
 /// (x86-64, initial-exec: a load from the GOT, the same for every thread).
 #[cfg(target_arch = "x86_64")]
-pub trait TlsBlock {
+pub trait TlsBlock: Copy {
     /// The offset.
     fn offset() -> usize;
 }
@@ -905,16 +896,8 @@ pub unsafe fn enter_fs<B: Body, L: TlsBlock>(t: FsState<L>, body: B) -> B::Out {
 /// [`Owned`] for a state in static TLS: the fast path's adds are
 /// `%fs`-relative; everything else goes through the state's address.
 #[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
 struct OwnedFs<L>(FsState<L>);
-
-#[cfg(target_arch = "x86_64")]
-impl<L> Clone for OwnedFs<L> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-#[cfg(target_arch = "x86_64")]
-impl<L> Copy for OwnedFs<L> {}
 
 #[cfg(target_arch = "x86_64")]
 impl<L: TlsBlock> Scope for OwnedFs<L> {
