@@ -480,8 +480,8 @@ impl<B: Backend> StackBody for Calloc<B> {
     }
     fn promoted(self, to: impl Fn(usize) -> usize) -> Self {
         match self.0.checked_mul(self.1) {
-            Some(total) if to(total) != total => Calloc(1, promote(total, to), PhantomData),
-            _ => self,
+            Some(total) => Calloc(1, promote(total, to), PhantomData),
+            None => self,
         }
     }
 }

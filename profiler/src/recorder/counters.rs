@@ -53,9 +53,12 @@ impl Default for Counters {
 impl Counters {
     /// Where the byte counts a call on the fast path adds to are, from the
     /// start of the struct: for code that adds to them through another
-    /// address (see `thread::FsState`).
+    /// address (see `thread::FsState`, x86-64 only).
+    #[cfg(target_arch = "x86_64")]
     pub(crate) const REQUESTED_AT: usize = core::mem::offset_of!(Counters, bytes_requested);
+    #[cfg(target_arch = "x86_64")]
     pub(crate) const ALLOCATED_AT: usize = core::mem::offset_of!(Counters, bytes_allocated);
+    #[cfg(target_arch = "x86_64")]
     pub(crate) const FREED_AT: usize = core::mem::offset_of!(Counters, bytes_freed);
 
     /// All zero.
