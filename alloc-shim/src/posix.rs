@@ -437,12 +437,32 @@ impl Scope for Unrecorded {
 
 /// A request of `size` bytes made `to(size)` (see `StackBody::promoted`);
 /// a zero-byte one stays (`realloc(p, 0)` frees).
+///
+/// Every backend's sampled blocks are promoted: glibc's and mimalloc's
+/// `free` tell them by their size, jemalloc's (whose hooks learn no sizes:
+/// it counts bytes itself) by their alignment, which its promoted calls
+/// get from `Backend::Sampled`.
 fn promote(size: usize, to: impl Fn(usize) -> usize) -> usize {
     if size == 0 { 0 } else { to(size) }
 }
 
+/// `StackBody::run_promoted`: the same call on `B::Sampled`, the backend
+/// whose blocks a `free` tells from unsampled ones (`B` itself but for
+/// jemalloc).
+macro_rules! run_on_sampled_backend {
+    ($body:ident($($field:tt),*)) => {
+        #[inline(always)]
+        unsafe fn run_promoted<S: Scope>(self, s: &S) -> Self::Out {
+            // SAFETY: the caller's contract; `B::Sampled` serves and frees
+            // `B`'s blocks (`Backend::Sampled`).
+            unsafe { $body::<B::Sampled>($(self.$field,)* PhantomData).run(s) }
+        }
+    };
+}
+
 impl<B: Backend> StackBody for Malloc<B> {
-    const PROMOTES: bool = !B::OWN_COUNTERS;
+    const PROMOTES: bool = true;
+    const ALIGNS_SAMPLED: bool = B::OWN_COUNTERS;
     fn request(&self) -> Option<usize> {
         Some(self.0)
     }
@@ -452,6 +472,7 @@ impl<B: Backend> StackBody for Malloc<B> {
     fn promoted(self, to: impl Fn(usize) -> usize) -> Self {
         Malloc(promote(self.0, to), PhantomData)
     }
+    run_on_sampled_backend!(Malloc(0));
 }
 
 impl<B: Backend> StackBody for Free<B> {
@@ -459,6 +480,7 @@ impl<B: Backend> StackBody for Free<B> {
     // The body reads the block's size where the backend keeps no byte
     // counters of its own.
     const RELEASES_BY_SIZE: bool = !B::OWN_COUNTERS;
+    const ALIGNS_SAMPLED: bool = B::OWN_COUNTERS;
     fn request(&self) -> Option<usize> {
         None
     }
@@ -471,7 +493,8 @@ impl<B: Backend> StackBody for Free<B> {
 }
 
 impl<B: Backend> StackBody for Calloc<B> {
-    const PROMOTES: bool = !B::OWN_COUNTERS;
+    const PROMOTES: bool = true;
+    const ALIGNS_SAMPLED: bool = B::OWN_COUNTERS;
     fn request(&self) -> Option<usize> {
         self.0.checked_mul(self.1) // an overflow fails: nothing to sample
     }
@@ -484,10 +507,12 @@ impl<B: Backend> StackBody for Calloc<B> {
             None => self,
         }
     }
+    run_on_sampled_backend!(Calloc(0, 1));
 }
 
 impl<B: Backend> StackBody for Realloc<B> {
-    const PROMOTES: bool = !B::OWN_COUNTERS;
+    const PROMOTES: bool = true;
+    const ALIGNS_SAMPLED: bool = B::OWN_COUNTERS;
     const RELEASES: bool = true;
     fn request(&self) -> Option<usize> {
         // realloc(p, 0) frees p and hands out nothing.
@@ -506,12 +531,14 @@ impl<B: Backend> StackBody for Realloc<B> {
     fn promoted(self, to: impl Fn(usize) -> usize) -> Self {
         Realloc(self.0, promote(self.1, to), PhantomData)
     }
+    run_on_sampled_backend!(Realloc(0, 1));
 }
 
 macro_rules! hands_out_its_result {
-    ($($body:ident($size:tt)),*) => {$(
+    ($($body:ident($size:tt; $($field:tt),*)),*) => {$(
         impl<B: Backend> StackBody for $body<B> {
-            const PROMOTES: bool = !B::OWN_COUNTERS;
+            const PROMOTES: bool = true;
+    const ALIGNS_SAMPLED: bool = B::OWN_COUNTERS;
             fn request(&self) -> Option<usize> {
                 Some(self.$size)
             }
@@ -522,19 +549,27 @@ macro_rules! hands_out_its_result {
                 self.$size = promote(self.$size, to);
                 self
             }
+            run_on_sampled_backend!($body($($field),*));
         }
     )*};
 }
-hands_out_its_result!(AlignedAlloc(1), Memalign(1), Valloc(0), Pvalloc(0));
+hands_out_its_result!(
+    AlignedAlloc(1; 0, 1),
+    Memalign(1; 0, 1),
+    Valloc(0; 0),
+    Pvalloc(0; 0)
+);
 
 impl<B: Backend> StackBody for PosixMemalign<B> {
-    const PROMOTES: bool = !B::OWN_COUNTERS;
+    const PROMOTES: bool = true;
+    const ALIGNS_SAMPLED: bool = B::OWN_COUNTERS;
     fn request(&self) -> Option<usize> {
         Some(self.2)
     }
     fn promoted(self, to: impl Fn(usize) -> usize) -> Self {
         PosixMemalign(self.0, self.1, promote(self.2, to), PhantomData)
     }
+    run_on_sampled_backend!(PosixMemalign(0, 1, 2));
     fn handed_out(&self, out: &c_int) -> usize {
         if *out == 0 {
             // SAFETY: on success the call stored the block in the

@@ -52,6 +52,7 @@ fn enomem_if_null(p: *mut c_void) -> *mut c_void {
 // SAFETY: forwards to jemalloc.
 unsafe impl Backend for Jemalloc {
     const OWN_COUNTERS: bool = true;
+    type Sampled = JemallocAligned;
 
     fn own_byte_counters() -> Option<[*mut u64; 2]> {
         Some([
@@ -111,6 +112,94 @@ unsafe impl Backend for Jemalloc {
     unsafe fn usable(ptr: *mut c_void) -> usize {
         // SAFETY: the caller passes a live jemalloc block.
         unsafe { tikv_jemalloc_sys::malloc_usable_size(ptr) }
+    }
+}
+
+/// jemalloc for sampled allocations in sample mode: every block aligned to
+/// `SAMPLED_BLOCK_BYTES` (a page), which the `free` hook, learning no
+/// block sizes under jemalloc, tells by its address (see
+/// `allocmux::recorder::stacks::enter_sampled`). jemalloc's extended calls
+/// give every form its aligned equivalent (`calloc` with `MALLOCX_ZERO`,
+/// `realloc` with `rallocx`). A small sampled block takes a page-sized
+/// slab region, as jemalloc's own sampler serves one; a large one loses
+/// jemalloc's random offset within its first page (its cache-oblivious
+/// placement). The blocks are jemalloc's, freed by its `free`.
+#[derive(Debug, Clone, Copy)]
+pub struct JemallocAligned;
+
+/// The alignment of [`JemallocAligned`]'s blocks.
+const SAMPLED_ALIGN: usize = allocmux::recorder::stacks::SAMPLED_BLOCK_BYTES;
+
+impl JemallocAligned {
+    /// `mallocx` of at least one byte aligned to `align` (at least
+    /// [`SAMPLED_ALIGN`]), with `errno` set as `malloc` sets it: `mallocx`
+    /// leaves it alone.
+    #[inline(always)]
+    fn allocx(size: usize, align: usize, zero: bool) -> *mut c_void {
+        let flags = tikv_jemalloc_sys::MALLOCX_ALIGN(align.max(SAMPLED_ALIGN))
+            | if zero {
+                tikv_jemalloc_sys::MALLOCX_ZERO
+            } else {
+                0
+            };
+        // SAFETY: a non-zero size, a power-of-two alignment.
+        enomem_if_null(unsafe { tikv_jemalloc_sys::mallocx(size.max(1), flags) })
+    }
+}
+
+// SAFETY: forwards to jemalloc, as `Jemalloc` does; only the alignment of
+// the blocks differs.
+unsafe impl Backend for JemallocAligned {
+    const OWN_COUNTERS: bool = true;
+    type Sampled = Self;
+
+    fn own_byte_counters() -> Option<[*mut u64; 2]> {
+        Jemalloc::own_byte_counters()
+    }
+    #[inline(always)]
+    unsafe fn malloc(size: usize) -> *mut c_void {
+        Self::allocx(size, SAMPLED_ALIGN, false)
+    }
+    #[inline(always)]
+    unsafe fn calloc(count: usize, size: usize) -> *mut c_void {
+        // The product does not overflow (the trait's contract).
+        Self::allocx(count * size, SAMPLED_ALIGN, true)
+    }
+    #[inline(always)]
+    unsafe fn realloc(ptr: *mut c_void, size: usize) -> *mut c_void {
+        let flags = tikv_jemalloc_sys::MALLOCX_ALIGN(SAMPLED_ALIGN);
+        // SAFETY: a live jemalloc block and a non-zero size (the trait's
+        // contract); a failure leaves the block in place, as `realloc`.
+        enomem_if_null(unsafe { tikv_jemalloc_sys::rallocx(ptr, size, flags) })
+    }
+    #[inline(always)]
+    unsafe fn free(ptr: *mut c_void) {
+        // SAFETY: forwarded.
+        unsafe { Jemalloc::free(ptr) }
+    }
+    #[inline(always)]
+    unsafe fn aligned(align: usize, size: usize) -> *mut c_void {
+        Self::allocx(size, align, false)
+    }
+    #[inline(always)]
+    unsafe fn memalign(align: usize, size: usize) -> *mut c_void {
+        // SAFETY: the helper normalises the alignment first.
+        unsafe { memalign_via_aligned::<Self>(align, size) }
+    }
+    #[inline(always)]
+    unsafe fn valloc(size: usize) -> *mut c_void {
+        // SAFETY: forwarded: whole pages.
+        unsafe { Jemalloc::valloc(size) }
+    }
+    #[inline(always)]
+    unsafe fn pvalloc(size: usize) -> *mut c_void {
+        // SAFETY: the helper rounds to pages.
+        unsafe { pvalloc_via_aligned::<Self>(size) }
+    }
+    #[inline(always)]
+    unsafe fn usable(ptr: *mut c_void) -> usize {
+        // SAFETY: forwarded.
+        unsafe { Jemalloc::usable(ptr) }
     }
 }
 

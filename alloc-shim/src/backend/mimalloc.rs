@@ -26,6 +26,7 @@ pub type MimallocLookup = MimallocWith<false>;
 
 // SAFETY: forwards to mimalloc.
 unsafe impl<const PAGE_SIZES: bool> Backend for MimallocWith<PAGE_SIZES> {
+    type Sampled = Self;
     #[inline(always)]
     fn size_before_malloc(requested: usize) -> Option<usize> {
         let size = SMALL_SIZES.get((requested + 7) >> 3)?.load(Relaxed);

@@ -42,6 +42,14 @@ pub unsafe trait Backend: Copy {
     /// ([`Backend::own_byte_counters`]), so the shim needs no sizes per call.
     const OWN_COUNTERS: bool = false;
 
+    /// The backend that serves sampled allocations in sample mode (see
+    /// `allocmux::recorder::stacks::enter_sampled`): itself, where the
+    /// `free` hook learns each block's size; where it does not (with
+    /// [`OWN_COUNTERS`](Backend::OWN_COUNTERS)), one whose blocks are
+    /// aligned to `SAMPLED_BLOCK_BYTES`, for the `free` hook to tell by
+    /// their address. Its blocks are this backend's, freed by its `free`.
+    type Sampled: Backend;
+
     /// `malloc(size)`.
     unsafe fn malloc(size: usize) -> *mut c_void;
     /// `calloc(count, size)`; the product is known not to overflow.

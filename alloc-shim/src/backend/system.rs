@@ -21,6 +21,7 @@ pub struct System;
 
 // SAFETY: forwards to glibc's own allocator.
 unsafe impl Backend for System {
+    type Sampled = Self;
     const CHEAP_USABLE: bool = true;
 
     #[inline(always)]

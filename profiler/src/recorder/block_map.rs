@@ -35,6 +35,10 @@ use super::tables::{Sharded, Zeroable, zeroed_box};
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Block {
     pub site: u32,
+    /// Its sampling weight (1 / the probability it was sampled; 1 in exact
+    /// mode), kept so its free need not work it out again: in the padding
+    /// after `site`, so a block stays 16 bytes.
+    pub weight: f32,
     pub size: u64,
 }
 
@@ -195,6 +199,7 @@ impl Slot {
         let s = core::mem::take(self);
         Some(Some(Block {
             site: s.site_plus_one - 1,
+            weight: 1.0, // exact mode
             size: s.size as u64,
         }))
     }
@@ -311,7 +316,11 @@ mod tests {
     use crate::recorder::test_alloc::{self, largest_allocation};
 
     fn block(site: u32, size: u64) -> Block {
-        Block { site, size }
+        Block {
+            site,
+            weight: 1.0,
+            size,
+        }
     }
 
     #[test]

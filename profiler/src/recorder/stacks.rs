@@ -18,7 +18,9 @@
 //! shim's hooks learn the size of every block they free anyway (glibc,
 //! mimalloc), its sample mode makes each sampled block at least
 //! [`SAMPLED_BLOCK_BYTES`] long instead, so that frees of smaller blocks,
-//! nearly all of them, pay nothing (see [`enter_sampled`]).
+//! nearly all of them, pay nothing; where they do not (jemalloc), it also
+//! aligns them to that size, so that frees pay one test of the address
+//! (see [`enter_sampled`]).
 //!
 //! Everything else, the unwinder, the stack table and the block map, sits
 //! behind one spin lock, taken only by sampled calls, frees of tracked
@@ -71,12 +73,20 @@ pub trait StackBody: Body + Copy {
     /// of its own): [`enter_sampled`] then tells a sampled block's release
     /// by that size, with no look at the filter.
     const RELEASES_BY_SIZE: bool = false;
-    /// Whether [`enter_sampled`] makes this call's sampled blocks at least
-    /// [`SAMPLED_BLOCK_BYTES`] long: where the backend's `free` reports
-    /// block sizes ([`RELEASES_BY_SIZE`](Self::RELEASES_BY_SIZE)), which
-    /// is what makes them recognisable. Elsewhere it would cost memory
-    /// for nothing.
+    /// Whether [`enter_sampled`] makes this call's sampled blocks
+    /// recognisable at their release: at least [`SAMPLED_BLOCK_BYTES`]
+    /// long, where the backend's `free` reports block sizes
+    /// ([`RELEASES_BY_SIZE`](Self::RELEASES_BY_SIZE)), and also aligned to
+    /// that many bytes where it does not
+    /// ([`ALIGNS_SAMPLED`](Self::ALIGNS_SAMPLED)). The shim's bodies do; the
+    /// Rust wrapper's, whose frees are told block sizes, do not need to.
     const PROMOTES: bool = false;
+    /// Whether sampled blocks are aligned to [`SAMPLED_BLOCK_BYTES`]
+    /// ([`run_promoted`](Self::run_promoted)) and a release tells them by
+    /// their address, looking in the filter only for blocks so aligned:
+    /// for a backend whose `free` learns no block sizes (jemalloc, which
+    /// counts bytes itself).
+    const ALIGNS_SAMPLED: bool = false;
     /// The same call asking the allocator for `to(size)` bytes instead of
     /// its request's `size` (a sampled allocation under
     /// [`enter_sampled`]); the scope is still told the original request.
@@ -84,10 +94,22 @@ pub trait StackBody: Body + Copy {
     fn promoted(self, _to: impl Fn(usize) -> usize) -> Self {
         self
     }
+    /// Runs a [`promoted`](Self::promoted) call: as [`Body::run`], but
+    /// where [`ALIGNS_SAMPLED`](Self::ALIGNS_SAMPLED), the block is
+    /// aligned to [`SAMPLED_BLOCK_BYTES`].
+    ///
+    /// # Safety
+    /// As for [`Body::run`].
+    #[inline(always)]
+    unsafe fn run_promoted<S: Scope>(self, s: &S) -> Self::Out {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.run(s) }
+    }
 }
 
 /// In sample mode under [`enter_sampled`], the least size a sampled block
-/// is given (a larger request keeps its own). One page: in a process whose
+/// is given (a larger request keeps its own), and, under
+/// [`StackBody::ALIGNS_SAMPLED`], its alignment. One page: in a process whose
 /// live heap is `L` bytes, sampled blocks (about `L / mean` of them live)
 /// hold at most `L * 4096 / mean` bytes more than the program asked for,
 /// 0.8% at the default 512 KiB between samples.
@@ -265,6 +287,37 @@ fn filter_slot(addr: usize) -> &'static AtomicU8 {
     &FILTER[h as usize]
 }
 
+/// Whether `addr` is aligned as [`StackBody::ALIGNS_SAMPLED`] aligns
+/// sampled blocks. On x86-64, one `test` of its low bits and a branch:
+/// LLVM makes the mask test a copy and a shift (the address must stay in
+/// its register for the jump to the allocator), one instruction more on
+/// every `free`.
+#[inline(always)]
+fn is_sampled_aligned(addr: usize) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let mut aligned = false;
+        // SAFETY: a register test and a branch to the label; no memory.
+        unsafe {
+            core::arch::asm!(
+                "test {a:e}, {mask}",
+                "jz {yes}",
+                a = in(reg) addr,
+                mask = const SAMPLED_BLOCK_BYTES - 1,
+                yes = label {
+                    aligned = true;
+                },
+                options(nomem, nostack),
+            );
+        }
+        aligned
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        addr % SAMPLED_BLOCK_BYTES == 0
+    }
+}
+
 /// Whether `addr` may be a tracked block (never false for one that is).
 #[inline(always)]
 fn maybe_tracked(addr: usize) -> bool {
@@ -420,9 +473,12 @@ macro_rules! delegate_scope {
 /// release a tracked one, and the test a `free` makes anyway, whether its
 /// block is large enough to be timed for itself, moves down to that size:
 /// only the frees of blocks that large look in the filter, out of line,
-/// and a `free` costs what it costs with stacks off. Other releases
-/// (`realloc`, and every one under jemalloc) look in the filter, as under
-/// [`enter_stacks`].
+/// and a `free` costs what it costs with stacks off. Where the `free`
+/// learns no sizes ([`StackBody::ALIGNS_SAMPLED`]: the shim on jemalloc),
+/// a sampled block is also aligned to that size, and only releases of
+/// blocks so aligned look in the filter: an unsampled `free` pays one test
+/// of its address. Other releases (`realloc` on glibc and mimalloc) look
+/// in the filter, as under [`enter_stacks`].
 /// `t` and `st` are the calling thread's states, by address or, in the
 /// shim on x86-64, from the thread pointer ([`OwnState`], [`OwnStacks`]),
 /// whose fast path then reaches them with `%fs`-relative instructions.
@@ -450,9 +506,14 @@ where
             }
         };
     }
-    if B::RELEASES && !B::RELEASES_BY_SIZE && maybe_tracked(body.released()) {
-        // SAFETY: forwarded from the caller.
-        return unsafe { stacked(body, t.state(), st.stacks(), false) };
+    if B::RELEASES && !B::RELEASES_BY_SIZE {
+        let old = body.released();
+        // Under `ALIGNS_SAMPLED`, the test of the address's low bits is
+        // the whole cost of an unsampled `free`: the filter, out of line.
+        if (!B::ALIGNS_SAMPLED || is_sampled_aligned(old)) && maybe_tracked(old) {
+            // SAFETY: forwarded from the caller.
+            return unsafe { stacked(body, t.state(), st.stacks(), false) };
+        }
     }
     // SAFETY: forwarded from the caller.
     unsafe { t.enter(SizeChecked { body, stacks: st }) }
@@ -575,21 +636,21 @@ impl<B: StackBody> Body for Promoted<'_, B> {
     const FUNC: Func = B::FUNC;
     #[inline(always)]
     unsafe fn run<S: Scope>(self, s: &S) -> B::Out {
-        let grown = self.call.request() != self.original.request();
+        let changed = B::ALIGNS_SAMPLED || self.call.request() != self.original.request();
         let scope = AsRequested {
             inner: *s,
             requested: self.requested,
-            quiet_failure: grown,
+            quiet_failure: changed,
         };
         // SAFETY: the errno location of the calling thread.
         let errno = unsafe { *libc::__errno_location() };
         // SAFETY: the caller's contract, for the promoted call.
-        let out = unsafe { self.call.run(&scope) };
-        if !grown || self.call.handed_out(&out) != 0 {
+        let out = unsafe { self.call.run_promoted(&scope) };
+        if !changed || self.call.handed_out(&out) != 0 {
             return out;
         }
-        // The larger block failed where the program's own request may
-        // not: make that one, as without stacks, untracked.
+        // The larger (or aligned) block failed where the program's own
+        // request may not: make that one, as without stacks, untracked.
         // SAFETY: as above.
         unsafe { *libc::__errno_location() = errno };
         self.fell_back.set(true);
@@ -608,6 +669,7 @@ impl<B: StackBody> Body for Promoted<'_, B> {
 impl<B: StackBody> StackBody for Promoted<'_, B> {
     const RELEASES: bool = B::RELEASES;
     const RELEASES_BY_SIZE: bool = B::RELEASES_BY_SIZE;
+    const ALIGNS_SAMPLED: bool = B::ALIGNS_SAMPLED;
     fn request(&self) -> Option<usize> {
         self.call.request().map(|_| self.requested)
     }
@@ -620,7 +682,9 @@ impl<B: StackBody> StackBody for Promoted<'_, B> {
     fn handed_out(&self, out: &Self::Out) -> usize {
         // A block whose release would not be told apart would never be
         // seen freed: not tracked, and counted as lost (a zero-byte
-        // request, or the original made after the larger one failed).
+        // request, or the original made after the promoted one failed).
+        // (A promoted call under `ALIGNS_SAMPLED` that succeeded gave an
+        // aligned block.)
         let p = self.call.handed_out(out);
         let recognisable = !self.fell_back.get()
             && self
@@ -1159,10 +1223,18 @@ impl Sites {
         // A block that cannot be tracked (no memory for its entry) counts
         // as an allocation of its stack but not as live: its free would
         // not be seen.
-        let inserted = self
-            .blocks
-            .insert(addr, Block { site: i, size }, may_grow());
-        let w = weight(size, self.mean);
+        // As the block keeps it, so that its free takes off what this adds.
+        let w = weight(size, self.mean) as f32;
+        let inserted = self.blocks.insert(
+            addr,
+            Block {
+                site: i,
+                weight: w,
+                size,
+            },
+            may_grow(),
+        );
+        let w = f64::from(w);
         let s = self.touch(i);
         s.samples += 1;
         s.allocs += w;
@@ -1211,7 +1283,7 @@ impl Sites {
     }
 
     fn forget(&mut self, b: Block, ticks: u64) {
-        let w = weight(b.size, self.mean);
+        let w = f64::from(b.weight);
         let s = self.touch(b.site);
         s.live_allocs -= w;
         s.live_bytes -= w * b.size as f64;
