@@ -538,7 +538,7 @@ macro_rules! hands_out_its_result {
     ($($body:ident($size:tt; $($field:tt),*)),*) => {$(
         impl<B: Backend> StackBody for $body<B> {
             const PROMOTES: bool = true;
-    const ALIGNS_SAMPLED: bool = B::OWN_COUNTERS;
+            const ALIGNS_SAMPLED: bool = B::OWN_COUNTERS;
             fn request(&self) -> Option<usize> {
                 Some(self.$size)
             }
