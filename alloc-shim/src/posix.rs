@@ -480,6 +480,8 @@ impl<B: Backend> StackBody for Free<B> {
     // The body reads the block's size where the backend keeps no byte
     // counters of its own.
     const RELEASES_BY_SIZE: bool = !B::OWN_COUNTERS;
+    // The blocks it releases were promoted when sampled.
+    const PROMOTES: bool = true;
     const ALIGNS_SAMPLED: bool = B::OWN_COUNTERS;
     fn request(&self) -> Option<usize> {
         None

@@ -78,8 +78,11 @@ pub trait StackBody: Body + Copy {
     /// long, where the backend's `free` reports block sizes
     /// ([`RELEASES_BY_SIZE`](Self::RELEASES_BY_SIZE)), and also aligned to
     /// that many bytes where it does not
-    /// ([`ALIGNS_SAMPLED`](Self::ALIGNS_SAMPLED)). The shim's bodies do; the
-    /// Rust wrapper's, whose frees are told block sizes, do not need to.
+    /// ([`ALIGNS_SAMPLED`](Self::ALIGNS_SAMPLED)); for a call that only
+    /// releases (`free`), whether the blocks it releases were so made. The
+    /// shim's bodies do; the Rust wrapper's, whose frees are told block
+    /// sizes, do not need to. Such calls are not timed for their stacks
+    /// (see [`promoted_call_ticks`]).
     const PROMOTES: bool = false;
     /// Whether sampled blocks are aligned to [`SAMPLED_BLOCK_BYTES`]
     /// ([`run_promoted`](Self::run_promoted)) and a release tells them by
@@ -516,7 +519,13 @@ where
         }
     }
     // SAFETY: forwarded from the caller.
-    unsafe { t.enter(SizeChecked { body, stacks: st }) }
+    unsafe {
+        t.enter(SizeChecked {
+            body,
+            stacks: st,
+            state: t,
+        })
+    }
 }
 
 /// A thread's own [`StackThread`] as a hook reaches it: by its address, or
@@ -667,6 +676,7 @@ impl<B: StackBody> Body for Promoted<'_, B> {
 }
 
 impl<B: StackBody> StackBody for Promoted<'_, B> {
+    const PROMOTES: bool = B::PROMOTES;
     const RELEASES: bool = B::RELEASES;
     const RELEASES_BY_SIZE: bool = B::RELEASES_BY_SIZE;
     const ALIGNS_SAMPLED: bool = B::ALIGNS_SAMPLED;
@@ -727,12 +737,13 @@ impl<S: Scope> Scope for AsRequested<S> {
 /// A call under [`enter_sampled`] that was not sampled: a `free` of a block
 /// of [`SAMPLED_BLOCK_BYTES`] or more looks in the filter.
 #[derive(Clone, Copy)]
-struct SizeChecked<B, T> {
+struct SizeChecked<B, T, U> {
     body: B,
     stacks: T,
+    state: U,
 }
 
-impl<B: Body, T: OwnStacks> Body for SizeChecked<B, T> {
+impl<B: Body, T: OwnStacks, U: OwnState<'static>> Body for SizeChecked<B, T, U> {
     type Out = B::Out;
     const FUNC: Func = B::FUNC;
     #[inline(always)]
@@ -740,6 +751,7 @@ impl<B: Body, T: OwnStacks> Body for SizeChecked<B, T> {
         let s = ReleaseChecked {
             inner: *s,
             stacks: self.stacks,
+            state: self.state,
         };
         // SAFETY: the caller's contract.
         unsafe { self.body.run(&s) }
@@ -751,12 +763,15 @@ impl<B: Body, T: OwnStacks> Body for SizeChecked<B, T> {
 
 /// The scope of a [`SizeChecked`] call.
 #[derive(Clone, Copy)]
-struct ReleaseChecked<S, T> {
+struct ReleaseChecked<S, T, U> {
     inner: S,
     stacks: T,
+    /// The thread's recorder state, for the time of a sampled block's
+    /// release (see [`promoted_call_ticks`]); reached only then.
+    state: U,
 }
 
-impl<S: Scope, T: OwnStacks> Scope for ReleaseChecked<S, T> {
+impl<S: Scope, T: OwnStacks, U: OwnState<'static>> Scope for ReleaseChecked<S, T, U> {
     const NEEDS_SIZES: bool = S::NEEDS_SIZES;
     #[inline(always)]
     fn release<R>(&self, ptr: usize, usable: usize, op: impl FnOnce() -> R) -> R {
@@ -764,7 +779,8 @@ impl<S: Scope, T: OwnStacks> Scope for ReleaseChecked<S, T> {
             self.inner.release(ptr, usable, op)
         } else {
             // The block's address first, where the hook received it.
-            release_large(ptr, usable, self.inner, self.stacks.stacks(), op)
+            let (stacks, state) = (self.stacks.stacks(), self.state.state());
+            release_large(ptr, usable, self.inner, stacks, state, op)
         }
     }
     delegate_scope!(time, alloc, allocated, freed, call, fail, in_place);
@@ -780,6 +796,7 @@ fn release_large<S: Scope, R>(
     usable: usize,
     s: S,
     st: &StackThread,
+    t: &ThreadState,
     op: impl FnOnce() -> R,
 ) -> R {
     if !maybe_tracked(ptr) || st.busy.get() {
@@ -794,7 +811,9 @@ fn release_large<S: Scope, R>(
         .min(super::thread::MAX_SAMPLED_TICKS);
     match STATE.lock_within(WAIT_YIELDS) {
         #[cfg(not(any(allocmux_bench = "no_tables", allocmux_bench = "stack_table_only")))]
-        Some(mut s) => s.sites.free(ptr, ticks),
+        Some(mut s) => s
+            .sites
+            .free(ptr, |size| promoted_call_ticks(size, ticks, t)),
         #[cfg(any(allocmux_bench = "no_tables", allocmux_bench = "stack_table_only"))]
         Some(s) => {
             core::hint::black_box((s, ticks));
@@ -805,6 +824,25 @@ fn release_large<S: Scope, R>(
     }
     st.busy.set(false);
     out
+}
+
+/// The allocator time a stack is given for a sampled call made larger or
+/// aligned ([`StackBody::PROMOTES`]), or for the release of a block so
+/// made, of `size` requested bytes, which measured `measured` ticks. Such a
+/// call is not the program's: a 4 KiB block is served and freed by other
+/// paths than a 100-byte one (under glibc 7 times the process's time per
+/// call, as measured on the churn), so its stack would be charged for work
+/// the program never asked for. It is given instead the thread's mean time
+/// per call as the time sample has measured it so far, which is what the
+/// process total charges each call: the stacks' times then add up to the
+/// process's, and a stack's time is its calls' share of it. Blocks large
+/// enough to be timed for themselves ([`EXACT_TIMING_BYTES`]) keep their
+/// measured time, and so does a call before the thread's first timed one.
+fn promoted_call_ticks(size: u64, measured: u64, t: &ThreadState) -> u64 {
+    if size >= super::thread::EXACT_TIMING_BYTES as u64 {
+        return measured;
+    }
+    t.mean_sampled_ticks().unwrap_or(measured)
 }
 
 #[cold]
@@ -841,6 +879,8 @@ unsafe extern "C" fn stacked<B: StackBody>(
     let resume = st.countdown.replace(-1);
     // SAFETY: forwarded from the caller.
     let (out, ticks) = unsafe { timed_call(t, body) };
+    // Sampled blocks made larger or aligned (sample mode under the shim).
+    let promoted = B::PROMOTES && MEAN_BYTES.load(Relaxed) != 0;
     let old = body.released();
     let released = if old != 0 && body.did_release(&out) {
         old
@@ -899,10 +939,19 @@ unsafe extern "C" fn stacked<B: StackBody>(
             if released != 0 {
                 // The call's time goes to the new block's stack when there
                 // is one (it is an allocation), else to the freed block's.
-                s.sites.free(released, if new != 0 { 0 } else { ticks });
+                s.sites.free(released, |size| match (new, promoted) {
+                    (0, true) => promoted_call_ticks(size, ticks, t),
+                    (0, false) => ticks,
+                    _ => 0,
+                });
             }
             if new != 0 {
                 let size = body.request().unwrap_or(0) as u64;
+                let ticks = if promoted {
+                    promoted_call_ticks(size, ticks, t)
+                } else {
+                    ticks
+                };
                 if frames.is_empty() {
                     s.sites.lost += 1;
                     s.sites.degraded += starved as u64;
@@ -1268,10 +1317,13 @@ impl Sites {
         }
     }
 
-    fn free(&mut self, addr: usize, ticks: u64) {
+    /// The release of the block at `addr`, if tracked, whose call took
+    /// `ticks(requested size)` for its stack.
+    fn free(&mut self, addr: usize, ticks: impl FnOnce(u64) -> u64) {
         let Some(b) = self.blocks.remove(addr) else {
             return; // a filter false positive, or an untracked block
         };
+        let ticks = ticks(b.size);
         if MODE.load(Relaxed) == MODE_SAMPLE {
             let slot = filter_slot(addr);
             let v = slot.load(Relaxed);
@@ -1714,10 +1766,10 @@ mod tests {
         s.alloc(0x100, 10, &a, 5, None);
         s.alloc(0x200, 20, &b, 5, None);
         s.alloc(0x300, 30, &a, 5, None); // peak: a 40 (2 blocks), b 20
-        s.free(0x300, 7);
-        s.free(0x200, 1);
+        s.free(0x300, |_| 7);
+        s.free(0x200, |_| 1);
         s.alloc(0x400, 15, &b, 2, None); // live 25 < 60: no new peak
-        s.free(0x999, 1); // unknown: ignored
+        s.free(0x999, |_| 1); // unknown: ignored
         let (ca, cb) = (s.counts(0), s.counts(1));
         assert_eq!((ca.allocs, ca.bytes, ca.ticks), (2, 40, 17));
         assert_eq!((ca.peak_allocs, ca.peak_bytes), (2, 40));
@@ -1777,7 +1829,7 @@ mod tests {
                 s.alloc(0x7f00_0000_0000 + b * 32, 24, &stacks[b % 5000], 10, None);
             }
             for b in (0..300_000usize).step_by(2) {
-                s.free(0x7f00_0000_0000 + b * 32, 10);
+                s.free(0x7f00_0000_0000 + b * 32, |_| 10);
             }
         });
         assert!(largest <= MAX_STEP_BYTES, "{largest}");
@@ -1845,7 +1897,7 @@ mod tests {
         assert_eq!((c.live_allocs, c.live_bytes), (5, 140));
         // Freeing them all leaves only the first block live.
         for &addr in &same {
-            s.free(addr, 0);
+            s.free(addr, |_| 0);
         }
         let c = s.counts(0);
         assert_eq!((c.live_allocs, c.live_bytes), (1, 100));
