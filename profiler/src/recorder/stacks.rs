@@ -830,9 +830,9 @@ fn release_large<S: Scope, R>(
 /// aligned ([`StackBody::PROMOTES`]), or for the release of a block so
 /// made, of `size` requested bytes, which measured `measured` ticks. Such a
 /// call is not the program's: a 4 KiB block is served and freed by other
-/// paths than a 100-byte one (under glibc 7 times the process's time per
-/// call, as measured on the churn), so its stack would be charged for work
-/// the program never asked for. It is given instead the thread's mean time
+/// paths than a 100-byte one, so its stack would be charged for work the
+/// program never asked for (on the churn, the stacks' times came to 7
+/// times the process's under glibc). It is given instead the thread's mean time
 /// per call as the time sample has measured it so far, which is what the
 /// process total charges each call: the stacks' times then add up to the
 /// process's, and a stack's time is its calls' share of it. Blocks large
