@@ -1351,7 +1351,7 @@ pub fn after_fork_child_keeping_counts() {
 
 /// `fork` child handler: the child starts from zero, with the forking
 /// thread (`current`) as its only thread. Nothing is held across the fork
-/// (see [`SpinLock`](super::lock)); if the registry was being changed by
+/// (see `SpinLock`); if the registry was being changed by
 /// an interrupted frame of this very thread (the fork came from a signal
 /// handler), it is left to that frame, and the child's figures include
 /// its parent's.
