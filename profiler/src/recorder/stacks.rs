@@ -880,8 +880,17 @@ unsafe extern "C" fn stacked<B: StackBody>(
     let resume = st.countdown.replace(-1);
     // SAFETY: forwarded from the caller.
     let (out, ticks) = unsafe { timed_call(t, body) };
-    // Sampled blocks made larger or aligned (sample mode under the shim).
+    // What the stack of a block of `size` requested bytes is charged for
+    // this call: its measured time, but for sampled blocks made larger or
+    // aligned (sample mode under the shim; see `promoted_call_ticks`).
     let promoted = B::PROMOTES && MEAN_BYTES.load(Relaxed) != 0;
+    let charge = |size: u64| {
+        if promoted {
+            promoted_call_ticks(size, ticks, t)
+        } else {
+            ticks
+        }
+    };
     let old = body.released();
     let released = if old != 0 && body.did_release(&out) {
         old
@@ -940,24 +949,16 @@ unsafe extern "C" fn stacked<B: StackBody>(
             if released != 0 {
                 // The call's time goes to the new block's stack when there
                 // is one (it is an allocation), else to the freed block's.
-                s.sites.free(released, |size| match (new, promoted) {
-                    (0, true) => promoted_call_ticks(size, ticks, t),
-                    (0, false) => ticks,
-                    _ => 0,
-                });
+                s.sites
+                    .free(released, |size| if new != 0 { 0 } else { charge(size) });
             }
             if new != 0 {
                 let size = body.request().unwrap_or(0) as u64;
-                let ticks = if promoted {
-                    promoted_call_ticks(size, ticks, t)
-                } else {
-                    ticks
-                };
                 if frames.is_empty() {
                     s.sites.lost += 1;
                     s.sites.degraded += starved as u64;
                 } else {
-                    s.sites.alloc(new, size, frames, ticks, repeat);
+                    s.sites.alloc(new, size, frames, charge(size), repeat);
                 }
             }
         }
