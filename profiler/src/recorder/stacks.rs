@@ -208,7 +208,7 @@ impl StackThread {
         }
         let u = super::random::next_uniform(&mut x);
         self.rng.set(x);
-        let gap = -(u.ln()) * mean as f64;
+        let gap = -super::random::ln(u) * mean as f64;
         self.countdown.set(gap.min(i64::MAX as f64 / 2.0) as i64);
     }
 

@@ -427,12 +427,15 @@ fn geometric_gap(rng: &mut u64, mean: u32, ln_q: f64) -> u32 {
         return 1;
     }
     let u = super::random::next_uniform(rng);
-    let g = 1.0 + (u.ln() / ln_q).floor();
-    // NaN or a non-negative ln_q (never set) would give nonsense: time the next call.
-    if g >= u32::MAX as f64 {
+    // Both logarithms are negative, so the quotient is at least 0 and its
+    // floor is the truncation `as` makes (a float `floor` is a call
+    // without SSE4.1). NaN or a non-negative ln_q (never set) would give
+    // nonsense: time the next call.
+    let g = super::random::ln(u) / ln_q;
+    if g >= (u32::MAX - 1) as f64 {
         u32::MAX
-    } else if g >= 1.0 {
-        g as u32
+    } else if g >= 0.0 {
+        1 + g as u32
     } else {
         1
     }
