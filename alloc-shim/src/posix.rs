@@ -116,6 +116,42 @@ fn recorded_first<B: Backend, S: Scope>(requested: usize) -> Option<usize> {
     }
 }
 
+/// Makes a plain allocation (`malloc`, `calloc`) by `call`, once the scope
+/// has recorded the request and needs nothing else of the call
+/// ([`Scope::alloc_untimed`]: small, untimed, nothing due), recording the
+/// block's size where the shim counts bytes. A backend that counts bytes
+/// itself, or whose block size is known before the call, ends in a tail
+/// jump to the allocator; where the size is read after the call, a cheap
+/// read is inline and any other is `sized_after`, out of line (so the fast
+/// path saves no registers for it).
+#[inline(always)]
+unsafe fn made_untimed<B: Backend, S: Scope>(
+    s: &S,
+    f: Func,
+    requested: usize,
+    call: impl FnOnce() -> *mut c_void,
+    sized_after: impl FnOnce() -> *mut c_void,
+) -> *mut c_void {
+    if !sizes::<B, S>() {
+        return call();
+    }
+    if let Some(usable) = B::size_before_small_malloc(requested) {
+        s.allocated(usable);
+        return call();
+    }
+    if !B::CHEAP_USABLE {
+        return sized_after();
+    }
+    let p = call();
+    if p.is_null() {
+        s.fail(f);
+    } else {
+        // SAFETY: `p` is a live block of B, handed out for a plain request.
+        s.allocated(unsafe { B::allocated_size(p, requested, true) });
+    }
+    p
+}
+
 /// `malloc(size)`.
 #[derive(Clone, Copy)]
 pub struct Malloc<B>(pub usize, pub PhantomData<B>);
@@ -124,32 +160,82 @@ impl<B: Backend> Body for Malloc<B> {
     const FUNC: Func = Func::Malloc;
     #[inline(always)]
     unsafe fn run<S: Scope>(self, s: &S) -> *mut c_void {
-        if let Some(usable) = recorded_first::<B, S>(self.0) {
-            if sizes::<B, S>() {
-                s.allocated(usable);
-            }
-            s.alloc(Func::Malloc, self.0);
+        let n = self.0;
+        s.alloc_untimed(
+            Func::Malloc,
+            n,
             // SAFETY: malloc has no preconditions.
-            return s.time(self.0, move || unsafe { B::malloc(self.0) });
-        }
-        if B::CHEAP_USABLE && self.0 < EXACT_TIMING_BYTES {
-            // The size is a header read after the call: inline, with the
-            // request counted first so only the thread state lives across it.
-            s.alloc(Func::Malloc, self.0);
-            // SAFETY: malloc has no preconditions.
-            let p = s.time(self.0, move || unsafe { B::malloc(self.0) });
-            if p.is_null() {
-                s.fail(Func::Malloc);
-            } else {
-                // SAFETY: `p` is a live block of B.
-                s.allocated(unsafe { B::usable(p) });
-            }
-            return p;
-        }
-        // SAFETY: as for malloc.
-        unsafe { malloc_recorded_after::<B, S>(self.0, *s) }
+            || unsafe {
+                made_untimed::<B, S>(
+                    s,
+                    Func::Malloc,
+                    n,
+                    || B::malloc(n),
+                    || untimed_sized_after::<B, S>(Func::Malloc, n, 1, *s),
+                )
+            },
+            // SAFETY: as for malloc.
+            || unsafe { malloc_usual::<B, S>(n, *s) },
+        )
     }
     own_counters!();
+}
+
+/// The rest of [`made_untimed`] where the block's size is read after the
+/// call: `malloc(count)` for `Func::Malloc` (with `size` 1), else
+/// `calloc(count, size)`.
+#[inline(never)]
+#[allow(improper_ctypes_definitions)] // called from Rust only; extern "C" so it cannot unwind and the caller can tail-call it
+unsafe extern "C" fn untimed_sized_after<B: Backend, S: Scope>(
+    f: Func,
+    count: usize,
+    size: usize,
+    s: S,
+) -> *mut c_void {
+    // SAFETY: the caller checked that the product does not overflow.
+    let p = unsafe {
+        match f {
+            Func::Malloc => B::malloc(count),
+            _ => B::calloc(count, size),
+        }
+    };
+    if p.is_null() {
+        s.fail(f);
+    } else {
+        // SAFETY: `p` is a live block of B, handed out for a plain request.
+        s.allocated(unsafe { B::allocated_size(p, count * size, true) });
+    }
+    p
+}
+
+/// `malloc` recorded the usual way (see [`Scope::alloc_untimed`]): timed,
+/// large, or on a scope other than the thread's own fast one.
+#[inline(never)]
+#[allow(improper_ctypes_definitions)] // called from Rust only; extern "C" so it cannot unwind and the caller can tail-call it
+unsafe extern "C" fn malloc_usual<B: Backend, S: Scope>(size: usize, s: S) -> *mut c_void {
+    if let Some(usable) = recorded_first::<B, S>(size) {
+        if sizes::<B, S>() {
+            s.allocated(usable);
+        }
+        s.alloc(Func::Malloc, size);
+        // SAFETY: malloc has no preconditions.
+        return s.time(size, move || unsafe { B::malloc(size) });
+    }
+    if B::CHEAP_USABLE && size < EXACT_TIMING_BYTES {
+        // The size is a header read after the call.
+        s.alloc(Func::Malloc, size);
+        // SAFETY: malloc has no preconditions.
+        let p = s.time(size, move || unsafe { B::malloc(size) });
+        if p.is_null() {
+            s.fail(Func::Malloc);
+        } else {
+            // SAFETY: `p` is a live block of B.
+            s.allocated(unsafe { B::usable(p) });
+        }
+        return p;
+    }
+    // SAFETY: as for malloc.
+    unsafe { malloc_recorded_after::<B, S>(size, s) }
 }
 
 /// `malloc` whose block is recorded after the call (large, or a size only
@@ -207,18 +293,46 @@ impl<B: Backend> Body for Calloc<B> {
             set_errno(libc::ENOMEM);
             return ptr::null_mut();
         };
-        if let Some(usable) = recorded_first::<B, S>(total) {
-            if sizes::<B, S>() {
-                s.allocated(usable);
-            }
-            s.alloc(Func::Calloc, total);
+        let (count, size) = (self.0, self.1);
+        s.alloc_untimed(
+            Func::Calloc,
+            total,
             // SAFETY: the product does not overflow.
-            return s.time(total, move || unsafe { B::calloc(self.0, self.1) });
-        }
-        // SAFETY: the product does not overflow.
-        unsafe { calloc_recorded_after::<B, S>(self.0, self.1, *s) }
+            || unsafe {
+                made_untimed::<B, S>(
+                    s,
+                    Func::Calloc,
+                    total,
+                    || B::calloc(count, size),
+                    || untimed_sized_after::<B, S>(Func::Calloc, count, size, *s),
+                )
+            },
+            // SAFETY: as above.
+            || unsafe { calloc_usual::<B, S>(count, size, *s) },
+        )
     }
     own_counters!();
+}
+
+/// `calloc` recorded the usual way; see `malloc_usual`.
+#[inline(never)]
+#[allow(improper_ctypes_definitions)] // called from Rust only; extern "C" so it cannot unwind and the caller can tail-call it
+unsafe extern "C" fn calloc_usual<B: Backend, S: Scope>(
+    count: usize,
+    size: usize,
+    s: S,
+) -> *mut c_void {
+    let total = count * size;
+    if let Some(usable) = recorded_first::<B, S>(total) {
+        if sizes::<B, S>() {
+            s.allocated(usable);
+        }
+        s.alloc(Func::Calloc, total);
+        // SAFETY: the caller checked that the product does not overflow.
+        return s.time(total, move || unsafe { B::calloc(count, size) });
+    }
+    // SAFETY: as above.
+    unsafe { calloc_recorded_after::<B, S>(count, size, s) }
 }
 
 /// `calloc` recorded after the call; see `malloc_recorded_after`.

@@ -1,10 +1,11 @@
 //! mimalloc (libmimalloc-sys, built without overriding `malloc`).
 
 use core::ffi::{c_int, c_void};
-use core::sync::atomic::{AtomicU16, Ordering::Relaxed};
+use core::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 use super::Backend;
 use crate::posix::{memalign_via_aligned, pvalloc_via_aligned};
+use allocmux::recorder::EXACT_TIMING_BYTES;
 use allocmux::recorder::process::page_size;
 
 unsafe extern "C" {
@@ -29,7 +30,18 @@ unsafe impl<const PAGE_SIZES: bool> Backend for MimallocWith<PAGE_SIZES> {
     type Sampled = Self;
     #[inline(always)]
     fn size_before_malloc(requested: usize) -> Option<usize> {
-        let size = SMALL_SIZES.get((requested + 7) >> 3)?.load(Relaxed);
+        if requested > SMALL_MAX {
+            return None;
+        }
+        Self::size_before_small_malloc(requested)
+    }
+
+    #[inline(always)]
+    fn size_before_small_malloc(requested: usize) -> Option<usize> {
+        // The mask keeps the index in the table for any request, with no
+        // test; for a request up to SMALL_MAX it changes nothing.
+        let words = ((requested + 7) >> 3) & (SMALL_SIZES.len() - 1);
+        let size = SMALL_SIZES[words].load(Relaxed);
         (size != 0).then_some(size as usize)
     }
 
@@ -298,8 +310,10 @@ pub(crate) mod page {
     }
 }
 
-/// Largest request whose fresh block's usable size is read from the table.
-const SMALL_MAX: usize = 4096;
+/// Largest request whose fresh block's usable size is read from the table:
+/// every request the hooks' fast path makes (see
+/// `Backend::size_before_small_malloc`).
+const SMALL_MAX: usize = EXACT_TIMING_BYTES;
 
 /// Usable size of a fresh `mi_malloc(n)` block for n up to [`SMALL_MAX`],
 /// indexed by `(n + 7) / 8`: mimalloc rounds every request up to a whole
@@ -307,9 +321,11 @@ const SMALL_MAX: usize = 4096;
 /// block size. Filled at start-up from real allocations, so it is exact by
 /// construction; zero means "look it up", so a table being filled (by one
 /// or, racing, several first calls) is always safe to read. Relaxed atomic
-/// loads are plain moves.
-static SMALL_SIZES: [AtomicU16; SMALL_MAX / 8 + 1] =
-    [const { AtomicU16::new(0) }; SMALL_MAX / 8 + 1];
+/// loads are plain moves. Its length is a power of two, for the index to
+/// be masked rather than tested (entries past `SMALL_MAX / 8` stay zero;
+/// the 64 KiB are zero pages until written).
+static SMALL_SIZES: [AtomicU32; (SMALL_MAX / 8 + 1).next_power_of_two()] =
+    [const { AtomicU32::new(0) }; (SMALL_MAX / 8 + 1).next_power_of_two()];
 
 unsafe extern "C" {
     fn mi_register_error(
@@ -338,20 +354,32 @@ pub fn init() -> bool {
     page::verified()
 }
 
-/// Fills the small-size table by allocating one block of each word count.
+/// Fills the small-size table with one allocation per size bin: a block
+/// made for `n` bytes has the usable size `u` of `n`'s bin, and every
+/// request from `n` to `u` falls in that same bin (a bin takes the requests
+/// above the bin below it, up to its block size).
 fn init_size_table() {
-    for (words, slot) in SMALL_SIZES.iter().enumerate().skip(1) {
+    let last = SMALL_MAX / 8;
+    let mut words = 1;
+    while words <= last {
         // SAFETY: mimalloc's own block, freed at once.
         let size = unsafe {
             let p = libmimalloc_sys::mi_malloc(words * 8);
             if p.is_null() {
-                continue;
+                return;
             }
             let size = mi_usable_size(p);
             libmimalloc_sys::mi_free(p);
             size
         };
-        slot.store(u16::try_from(size).unwrap_or(0), Relaxed);
+        let Ok(value) = u32::try_from(size) else {
+            return;
+        };
+        let end = (size / 8).clamp(words, last);
+        for slot in &SMALL_SIZES[words..=end] {
+            slot.store(value, Relaxed);
+        }
+        words = end + 1;
     }
     // malloc(0): mimalloc hands out its smallest block.
     SMALL_SIZES[0].store(SMALL_SIZES[1].load(Relaxed), Relaxed);
@@ -702,6 +730,42 @@ mod tests {
             // SAFETY: allocated above, freed once.
             unsafe { libmimalloc_sys::mi_free(p) };
         }
+    }
+
+    /// The small-size table, filled with one allocation per size bin,
+    /// gives every request up to its end the usable size of a block
+    /// mimalloc makes for it, and the masked look-up of the hooks' fast
+    /// path reads the same entries.
+    #[test]
+    fn the_small_size_table_is_mimallocs_for_every_request() {
+        use super::{Backend, Mimalloc, SMALL_MAX};
+        super::init_size_table();
+        let mut wrong = Vec::new();
+        for n in (0..=SMALL_MAX)
+            .step_by(8)
+            .flat_map(|n| [n.saturating_sub(1), n, n + 1])
+        {
+            if n > SMALL_MAX {
+                continue;
+            }
+            // SAFETY: a plain allocation, freed at once.
+            let theirs = unsafe {
+                let p = libmimalloc_sys::mi_malloc(n);
+                assert!(!p.is_null());
+                let size = super::mi_usable_size(p);
+                libmimalloc_sys::mi_free(p);
+                size
+            };
+            let ours = (
+                Mimalloc::size_before_malloc(n),
+                Mimalloc::size_before_small_malloc(n),
+            );
+            if ours != (Some(theirs), Some(theirs)) && wrong.len() < 10 {
+                wrong.push(format!("{n}: table {ours:?}, mimalloc {theirs}"));
+            }
+        }
+        assert!(wrong.is_empty(), "{wrong:#?}");
+        assert_eq!(Mimalloc::size_before_malloc(SMALL_MAX + 1), None);
     }
 
     /// Both ways a lock can be held at a fork, one after the other (they

@@ -85,6 +85,14 @@ pub unsafe trait Backend: Copy {
         if Self::OWN_COUNTERS { Some(0) } else { None }
     }
 
+    /// [`size_before_malloc`](Backend::size_before_malloc) for a request
+    /// known to be below `EXACT_TIMING_BYTES`, which may skip a test of the
+    /// size.
+    #[inline(always)]
+    fn size_before_small_malloc(requested: usize) -> Option<usize> {
+        Self::size_before_malloc(requested)
+    }
+
     /// Usable size of the block `ptr` just handed out for `requested` bytes;
     /// `plain` is true for `malloc` and `calloc` (no alignment, no realloc).
     /// Only called for backends without byte counters of their own.

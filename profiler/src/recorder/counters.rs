@@ -55,8 +55,6 @@ impl Counters {
     /// start of the struct: for code that adds to them through another
     /// address (see `thread::FsState`, x86-64 only).
     #[cfg(target_arch = "x86_64")]
-    pub(crate) const REQUESTED_AT: usize = core::mem::offset_of!(Counters, bytes_requested);
-    #[cfg(target_arch = "x86_64")]
     pub(crate) const ALLOCATED_AT: usize = core::mem::offset_of!(Counters, bytes_allocated);
     #[cfg(target_arch = "x86_64")]
     pub(crate) const FREED_AT: usize = core::mem::offset_of!(Counters, bytes_freed);

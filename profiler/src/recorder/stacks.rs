@@ -429,6 +429,16 @@ macro_rules! delegate_scope {
         fn alloc(&self, f: Func, requested: usize) {
             self.inner.alloc(f, requested)
         }
+        #[inline(always)]
+        fn alloc_untimed<R>(
+            &self,
+            f: Func,
+            requested: usize,
+            untimed: impl FnOnce() -> R,
+            usual: impl FnOnce() -> R,
+        ) -> R {
+            self.inner.alloc_untimed(f, requested, untimed, usual)
+        }
     };
     (@ allocated) => {
         #[inline(always)]

@@ -56,6 +56,18 @@ pub struct ThreadState {
     /// function's calls are `issued - countdown`, true after every store, so
     /// one decrement both counts and samples.
     countdown: [AtomicI32; FUNC_COUNT],
+    /// The bytes small requests may still take before one goes to the slow
+    /// path (`Scope::alloc`): a request subtracts its size, and one that
+    /// is not below what was left ends the window. The window is at most
+    /// [`EXACT_TIMING_BYTES`], so the same test catches every large
+    /// request, with no comparison of its own. Like `countdown`, it
+    /// doubles as the exact counter: the bytes requested are
+    /// `bytes_issued - bytes_left`, wrapping (after the subtraction that
+    /// takes a request to the slow path, `bytes_left` may have wrapped
+    /// below zero, and the difference is still the count).
+    bytes_left: AtomicU64,
+    /// The sum of the byte windows armed so far (see `bytes_left`).
+    bytes_issued: AtomicU64,
     /// Per function, the sum of the gaps drawn so far (see `countdown`).
     issued: [AtomicU64; FUNC_COUNT],
     status: Cell<u8>,
@@ -109,6 +121,8 @@ impl ThreadState {
     pub const fn new() -> Self {
         ThreadState {
             countdown: [const { AtomicI32::new(0) }; FUNC_COUNT],
+            bytes_left: AtomicU64::new(0),
+            bytes_issued: AtomicU64::new(0),
             issued: [const { AtomicU64::new(0) }; FUNC_COUNT],
             status: Cell::new(FRESH),
             live_max: Cell::new(0),
@@ -365,24 +379,86 @@ impl ThreadState {
         (issued - self.countdown[f].load(Relaxed) as i64).max(0) as u64
     }
 
+    /// Bytes requested so far (exact; see `bytes_left`).
+    #[inline(always)]
+    fn requested_bytes(&self) -> u64 {
+        let issued = self.bytes_issued.load(Relaxed);
+        issued.wrapping_sub(self.bytes_left.load(Relaxed))
+    }
+
+    /// Subtracts a request of `requested` bytes from the byte window
+    /// (see `bytes_left`); true if it was below what was left, so small,
+    /// with the window going on. Otherwise the caller ends the window.
+    #[inline(always)]
+    fn take_bytes(&self, requested: usize) -> bool {
+        let left = self.bytes_left.load(Relaxed);
+        self.bytes_left
+            .store(left.wrapping_sub(requested as u64), Relaxed);
+        (requested as u64) < left
+    }
+
+    /// Ends the byte window a request of `requested` bytes (already
+    /// subtracted) did not fit in: arms the next, and records a large
+    /// request's histogram entry and peak.
+    #[cold]
+    #[inline(never)]
+    fn window_ended(&self, requested: usize) {
+        self.arm_bytes();
+        if requested >= EXACT_TIMING_BYTES {
+            large_request(self, requested);
+        }
+    }
+
+    /// [`Scope::alloc_untimed`] on a request `take_bytes` did not take
+    /// (already subtracted): a small one ends the window, which is armed
+    /// again inline (no call, so the fast path saves no registers for
+    /// one), and true is returned (the call goes on untimed); a large one
+    /// is taken back out of the count, for the usual way to count it.
+    #[inline(always)]
+    fn window_ended_untimed(&self, requested: usize) -> bool {
+        if requested < EXACT_TIMING_BYTES {
+            self.arm_bytes();
+            true
+        } else {
+            let left = self.bytes_left.load(Relaxed);
+            self.bytes_left
+                .store(left.wrapping_add(requested as u64), Relaxed);
+            false
+        }
+    }
+
+    /// Arms a new byte window, keeping the count of bytes requested.
+    #[inline(always)]
+    fn arm_bytes(&self) {
+        const WINDOW: u64 = EXACT_TIMING_BYTES as u64;
+        let requested = self.requested_bytes();
+        self.bytes_issued
+            .store(requested.wrapping_add(WINDOW), Relaxed);
+        self.bytes_left.store(WINDOW, Relaxed);
+    }
+
     /// Adds this thread's counts into `t`.
     fn add_to(&self, t: &mut Totals) {
         self.counters.add_to(t);
         for f in 0..FUNC_COUNT {
             t.calls[f] += self.calls(f);
         }
+        t.bytes_requested += self.requested_bytes();
         let (ext_alloc, ext_freed) = self.external_bytes();
         t.bytes_allocated += ext_alloc;
         t.bytes_freed += ext_freed;
     }
 
-    /// Sets every function's call count to zero, with the next call of
-    /// each taking the slow path.
+    /// Sets every function's call count and the bytes requested to zero,
+    /// with the next call of each function, and the next request, taking
+    /// the slow path.
     fn reset_calls(&self) {
         for f in 0..FUNC_COUNT {
             self.countdown[f].store(0, Relaxed);
             self.issued[f].store(0, Relaxed);
         }
+        self.bytes_left.store(0, Relaxed);
+        self.bytes_issued.store(0, Relaxed);
     }
 
     /// Schedules the next slow-path visit for function `f` in `gap` calls,
@@ -458,6 +534,29 @@ pub trait Scope: Copy {
     fn time<R>(&self, size: usize, op: impl FnOnce() -> R) -> R;
     /// A call of `f` handed out a block for a `requested`-byte request.
     fn alloc(&self, f: Func, requested: usize);
+    /// Runs `untimed` if the scope needs nothing of this call of `f` but
+    /// what [`alloc`](Self::alloc) records for a `requested`-byte request,
+    /// having recorded that: the request is small (below
+    /// [`EXACT_TIMING_BYTES`]), the call is not timed, nothing is due.
+    /// `untimed` makes the call, reporting at most the block's size (a
+    /// tail call where the backend counts bytes itself). Otherwise runs
+    /// `usual`, with nothing recorded, which records the call the usual way.
+    ///
+    /// On the thread's own counters the test is one subtraction and one
+    /// branch: the byte countdown (`ThreadState::bytes_left`) stands for
+    /// the request counter and the large-request test at once. `usual` is
+    /// best an out-of-line function: the branch then tail-calls it, and
+    /// the fast path saves no registers for a call that returns to it.
+    #[inline(always)]
+    fn alloc_untimed<R>(
+        &self,
+        _f: Func,
+        _requested: usize,
+        _untimed: impl FnOnce() -> R,
+        usual: impl FnOnce() -> R,
+    ) -> R {
+        usual()
+    }
     /// The block handed out has `usable` bytes (not called for backends
     /// whose own per-thread counters give the bytes; see [`Body`]).
     fn allocated(&self, usable: usize);
@@ -557,12 +656,26 @@ impl Scope for Owned<'_> {
     }
     #[inline(always)]
     fn alloc(&self, _f: Func, requested: usize) {
-        // The call itself is counted by the countdown in `enter`; the size
-        // histogram of small requests comes from the timed calls (see
-        // `Sampled::alloc`), large ones are all counted.
-        self.0.counters.request::<false>(requested);
-        if requested >= EXACT_TIMING_BYTES {
-            large_request(self.0, requested);
+        // The call itself is counted by the countdown in `enter`, the bytes
+        // by the byte countdown; the size histogram of small requests comes
+        // from the timed calls (see `Sampled::alloc`), large ones are all
+        // counted (`window_ended`).
+        if !self.0.take_bytes(requested) {
+            self.0.window_ended(requested);
+        }
+    }
+    #[inline(always)]
+    fn alloc_untimed<R>(
+        &self,
+        _f: Func,
+        requested: usize,
+        untimed: impl FnOnce() -> R,
+        usual: impl FnOnce() -> R,
+    ) -> R {
+        if self.0.take_bytes(requested) || self.0.window_ended_untimed(requested) {
+            untimed()
+        } else {
+            usual()
         }
     }
     #[inline(always)]
@@ -809,6 +922,33 @@ impl<L: TlsBlock> FsState<L> {
         unsafe { &*(tls_address(L::offset()) as *const ThreadState) }
     }
 
+    /// [`ThreadState::take_bytes`], with one `%fs`-relative `sub` and a
+    /// branch on its carry or zero (the request was not below what was
+    /// left).
+    #[inline(always)]
+    fn take_bytes(self, requested: usize) -> bool {
+        let mut below = true;
+        // SAFETY: the operand is the state's `bytes_left`, this thread's
+        // own aligned `AtomicU64`. Only the owner changes it; others only
+        // load it. A `sub` to memory without `lock` is one load and one
+        // store, each single-copy atomic on x86-64: the relaxed load and
+        // store of the portable version. The label only sets a flag.
+        unsafe {
+            core::arch::asm!(
+                "sub qword ptr fs:[{o} + {at}], {v}",
+                "jbe {ended}",
+                o = in(reg) L::offset(),
+                at = const core::mem::offset_of!(ThreadState, bytes_left),
+                v = in(reg) requested,
+                ended = label {
+                    below = false;
+                },
+                options(nostack),
+            );
+        }
+        below
+    }
+
     /// Adds `v` to the `u64` counter `AT` bytes into the state.
     #[inline(always)]
     fn add<const AT: usize>(self, v: usize) {
@@ -830,8 +970,6 @@ impl<L: TlsBlock> FsState<L> {
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-const REQUESTED_AT: usize = core::mem::offset_of!(ThreadState, counters) + Counters::REQUESTED_AT;
 #[cfg(target_arch = "x86_64")]
 const ALLOCATED_AT: usize = core::mem::offset_of!(ThreadState, counters) + Counters::ALLOCATED_AT;
 #[cfg(target_arch = "x86_64")]
@@ -921,9 +1059,23 @@ impl<L: TlsBlock> Scope for OwnedFs<L> {
     #[inline(always)]
     fn alloc(&self, _f: Func, requested: usize) {
         // As `Owned::alloc`.
-        self.0.add::<REQUESTED_AT>(requested);
-        if requested >= EXACT_TIMING_BYTES {
-            large_request(self.0.state(), requested);
+        if !self.0.take_bytes(requested) {
+            self.0.state().window_ended(requested);
+        }
+    }
+    #[inline(always)]
+    fn alloc_untimed<R>(
+        &self,
+        _f: Func,
+        requested: usize,
+        untimed: impl FnOnce() -> R,
+        usual: impl FnOnce() -> R,
+    ) -> R {
+        // As `Owned::alloc_untimed`.
+        if self.0.take_bytes(requested) || self.0.state().window_ended_untimed(requested) {
+            untimed()
+        } else {
+            usual()
         }
     }
     #[inline(always)]
@@ -1265,6 +1417,7 @@ pub fn retire_thread(t: &ThreadState) {
         for f in Func::ALL {
             SHARED.add_calls(f, t.calls(f as usize));
         }
+        SHARED.request::<true>(t.requested_bytes() as usize);
         SHARED.allocated::<true>(ext_alloc as usize);
         SHARED.freed::<true>(ext_freed as usize);
     }
@@ -1401,6 +1554,59 @@ mod tests {
             s.call(Func::Free);
             s.freed(self.0);
         }
+    }
+
+    #[test]
+    fn the_byte_countdown_counts_every_request_and_sees_every_large_one() {
+        let t = ThreadState::new();
+        let owned = Owned(&t);
+        let (mut want, mut untimed, mut large) = (0u64, 0, 0);
+        // Small requests across many windows, some landing exactly on a
+        // window's end, large ones between them (one exactly at the
+        // threshold, one whose subtraction wraps the countdown far below
+        // zero), through both ways a body records a request.
+        let sizes = (0..20_000u64)
+            .map(|i| (i * 7919) % 3000)
+            .chain([EXACT_TIMING_BYTES as u64 - 1, 1])
+            .chain([EXACT_TIMING_BYTES as u64, 5 << 20, u64::MAX / 2, 0, 16]);
+        for (i, n) in sizes.enumerate() {
+            let n = n as usize;
+            if i % 2 == 0 {
+                owned.alloc(Func::Malloc, n);
+                want = want.wrapping_add(n as u64);
+            } else if owned.alloc_untimed(Func::Malloc, n, || true, || false) {
+                assert!(
+                    n < EXACT_TIMING_BYTES,
+                    "a request of {n} bytes went untimed"
+                );
+                untimed += 1;
+                want = want.wrapping_add(n as u64);
+            } else {
+                // The usual way counts it.
+                assert!(
+                    n >= EXACT_TIMING_BYTES,
+                    "a request of {n} bytes was not untimed"
+                );
+                owned.alloc(Func::Malloc, n);
+                want = want.wrapping_add(n as u64);
+            }
+            if n >= EXACT_TIMING_BYTES {
+                large += 1;
+            }
+            assert_eq!(t.requested_bytes(), want, "after request {i} ({n} bytes)");
+            let left = t.bytes_left.load(Relaxed);
+            assert!(
+                (1..=EXACT_TIMING_BYTES as u64).contains(&left),
+                "{left} left"
+            );
+        }
+        assert!(untimed > 9_000);
+        let mut totals = Totals::default();
+        t.add_to(&mut totals);
+        assert_eq!(totals.bytes_requested, want);
+        // Every large request made its histogram entry (the small ones'
+        // come from timed calls, none here).
+        assert_eq!(totals.size_hist.iter().sum::<u64>(), large);
     }
 
     #[test]
