@@ -144,7 +144,7 @@ unsafe fn made_untimed<B: Backend, S: Scope>(
     }
     let p = call();
     if p.is_null() {
-        s.fail(f);
+        s.fail_untimed(f);
     } else {
         // SAFETY: `p` is a live block of B, handed out for a plain request.
         s.allocated(unsafe { B::allocated_size(p, requested, true) });
@@ -171,7 +171,7 @@ impl<B: Backend> Body for Malloc<B> {
                     Func::Malloc,
                     n,
                     || B::malloc(n),
-                    || untimed_sized_after::<B, S>(Func::Malloc, n, 1, *s),
+                    || untimed_sized_after::<B, S>(n, 1, Func::Malloc, *s),
                 )
             },
             // SAFETY: as for malloc.
@@ -183,13 +183,14 @@ impl<B: Backend> Body for Malloc<B> {
 
 /// The rest of [`made_untimed`] where the block's size is read after the
 /// call: `malloc(count)` for `Func::Malloc` (with `size` 1), else
-/// `calloc(count, size)`.
+/// `calloc(count, size)`. The request comes first, in the register the
+/// hook received it in.
 #[inline(never)]
 #[allow(improper_ctypes_definitions)] // called from Rust only; extern "C" so it cannot unwind and the caller can tail-call it
 unsafe extern "C" fn untimed_sized_after<B: Backend, S: Scope>(
-    f: Func,
     count: usize,
     size: usize,
+    f: Func,
     s: S,
 ) -> *mut c_void {
     // SAFETY: the caller checked that the product does not overflow.
@@ -200,7 +201,7 @@ unsafe extern "C" fn untimed_sized_after<B: Backend, S: Scope>(
         }
     };
     if p.is_null() {
-        s.fail(f);
+        s.fail_untimed(f);
     } else {
         // SAFETY: `p` is a live block of B, handed out for a plain request.
         s.allocated(unsafe { B::allocated_size(p, count * size, true) });
@@ -304,7 +305,7 @@ impl<B: Backend> Body for Calloc<B> {
                     Func::Calloc,
                     total,
                     || B::calloc(count, size),
-                    || untimed_sized_after::<B, S>(Func::Calloc, count, size, *s),
+                    || untimed_sized_after::<B, S>(count, size, Func::Calloc, *s),
                 )
             },
             // SAFETY: as above.

@@ -126,10 +126,11 @@ fn semantics_hold_recording(backend: &str, recording: &[(&str, &str)]) {
     );
 }
 
-/// Runs the named semantics.c checks under `backend` and returns the profile.
-fn checks_profile(backend: &str, checks: &[&str]) -> ProcessProfile {
+/// Runs the named semantics.c checks under `backend`, with `env`, and
+/// returns the profile.
+fn checks_profile(backend: &str, checks: &[&str], env: &[(&str, &str)]) -> ProcessProfile {
     let exe = compile_c("semantics.c");
-    let (out, profiles) = run_under(backend, Command::new(&exe).args(checks), &[]);
+    let (out, profiles) = run_under(backend, Command::new(&exe).args(checks), env);
     assert!(
         out.status.success(),
         "semantics {checks:?} under {backend} failed ({}):\n{}",
@@ -145,7 +146,18 @@ fn checks_profile(backend: &str, checks: &[&str]) -> ProcessProfile {
 /// fails with EINVAL; free_null fails nothing. Each failure is a call of
 /// its function and a failed call, and requests no bytes.
 fn failed_calls_are_counted(backend: &str) {
-    let base = checks_profile(backend, &["free_null"]);
+    failed_calls_are_counted_recording(backend, &[]);
+}
+
+/// The same in sample mode, where a request's bytes are counted before
+/// the call (the byte countdown that finds the sampled requests) and taken
+/// back when it fails.
+fn failed_calls_are_counted_with_sampled_stacks(backend: &str) {
+    failed_calls_are_counted_recording(backend, &[("ALLOCMUX_STACKS", "sample")]);
+}
+
+fn failed_calls_are_counted_recording(backend: &str, env: &[(&str, &str)]) {
+    let base = checks_profile(backend, &["free_null"], env);
     let failing = checks_profile(
         backend,
         &[
@@ -154,6 +166,7 @@ fn failed_calls_are_counted(backend: &str) {
             "calloc_overflow",
             "memalign_huge_align",
         ],
+        env,
     );
     let (a, b) = (&failing.totals, &base.totals);
     let got = [
@@ -205,5 +218,6 @@ per_backend!(
     semantics_hold,
     semantics_hold_with_sampled_stacks,
     semantics_hold_with_exact_stacks,
-    failed_calls_are_counted
+    failed_calls_are_counted,
+    failed_calls_are_counted_with_sampled_stacks
 );

@@ -124,7 +124,9 @@ pub const SAMPLED_BLOCK_BYTES: usize = 4096;
 #[repr(C)]
 pub struct StackThread {
     /// Bytes left before the next sampled allocation; a call subtracts
-    /// its size and is sampled when the result is negative.
+    /// its size and is sampled when the result is negative. Under
+    /// [`enter_sampled`], where the thread's byte window finds the sampled
+    /// requests instead (`ThreadState::sample_after`), the last gap drawn.
     countdown: Cell<i64>,
     rng: Cell<u64>,
     /// This thread's stack (lowest address, one past the highest), found
@@ -470,6 +472,12 @@ macro_rules! delegate_scope {
             self.inner.in_place()
         }
     };
+    (@ fail_untimed) => {
+        #[inline(always)]
+        fn fail_untimed(&self, f: Func) {
+            self.inner.fail_untimed(f)
+        }
+    };
     (@ release) => {
         #[inline(always)]
         fn release<R>(&self, ptr: usize, usable: usize, op: impl FnOnce() -> R) -> R {
@@ -479,7 +487,18 @@ macro_rules! delegate_scope {
 }
 
 /// [`enter_stacks`] for sample mode, on states the hook may reach from the
-/// thread pointer. Where the body reports the size of every block it frees
+/// thread pointer.
+///
+/// Which allocations are sampled costs a request nothing over stacks off:
+/// the thread's byte countdown, which counts its requested bytes and finds
+/// its large requests (`ThreadState::take_bytes`), is armed no further than
+/// the next sampling point, so the subtraction that counts a request also
+/// tells whether it may be sampled. A request it takes is counted already
+/// when the call runs (the body's scope records the rest, `COUNTED`); one
+/// it does not take goes out of line (`request_out_of_window`), where the
+/// sampling point, the window's end and large requests are told apart.
+///
+/// Where the body reports the size of every block it frees
 /// ([`StackBody::RELEASES_BY_SIZE`], [`StackBody::PROMOTES`]: the shim on
 /// glibc and mimalloc), a sampled allocation asks the allocator for at
 /// least [`SAMPLED_BLOCK_BYTES`] (its stack, weight and requested bytes
@@ -506,32 +525,27 @@ where
     T: OwnState<'static>,
     S: OwnStacks,
 {
-    let sample = match body.request() {
-        Some(n) => st.take(n),
-        None => false,
-    };
-    if sample {
+    let Some(n) = body.request() else {
         // SAFETY: forwarded from the caller.
-        return unsafe {
-            if B::PROMOTES {
-                sampled_promoted(body, t.state(), st.stacks())
-            } else {
-                stacked(body, t.state(), st.stacks(), true)
-            }
-        };
+        return unsafe { unsampled(body, t, st) };
+    };
+    // The thread's byte countdown counts the request, and its window ends
+    // no further than the next sampling point: a request it takes is not
+    // sampled, and one it does not take (the window's end, a sample, a
+    // large block, a thread not yet registered) goes out of line.
+    if !t.take_bytes(n) {
+        // SAFETY: forwarded from the caller.
+        return unsafe { request_out_of_window(body, t, st) };
     }
-    if B::RELEASES && !B::RELEASES_BY_SIZE {
-        let old = body.released();
-        // Under `ALIGNS_SAMPLED`, the test of the address's low bits is
-        // the whole cost of an unsampled `free`: the filter, out of line.
-        if (!B::ALIGNS_SAMPLED || is_sampled_aligned(old)) && maybe_tracked(old) {
-            // SAFETY: forwarded from the caller.
-            return unsafe { stacked(body, t.state(), st.stacks(), false) };
-        }
+    if may_release_tracked(&body) {
+        // `stacked` counts the request as it makes the call.
+        t.state().untake_bytes(n);
+        // SAFETY: forwarded from the caller.
+        return unsafe { stacked(body, t.state(), st.stacks(), false) };
     }
     // SAFETY: forwarded from the caller.
     unsafe {
-        t.enter(SizeChecked {
+        t.enter(SizeChecked::<B, S, T, true> {
             body,
             stacks: st,
             state: t,
@@ -539,13 +553,92 @@ where
     }
 }
 
+/// An unsampled call under [`enter_sampled`] whose request, if any, is not
+/// counted yet: the free of a block that may be tracked goes to
+/// [`stacked`], the rest to [`enter`] with the release test of
+/// [`SizeChecked`].
+///
+/// # Safety
+/// As for [`enter_sampled`].
+#[inline(always)]
+unsafe fn unsampled<B, T, S>(body: B, t: T, st: S) -> B::Out
+where
+    B: StackBody,
+    T: OwnState<'static>,
+    S: OwnStacks,
+{
+    if may_release_tracked(&body) {
+        // SAFETY: forwarded from the caller.
+        return unsafe { stacked(body, t.state(), st.stacks(), false) };
+    }
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        t.enter(SizeChecked::<B, S, T, false> {
+            body,
+            stacks: st,
+            state: t,
+        })
+    }
+}
+
+/// Whether an unsampled call under [`enter_sampled`] may release a tracked
+/// block where its size does not tell (see there): then it goes to
+/// [`stacked`].
+#[inline(always)]
+fn may_release_tracked<B: StackBody>(body: &B) -> bool {
+    if !B::RELEASES || B::RELEASES_BY_SIZE {
+        return false;
+    }
+    let old = body.released();
+    // Under `ALIGNS_SAMPLED`, the test of the address's low bits is the
+    // whole cost of an unsampled `free`: the filter, out of line.
+    (!B::ALIGNS_SAMPLED || is_sampled_aligned(old)) && maybe_tracked(old)
+}
+
+/// A request the thread's byte window did not take (see [`enter_sampled`]),
+/// taken back: sampled if it crosses the sampling point, else counted the
+/// usual way, with the window armed again. A thread's first request here
+/// draws its first sampling gap.
+#[cold]
+#[inline(never)]
+#[allow(improper_ctypes_definitions)] // called from Rust only; extern "C" so it cannot unwind
+unsafe extern "C" fn request_out_of_window<B, T, S>(body: B, t: T, st: S) -> B::Out
+where
+    B: StackBody,
+    T: OwnState<'static>,
+    S: OwnStacks,
+{
+    let n = body.request().unwrap_or(0);
+    let (state, stacks) = (t.state(), st.stacks());
+    state.untake_bytes(n);
+    if state.may_sample() && !stacks.busy.get() {
+        if !state.samples_bytes() {
+            // The thread's first request (which also registers it): its
+            // first gap, for this request to be sampled as likely as any.
+            stacks.rearm(MEAN_BYTES.load(Relaxed));
+            state.sample_after(stacks.countdown.get().max(0) as u64);
+        }
+        if state.sample_due(n) {
+            // SAFETY: forwarded from the caller.
+            return unsafe {
+                if B::PROMOTES {
+                    sampled_promoted(body, state, stacks)
+                } else {
+                    stacked(body, state, stacks, true)
+                }
+            };
+        }
+        state.reopen_window();
+    }
+    // SAFETY: forwarded from the caller.
+    unsafe { unsampled(body, t, st) }
+}
+
 /// A thread's own [`StackThread`] as a hook reaches it: by its address, or
 /// on x86-64 from the thread pointer ([`FsStacks`]).
 pub trait OwnStacks: Copy {
     /// The state's address.
     fn stacks(self) -> &'static StackThread;
-    /// Counts `size` requested bytes; true if this allocation is sampled.
-    fn take(self, size: usize) -> bool;
 }
 
 impl OwnStacks for &'static StackThread {
@@ -553,18 +646,13 @@ impl OwnStacks for &'static StackThread {
     fn stacks(self) -> &'static StackThread {
         self
     }
-    #[inline(always)]
-    fn take(self, size: usize) -> bool {
-        StackThread::take(self, size)
-    }
 }
 
 /// The calling thread's [`StackThread`] at `AT` bytes into a block of
 /// static TLS, the block named by its offset from the thread pointer
-/// (x86-64, initial-exec; see [`FsState`](super::FsState)): the byte
-/// countdown is one `%fs`-relative subtraction, where its address would
-/// take an instruction more to make.
-/// Like [`FsState`](super::FsState), it holds nothing.
+/// (x86-64, initial-exec; see [`FsState`](super::FsState)). Like
+/// `FsState`, it holds nothing: the hook passes nothing for it, and the
+/// state's address is made only off the fast path.
 #[cfg(target_arch = "x86_64")]
 #[derive(Clone, Copy, Debug)]
 pub struct FsStacks<L, const AT: usize>(core::marker::PhantomData<L>);
@@ -587,27 +675,6 @@ impl<L: TlsBlock, const AT: usize> OwnStacks for FsStacks<L, AT> {
     fn stacks(self) -> &'static StackThread {
         // SAFETY: the state is there (`new`), the calling thread's own.
         unsafe { &*(super::thread::tls_address(L::offset() + AT) as *const StackThread) }
-    }
-    #[inline(always)]
-    fn take(self, size: usize) -> bool {
-        let mut sampled = false;
-        // SAFETY: the operand is this thread's own `countdown` (`new`), an
-        // aligned `Cell<i64>` that only its owner touches: the `sub` is
-        // `StackThread::take`'s subtraction, and `js` its sign test.
-        unsafe {
-            core::arch::asm!(
-                "sub qword ptr fs:[{b} + {at}], {size}",
-                "js {yes}",
-                b = in(reg) L::offset(),
-                at = const AT + core::mem::offset_of!(StackThread, countdown),
-                size = in(reg) size,
-                yes = label {
-                    sampled = true;
-                },
-                options(nostack),
-            );
-        }
-        sampled
     }
 }
 
@@ -747,22 +814,29 @@ impl<S: Scope> Scope for AsRequested<S> {
 
 /// A call under [`enter_sampled`] that was not sampled: a `free` of a block
 /// of [`SAMPLED_BLOCK_BYTES`] or more looks in the filter.
+/// `COUNTED`: the request's bytes are counted already, on the thread's
+/// byte countdown (see [`enter_sampled`]).
 #[derive(Clone, Copy)]
-struct SizeChecked<B, T, U> {
+struct SizeChecked<B, T, U, const COUNTED: bool> {
     body: B,
     stacks: T,
     state: U,
 }
 
-impl<B: Body, T: OwnStacks, U: OwnState<'static>> Body for SizeChecked<B, T, U> {
+impl<B: StackBody, T: OwnStacks, U: OwnState<'static>, const COUNTED: bool> Body
+    for SizeChecked<B, T, U, COUNTED>
+{
     type Out = B::Out;
     const FUNC: Func = B::FUNC;
     #[inline(always)]
     unsafe fn run<S: Scope>(self, s: &S) -> B::Out {
-        let s = ReleaseChecked {
+        let s = ReleaseChecked::<S, T, U, COUNTED> {
             inner: *s,
             stacks: self.stacks,
             state: self.state,
+            // Made here, not carried in the body: the call's slow path
+            // then receives the hook's arguments alone.
+            requested: self.body.request().unwrap_or(0),
         };
         // SAFETY: the caller's contract.
         unsafe { self.body.run(&s) }
@@ -774,15 +848,19 @@ impl<B: Body, T: OwnStacks, U: OwnState<'static>> Body for SizeChecked<B, T, U> 
 
 /// The scope of a [`SizeChecked`] call.
 #[derive(Clone, Copy)]
-struct ReleaseChecked<S, T, U> {
+struct ReleaseChecked<S, T, U, const COUNTED: bool> {
     inner: S,
     stacks: T,
     /// The thread's recorder state, for the time of a sampled block's
-    /// release (see [`promoted_call_ticks`]); reached only then.
+    /// release (see [`promoted_call_ticks`]), and to take a counted
+    /// request's bytes back when the call fails.
     state: U,
+    requested: usize,
 }
 
-impl<S: Scope, T: OwnStacks, U: OwnState<'static>> Scope for ReleaseChecked<S, T, U> {
+impl<S: Scope, T: OwnStacks, U: OwnState<'static>, const COUNTED: bool> Scope
+    for ReleaseChecked<S, T, U, COUNTED>
+{
     const NEEDS_SIZES: bool = S::NEEDS_SIZES;
     #[inline(always)]
     fn release<R>(&self, ptr: usize, usable: usize, op: impl FnOnce() -> R) -> R {
@@ -794,7 +872,38 @@ impl<S: Scope, T: OwnStacks, U: OwnState<'static>> Scope for ReleaseChecked<S, T
             release_large(ptr, usable, self.inner, stacks, state, op)
         }
     }
-    delegate_scope!(time, alloc, allocated, freed, call, fail, in_place);
+    #[inline(always)]
+    fn alloc(&self, f: Func, requested: usize) {
+        if COUNTED {
+            self.inner.alloc_counted(f, requested)
+        } else {
+            self.inner.alloc(f, requested)
+        }
+    }
+    #[inline(always)]
+    fn alloc_untimed<R>(
+        &self,
+        f: Func,
+        requested: usize,
+        untimed: impl FnOnce() -> R,
+        usual: impl FnOnce() -> R,
+    ) -> R {
+        if COUNTED {
+            self.inner.counted_untimed(f, requested, untimed, usual)
+        } else {
+            self.inner.alloc_untimed(f, requested, untimed, usual)
+        }
+    }
+    #[inline(always)]
+    fn fail(&self, f: Func) {
+        if COUNTED {
+            // The usual way counts a request only once its call succeeds
+            // (`alloc`).
+            self.state.state().untake_bytes(self.requested);
+        }
+        self.inner.fail(f)
+    }
+    delegate_scope!(time, allocated, freed, call, in_place, fail_untimed);
 }
 
 /// The `free` of a block that may be a sampled one (see [`enter_sampled`]):
@@ -937,6 +1046,7 @@ unsafe extern "C" fn stacked<B: StackBody>(
             }
             if sample {
                 st.rearm(MEAN_BYTES.load(Relaxed));
+                resample(t, st);
             } else {
                 st.countdown.set(resume);
             }
@@ -975,11 +1085,22 @@ unsafe extern "C" fn stacked<B: StackBody>(
     }
     if sample {
         st.rearm(MEAN_BYTES.load(Relaxed));
+        resample(t, st);
     } else {
         st.countdown.set(resume);
     }
     st.busy.set(false);
     out
+}
+
+/// After a sample under [`enter_sampled`], where the thread's byte window
+/// finds the sampled requests: puts the next sampling point the gap just
+/// drawn after the bytes requested so far.
+#[inline(always)]
+fn resample(t: &ThreadState, st: &StackThread) {
+    if t.samples_bytes() {
+        t.sample_after(st.countdown.get().max(0) as u64);
+    }
 }
 
 /// Runs a recorded call, returning its allocator time for its stack.

@@ -68,6 +68,14 @@ pub struct ThreadState {
     bytes_left: AtomicU64,
     /// The sum of the byte windows armed so far (see `bytes_left`).
     bytes_issued: AtomicU64,
+    /// In sample mode under the shim (`stacks::enter_sampled`), the
+    /// requested-bytes count past which the next request is sampled: the
+    /// byte window is then armed no further than this, so the one
+    /// subtraction also finds the sampled requests. Owner only.
+    sample_at: Cell<u64>,
+    /// Whether `sample_at` bounds the byte window (set at the thread's
+    /// first request in sample mode under the shim).
+    samples_bytes: Cell<bool>,
     /// Per function, the sum of the gaps drawn so far (see `countdown`).
     issued: [AtomicU64; FUNC_COUNT],
     status: Cell<u8>,
@@ -123,6 +131,8 @@ impl ThreadState {
             countdown: [const { AtomicI32::new(0) }; FUNC_COUNT],
             bytes_left: AtomicU64::new(0),
             bytes_issued: AtomicU64::new(0),
+            sample_at: Cell::new(0),
+            samples_bytes: Cell::new(false),
             issued: [const { AtomicU64::new(0) }; FUNC_COUNT],
             status: Cell::new(FRESH),
             live_max: Cell::new(0),
@@ -215,9 +225,17 @@ impl ThreadState {
     /// call counts (`issued - countdown`) do not see the paused calls.
     /// Owner only; not nested.
     pub fn pause(&self) -> Paused {
+        // The byte window is closed too (the bytes requested unchanged):
+        // in sample mode a request is counted on it before the call's
+        // countdown sends the call here.
+        let bytes_left = self.bytes_left.swap(0, Relaxed);
+        let issued = self.bytes_issued.load(Relaxed);
+        self.bytes_issued
+            .store(issued.wrapping_sub(bytes_left), Relaxed);
         let saved = Paused {
             status: self.status.get(),
             countdown: core::array::from_fn(|f| self.countdown[f].swap(0, Relaxed)),
+            bytes_left,
         };
         self.status.set(IGNORED);
         saved
@@ -228,6 +246,10 @@ impl ThreadState {
         for (c, v) in self.countdown.iter().zip(saved.countdown) {
             c.store(v, Relaxed);
         }
+        let issued = self.bytes_issued.load(Relaxed);
+        self.bytes_issued
+            .store(issued.wrapping_add(saved.bytes_left), Relaxed);
+        self.bytes_left.store(saved.bytes_left, Relaxed);
         self.status.set(saved.status);
     }
 
@@ -381,7 +403,7 @@ impl ThreadState {
 
     /// Bytes requested so far (exact; see `bytes_left`).
     #[inline(always)]
-    fn requested_bytes(&self) -> u64 {
+    pub(crate) fn requested_bytes(&self) -> u64 {
         let issued = self.bytes_issued.load(Relaxed);
         issued.wrapping_sub(self.bytes_left.load(Relaxed))
     }
@@ -390,7 +412,7 @@ impl ThreadState {
     /// (see `bytes_left`); true if it was below what was left, so small,
     /// with the window going on. Otherwise the caller ends the window.
     #[inline(always)]
-    fn take_bytes(&self, requested: usize) -> bool {
+    pub(crate) fn take_bytes(&self, requested: usize) -> bool {
         let left = self.bytes_left.load(Relaxed);
         self.bytes_left
             .store(left.wrapping_sub(requested as u64), Relaxed);
@@ -427,14 +449,76 @@ impl ThreadState {
         }
     }
 
-    /// Arms a new byte window, keeping the count of bytes requested.
+    /// Undoes [`take_bytes`](Self::take_bytes), for a request that goes
+    /// on to be counted another way.
+    #[inline(always)]
+    pub(crate) fn untake_bytes(&self, requested: usize) {
+        let left = self.bytes_left.load(Relaxed);
+        self.bytes_left
+            .store(left.wrapping_add(requested as u64), Relaxed);
+    }
+
+    /// Arms a new byte window, keeping the count of bytes requested: at
+    /// most [`EXACT_TIMING_BYTES`], and where the window also finds the
+    /// sampled requests (`samples_bytes`), no further than the next one
+    /// (a request of `n` bytes is sampled when `n` exceeds the distance to
+    /// `sample_at`, and takes the slow path when it is not below what is
+    /// left: so one more than the distance is left).
     #[inline(always)]
     fn arm_bytes(&self) {
         const WINDOW: u64 = EXACT_TIMING_BYTES as u64;
         let requested = self.requested_bytes();
+        let window = if self.samples_bytes.get() {
+            let distance = self.sample_at.get().saturating_sub(requested);
+            WINDOW.min(distance.saturating_add(1))
+        } else {
+            WINDOW
+        };
         self.bytes_issued
-            .store(requested.wrapping_add(WINDOW), Relaxed);
-        self.bytes_left.store(WINDOW, Relaxed);
+            .store(requested.wrapping_add(window), Relaxed);
+        self.bytes_left.store(window, Relaxed);
+    }
+
+    /// Whether the byte window finds this thread's sampled requests (see
+    /// `sample_at`). Owner only.
+    #[inline(always)]
+    pub(crate) fn samples_bytes(&self) -> bool {
+        self.samples_bytes.get()
+    }
+
+    /// Whether a request of `requested` bytes, not yet counted, is past the
+    /// next sampling point. Owner only.
+    #[inline(always)]
+    pub(crate) fn sample_due(&self, requested: usize) -> bool {
+        let distance = self.sample_at.get().saturating_sub(self.requested_bytes());
+        requested as u64 > distance
+    }
+
+    /// Whether this thread's requests are the program's to sample (not
+    /// one of allocmux's own threads, nor paused). Owner only.
+    #[inline(always)]
+    pub(crate) fn may_sample(&self) -> bool {
+        self.status.get() != IGNORED
+    }
+
+    /// Puts the next sampling point `gap` bytes after those requested so
+    /// far, and makes the byte window find it from now on (arming it, if
+    /// the thread is registered). Owner only.
+    pub(crate) fn sample_after(&self, gap: u64) {
+        self.sample_at
+            .set(self.requested_bytes().saturating_add(gap));
+        self.samples_bytes.set(true);
+        self.reopen_window();
+    }
+
+    /// Arms the byte window again (see `arm_bytes`), for a request that
+    /// found it closed and goes on to be counted; only a registered
+    /// thread's window is ever open. Owner only.
+    #[inline(always)]
+    pub(crate) fn reopen_window(&self) {
+        if self.status.get() == ACTIVE {
+            self.arm_bytes();
+        }
     }
 
     /// Adds this thread's counts into `t`.
@@ -453,6 +537,10 @@ impl ThreadState {
     /// with the next call of each function, and the next request, taking
     /// the slow path.
     fn reset_calls(&self) {
+        // The next sampling point keeps its distance.
+        let requested = self.requested_bytes();
+        self.sample_at
+            .set(self.sample_at.get().saturating_sub(requested));
         for f in 0..FUNC_COUNT {
             self.countdown[f].store(0, Relaxed);
             self.issued[f].store(0, Relaxed);
@@ -557,6 +645,26 @@ pub trait Scope: Copy {
     ) -> R {
         usual()
     }
+    /// As [`alloc`](Self::alloc), for a small request whose bytes the
+    /// thread's byte countdown has counted already (sample mode under the
+    /// shim takes them before the call's countdown; see
+    /// `stacks::enter_sampled`): what `alloc` records besides them.
+    #[inline(always)]
+    fn alloc_counted(&self, f: Func, requested: usize) {
+        self.alloc(f, requested)
+    }
+    /// As [`alloc_untimed`](Self::alloc_untimed), for a request counted
+    /// already (see [`alloc_counted`](Self::alloc_counted)).
+    #[inline(always)]
+    fn counted_untimed<R>(
+        &self,
+        _f: Func,
+        _requested: usize,
+        _untimed: impl FnOnce() -> R,
+        usual: impl FnOnce() -> R,
+    ) -> R {
+        usual()
+    }
     /// The block handed out has `usable` bytes (not called for backends
     /// whose own per-thread counters give the bytes; see [`Body`]).
     fn allocated(&self, usable: usize);
@@ -567,6 +675,12 @@ pub trait Scope: Copy {
     fn call(&self, f: Func);
     /// A call that failed.
     fn fail(&self, f: Func);
+    /// A call made by [`alloc_untimed`](Self::alloc_untimed)'s `untimed`
+    /// that failed: its request stays counted, as it was asked for.
+    #[inline(always)]
+    fn fail_untimed(&self, f: Func) {
+        self.fail(f)
+    }
     /// A `realloc` that returned the block it was given (recorded besides
     /// its `alloc`). Only the Rust wrapper reports it.
     fn in_place(&self) {}
@@ -679,6 +793,18 @@ impl Scope for Owned<'_> {
         }
     }
     #[inline(always)]
+    fn alloc_counted(&self, _f: Func, _requested: usize) {}
+    #[inline(always)]
+    fn counted_untimed<R>(
+        &self,
+        _f: Func,
+        _requested: usize,
+        untimed: impl FnOnce() -> R,
+        _usual: impl FnOnce() -> R,
+    ) -> R {
+        untimed()
+    }
+    #[inline(always)]
     fn allocated(&self, usable: usize) {
         self.0.counters.allocated::<false>(usable);
     }
@@ -723,6 +849,9 @@ macro_rules! delegate_recording_to_owned {
 impl Scope for Sampled<'_> {
     fn alloc(&self, f: Func, requested: usize) {
         Owned(self.0).alloc(f, requested);
+        self.alloc_counted(f, requested);
+    }
+    fn alloc_counted(&self, _f: Func, requested: usize) {
         if requested < EXACT_TIMING_BYTES {
             // This call stands for `time_sample_mean` small requests: an
             // unbiased estimate of the histogram at no cost per call.
@@ -750,6 +879,9 @@ impl Scope for Sampled<'_> {
 impl Scope for Exact<'_> {
     fn alloc(&self, f: Func, requested: usize) {
         Owned(self.0).alloc(f, requested);
+        self.alloc_counted(f, requested);
+    }
+    fn alloc_counted(&self, _f: Func, requested: usize) {
         if requested < EXACT_TIMING_BYTES {
             self.0.counters.histogram::<false>(requested, 1);
         }
@@ -980,6 +1112,8 @@ const FREED_AT: usize = core::mem::offset_of!(ThreadState, counters) + Counters:
 pub trait OwnState<'a>: Copy {
     /// The state's address.
     fn state(self) -> &'a ThreadState;
+    /// [`ThreadState::take_bytes`] on this state.
+    fn take_bytes(self, requested: usize) -> bool;
     /// [`enter`] on this state.
     ///
     /// # Safety
@@ -993,6 +1127,10 @@ impl<'a> OwnState<'a> for &'a ThreadState {
         self
     }
     #[inline(always)]
+    fn take_bytes(self, requested: usize) -> bool {
+        ThreadState::take_bytes(self, requested)
+    }
+    #[inline(always)]
     unsafe fn enter<B: Body>(self, body: B) -> B::Out {
         // SAFETY: forwarded from the caller.
         unsafe { enter(self, body) }
@@ -1004,6 +1142,10 @@ impl<L: TlsBlock> OwnState<'static> for FsState<L> {
     #[inline(always)]
     fn state(self) -> &'static ThreadState {
         FsState::state(self)
+    }
+    #[inline(always)]
+    fn take_bytes(self, requested: usize) -> bool {
+        FsState::take_bytes(self, requested)
     }
     #[inline(always)]
     unsafe fn enter<B: Body>(self, body: B) -> B::Out {
@@ -1077,6 +1219,18 @@ impl<L: TlsBlock> Scope for OwnedFs<L> {
         } else {
             usual()
         }
+    }
+    #[inline(always)]
+    fn alloc_counted(&self, _f: Func, _requested: usize) {}
+    #[inline(always)]
+    fn counted_untimed<R>(
+        &self,
+        _f: Func,
+        _requested: usize,
+        untimed: impl FnOnce() -> R,
+        _usual: impl FnOnce() -> R,
+    ) -> R {
+        untimed()
     }
     #[inline(always)]
     fn allocated(&self, usable: usize) {
@@ -1163,6 +1317,7 @@ unsafe extern "C" fn slow<B: Body>(body: B, t: &ThreadState) -> B::Out {
 pub struct Paused {
     status: u8,
     countdown: [i32; FUNC_COUNT],
+    bytes_left: u64,
 }
 
 struct Registry {
