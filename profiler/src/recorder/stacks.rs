@@ -527,7 +527,7 @@ where
 {
     let Some(n) = body.request() else {
         // SAFETY: forwarded from the caller.
-        return unsafe { unsampled(body, t, st) };
+        return unsafe { unsampled::<B, T, S, false>(body, t, st) };
     };
     // The thread's byte countdown counts the request, and its window ends
     // no further than the next sampling point: a request it takes is not
@@ -537,43 +537,35 @@ where
         // SAFETY: forwarded from the caller.
         return unsafe { request_out_of_window(body, t, st) };
     }
-    if may_release_tracked(&body) {
-        // `stacked` counts the request as it makes the call.
-        t.state().untake_bytes(n);
-        // SAFETY: forwarded from the caller.
-        return unsafe { stacked(body, t.state(), st.stacks(), false) };
-    }
     // SAFETY: forwarded from the caller.
-    unsafe {
-        t.enter(SizeChecked::<B, S, T, true> {
-            body,
-            stacks: st,
-            state: t,
-        })
-    }
+    unsafe { unsampled::<B, T, S, true>(body, t, st) }
 }
 
-/// An unsampled call under [`enter_sampled`] whose request, if any, is not
-/// counted yet: the free of a block that may be tracked goes to
-/// [`stacked`], the rest to [`enter`] with the release test of
-/// [`SizeChecked`].
+/// An unsampled call under [`enter_sampled`], its request (if any) counted
+/// already on the byte countdown or not (`COUNTED`): the free of a block
+/// that may be tracked goes to [`stacked`], the rest to [`enter`] with the
+/// release test of [`SizeChecked`].
 ///
 /// # Safety
 /// As for [`enter_sampled`].
 #[inline(always)]
-unsafe fn unsampled<B, T, S>(body: B, t: T, st: S) -> B::Out
+unsafe fn unsampled<B, T, S, const COUNTED: bool>(body: B, t: T, st: S) -> B::Out
 where
     B: StackBody,
     T: OwnState<'static>,
     S: OwnStacks,
 {
     if may_release_tracked(&body) {
+        if COUNTED {
+            // `stacked` counts the request as it makes the call.
+            t.state().untake_bytes(body.request().unwrap_or(0));
+        }
         // SAFETY: forwarded from the caller.
         return unsafe { stacked(body, t.state(), st.stacks(), false) };
     }
     // SAFETY: forwarded from the caller.
     unsafe {
-        t.enter(SizeChecked::<B, S, T, false> {
+        t.enter(SizeChecked::<B, S, T, COUNTED> {
             body,
             stacks: st,
             state: t,
@@ -631,7 +623,7 @@ where
         state.reopen_window();
     }
     // SAFETY: forwarded from the caller.
-    unsafe { unsampled(body, t, st) }
+    unsafe { unsampled::<B, T, S, false>(body, t, st) }
 }
 
 /// A thread's own [`StackThread`] as a hook reaches it: by its address, or
