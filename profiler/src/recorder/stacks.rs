@@ -426,22 +426,6 @@ macro_rules! delegate_scope {
             self.inner.time(size, op)
         }
     };
-    (@ alloc) => {
-        #[inline(always)]
-        fn alloc(&self, f: Func, requested: usize) {
-            self.inner.alloc(f, requested)
-        }
-        #[inline(always)]
-        fn alloc_untimed<R>(
-            &self,
-            f: Func,
-            requested: usize,
-            untimed: impl FnOnce() -> R,
-            usual: impl FnOnce() -> R,
-        ) -> R {
-            self.inner.alloc_untimed(f, requested, untimed, usual)
-        }
-    };
     (@ allocated) => {
         #[inline(always)]
         fn allocated(&self, usable: usize) {
@@ -458,12 +442,6 @@ macro_rules! delegate_scope {
         #[inline(always)]
         fn call(&self, f: Func) {
             self.inner.call(f)
-        }
-    };
-    (@ fail) => {
-        #[inline(always)]
-        fn fail(&self, f: Func) {
-            self.inner.fail(f)
         }
     };
     (@ in_place) => {
