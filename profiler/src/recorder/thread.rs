@@ -442,9 +442,7 @@ impl ThreadState {
             self.arm_bytes();
             true
         } else {
-            let left = self.bytes_left.load(Relaxed);
-            self.bytes_left
-                .store(left.wrapping_add(requested as u64), Relaxed);
+            self.untake_bytes(requested);
             false
         }
     }
