@@ -3,6 +3,9 @@
 //!
 //! Nothing here runs on the allocation hot path: the choice installs a hook
 //! table ([`crate::hooks::install`]), whose functions the exports jump to.
+//! In a direct shim (`allocmux::recorder::direct`) the exports are one
+//! table's hooks, which make the choice at a thread's first call out of
+//! line (`Body::process_ready`), and the choice is that table's.
 
 use core::sync::atomic::{AtomicU8, Ordering::Acquire, Ordering::Release};
 
@@ -75,17 +78,17 @@ pub fn recorded() -> bool {
 #[cold]
 #[inline(never)]
 fn choose() -> Choice {
-    let choice = if config::secure_execution() {
-        Choice {
-            backend: Backend::System,
-            recorded: false,
-        }
-    } else {
-        Choice {
-            backend: config::allocator(),
-            recorded: true,
-        }
+    let recorded = !config::secure_execution();
+    // A direct shim's exports are one table's hooks, whatever the
+    // environment says: its backend and mode are that table's (in secure
+    // execution too, unrecorded).
+    let direct = crate::hooks::direct_table();
+    let backend = match direct {
+        Some(t) => t.backend,
+        None if recorded => config::allocator(),
+        None => Backend::System,
     };
+    let choice = Choice { backend, recorded };
     // Before the recorder's first allocation of its own (its stack tables).
     crate::heap::follow_backend(choice.backend);
     // Install first, publish last: a first call that finds the choice made
@@ -93,10 +96,11 @@ fn choose() -> Choice {
     // slots) must find the hooks in place, or it would jump to itself.
     // Threads racing here read the same environment and make the same
     // choice, and installing is idempotent, so no lock is needed.
-    let mode = if choice.recorded {
-        config::stack_mode()
-    } else {
-        StackMode::Off
+    let mode = match (choice.recorded, direct) {
+        (false, _) => StackMode::Off,
+        (true, None) => config::stack_mode(),
+        (true, Some(t)) if t.sampled => config::sample_mode(),
+        (true, Some(_)) => StackMode::Off,
     };
     if mode != StackMode::Off {
         recorder::stacks::configure(mode, true);

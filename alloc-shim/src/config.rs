@@ -50,16 +50,16 @@ pub fn allocator() -> Backend {
 /// does, since the endpoint serves stacks.
 pub fn stack_mode() -> StackMode {
     let env = environment_now();
-    let mean_bytes = lookup(env, env::SAMPLE_BYTES.as_bytes())
-        .and_then(|v| parse_number(v, 1, MAX_SAMPLE_BYTES))
-        .unwrap_or(DEFAULT_SAMPLE_BYTES);
-    let default = match lookup(env, env::HTTP.as_bytes()) {
-        Some(v) if !v.is_empty() => StackMode::Sample { mean_bytes },
-        _ => StackMode::Off,
-    };
-    lookup(env, env::STACKS.as_bytes())
-        .and_then(|v| StackMode::from_env_value(v, mean_bytes))
-        .unwrap_or(default)
+    env::shim_stack_mode(|name| lookup(env, name.as_bytes()))
+}
+
+/// Sample mode at `ALLOCMUX_SAMPLE_BYTES`, whatever `ALLOCMUX_STACKS`
+/// says: a direct shim of sampled hooks samples.
+pub fn sample_mode() -> StackMode {
+    let env = environment_now();
+    StackMode::Sample {
+        mean_bytes: env::shim_sample_bytes(lookup(env, env::SAMPLE_BYTES.as_bytes())),
+    }
 }
 
 /// The environment block: `environ`, or before libc has set it, the one

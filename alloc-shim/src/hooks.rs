@@ -16,6 +16,7 @@ use core::sync::atomic::{AtomicPtr, Ordering::Relaxed};
 use allocmux::Backend as Allocator;
 use allocmux::profile::StackMode;
 use allocmux::recorder::Body;
+use allocmux::recorder::direct::{self, DirectTable};
 #[cfg(not(target_arch = "x86_64"))]
 use allocmux::recorder::enter;
 use allocmux::recorder::stacks::{StackBody, enter_sampled, enter_stacks};
@@ -84,6 +85,22 @@ allocmux::for_each_malloc_function!(slots_struct);
 
 /// The hooks in force.
 pub static SLOTS: Slots = Slots::of(&FIRST_CALL);
+
+/// Which table's hooks this library's exports are: `UNIVERSAL` as built
+/// (the exports jump through `SLOTS`), a table's code in a direct shim
+/// (see `allocmux::recorder::direct`), where the CLI has rewritten this
+/// byte in the file. Not zero, so that it is stored in the file, not in
+/// `.bss`.
+#[cfg_attr(not(test), unsafe(export_name = "allocmux_direct_table"))]
+#[used]
+static DIRECT_TABLE: u8 = direct::UNIVERSAL;
+
+/// The table this library's exports are, if it is a direct shim.
+pub fn direct_table() -> Option<DirectTable> {
+    // SAFETY: a static byte. Read as memory, not as the constant the
+    // compiler sees: the file may say otherwise.
+    DirectTable::from_code(unsafe { core::ptr::read_volatile(&DIRECT_TABLE) })
+}
 
 /// Makes `choice` the process's backend, with stack recording in `mode`
 /// (set up beforehand). Called by the first call (or by several threads'
@@ -162,34 +179,56 @@ unsafe fn unrecorded<X: Body>(body: X) -> X::Out {
 }
 
 /// A table whose every function runs its body from `posix` (the type of
-/// the function's name) for backend `$B` through `$run`.
+/// the function's name) for backend `$B` through `$run`; with a table name
+/// `$direct`, each is exported as `allocmux_direct_$direct_$name`, for a
+/// direct shim's export to be it (see `allocmux::recorder::direct`).
 macro_rules! body_hooks {
-    ([$B:ty, $run:ident] $($name:ident => $Func:ident ($($arg:ident : $ty:ty),*) $(-> $ret:ty)?;)*) => {{
+    ([$B:ty, $run:ident, $direct:tt] $($name:ident => $Func:ident ($($arg:ident : $ty:ty),*) $(-> $ret:ty)?;)*) => {{
         $(
-            unsafe extern "C" fn $name($($arg: $ty),*) $(-> $ret)? {
-                // SAFETY: the program's arguments, with the C function's
-                // contract, which the body keeps; `$run` uses this
-                // thread's own state.
-                unsafe { $run($Func::<$B>($($arg,)* PhantomData)) }
-            }
+            direct_export!($direct, $name,
+                unsafe extern "C" fn $name($($arg: $ty),*) $(-> $ret)? {
+                    // SAFETY: the program's arguments, with the C function's
+                    // contract, which the body keeps; `$run` uses this
+                    // thread's own state.
+                    unsafe { $run($Func::<$B>($($arg,)* PhantomData)) }
+                }
+            );
         )*
         Hooks { $($name),* }
     }};
 }
 
+/// A hook, exported under its direct shim's name when its table has one
+/// (`[table]`), else as it is (`[]`).
+macro_rules! direct_export {
+    ([], $name:ident, $hook:item) => {
+        $hook
+    };
+    ([$direct:ident], $name:ident, $hook:item) => {
+        #[cfg_attr(
+            not(test),
+            unsafe(export_name = concat!("allocmux_direct_", stringify!($direct), "_", stringify!($name)))
+        )]
+        $hook
+    };
+}
+
 /// The recorded hooks of backend `$B`, through `$run` (`plain` or
-/// `with_stacks`).
+/// `with_stacks`), exported for a direct shim as table `$direct`.
 macro_rules! recorded_hooks {
     ($B:ty) => {
         recorded_hooks!($B, plain)
     };
     ($B:ty, $run:ident) => {
-        allocmux::for_each_malloc_function!(body_hooks, $B, $run)
+        allocmux::for_each_malloc_function!(body_hooks, $B, $run, [])
+    };
+    ($B:ty, $run:ident, $direct:ident) => {
+        allocmux::for_each_malloc_function!(body_hooks, $B, $run, [$direct])
     };
 }
 
-static SYSTEM: Hooks = bench_variant!(recorded_hooks!(System), System);
-static JEMALLOC: Hooks = bench_variant!(recorded_hooks!(Jemalloc), Jemalloc);
+static SYSTEM: Hooks = bench_variant!(recorded_hooks!(System, plain, system), System);
+static JEMALLOC: Hooks = bench_variant!(recorded_hooks!(Jemalloc, plain, jemalloc), Jemalloc);
 
 /// The shim as it ships: the recorded hooks.
 #[cfg(not(any(allocmux_bench = "forward", allocmux_bench = "count")))]
@@ -236,8 +275,8 @@ static JEMALLOC_STACKS: Hooks = recorded_hooks!(Jemalloc, with_stacks);
 static MIMALLOC_STACKS: Hooks = recorded_hooks!(Mimalloc, with_stacks);
 /// Sampled stacks (under jemalloc, whose hooks read no block sizes, every
 /// free looks in the filter).
-static SYSTEM_SAMPLED: Hooks = recorded_hooks!(System, with_sampled_stacks);
-static JEMALLOC_SAMPLED: Hooks = recorded_hooks!(Jemalloc, with_sampled_stacks);
+static SYSTEM_SAMPLED: Hooks = recorded_hooks!(System, with_sampled_stacks, system_sampled);
+static JEMALLOC_SAMPLED: Hooks = recorded_hooks!(Jemalloc, with_sampled_stacks, jemalloc_sampled);
 static MIMALLOC_SAMPLED: Hooks = recorded_hooks!(Mimalloc, with_sampled_stacks);
 /// mimalloc where its layout is not the one the shim reads block sizes
 /// from (see `backend::mimalloc::page`): sizes from `mi_usable_size`.

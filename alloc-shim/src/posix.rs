@@ -94,10 +94,16 @@ unsafe fn size_to_free<B: Backend, S: Scope>(p: *mut c_void) -> usize {
     }
 }
 
-macro_rules! own_counters {
+/// What every body tells the recorder the same way: the backend's own
+/// byte counters, and whether the process records, which its first call
+/// decides (`choice`).
+macro_rules! shim_answers {
     () => {
         fn external_counters(&self) -> Option<[*mut u64; 2]> {
             B::own_byte_counters()
+        }
+        fn process_ready() -> bool {
+            crate::choice::recorded()
         }
     };
 }
@@ -178,7 +184,7 @@ impl<B: Backend> Body for Malloc<B> {
             || unsafe { malloc_usual::<B, S>(n, *s) },
         )
     }
-    own_counters!();
+    shim_answers!();
 }
 
 /// The rest of [`made_untimed`] where the block's size is read after the
@@ -278,7 +284,7 @@ impl<B: Backend> Body for Free<B> {
         // SAFETY: `p` is the program's live, non-NULL block of B.
         s.release(p as usize, usable, move || unsafe { B::free(p) });
     }
-    own_counters!();
+    shim_answers!();
 }
 
 /// `calloc(count, size)`.
@@ -312,7 +318,7 @@ impl<B: Backend> Body for Calloc<B> {
             || unsafe { calloc_usual::<B, S>(count, size, *s) },
         )
     }
-    own_counters!();
+    shim_answers!();
 }
 
 /// `calloc` recorded the usual way; see `malloc_usual`.
@@ -395,7 +401,7 @@ impl<B: Backend> Body for Realloc<B> {
         }
         p
     }
-    own_counters!();
+    shim_answers!();
 }
 
 /// `aligned_alloc(alignment, size)`.
@@ -417,7 +423,7 @@ impl<B: Backend> Body for AlignedAlloc<B> {
         // SAFETY: `p` came from B.
         unsafe { handed_out::<B, S>(s, Func::AlignedAlloc, p, size, false) }
     }
-    own_counters!();
+    shim_answers!();
 }
 
 /// `memalign(alignment, size)`.
@@ -439,7 +445,7 @@ impl<B: Backend> Body for Memalign<B> {
         // SAFETY: `p` came from B.
         unsafe { handed_out::<B, S>(s, Func::Memalign, p, self.1, false) }
     }
-    own_counters!();
+    shim_answers!();
 }
 
 /// `posix_memalign(&ptr, alignment, size)`.
@@ -474,7 +480,7 @@ impl<B: Backend> Body for PosixMemalign<B> {
         }
         0
     }
-    own_counters!();
+    shim_answers!();
 }
 
 /// `valloc(size)`.
@@ -490,7 +496,7 @@ impl<B: Backend> Body for Valloc<B> {
         // SAFETY: `p` came from B.
         unsafe { handed_out::<B, S>(s, Func::Valloc, p, self.0, false) }
     }
-    own_counters!();
+    shim_answers!();
 }
 
 /// `pvalloc(size)`.
@@ -506,7 +512,7 @@ impl<B: Backend> Body for Pvalloc<B> {
         // SAFETY: `p` came from B.
         unsafe { handed_out::<B, S>(s, Func::Pvalloc, p, self.0, false) }
     }
-    own_counters!();
+    shim_answers!();
 }
 
 /// `malloc_usable_size(ptr)`.
@@ -524,7 +530,7 @@ impl<B: Backend> Body for MallocUsableSize<B> {
         // SAFETY: the program passes a live block of B.
         s.time(0, move || unsafe { B::usable(self.0) })
     }
-    own_counters!();
+    shim_answers!();
 }
 
 /// A scope that records nothing: secure execution, where the shim only

@@ -55,6 +55,32 @@ impl StackMode {
     }
 }
 
+/// The shim's stack mode, from its variables as `var` looks them up:
+/// `ALLOCMUX_STACKS`, sampling every `ALLOCMUX_SAMPLE_BYTES` on average;
+/// where `ALLOCMUX_STACKS` is unset or invalid, off, or sample when
+/// `ALLOCMUX_HTTP` asks for a live endpoint (which serves sampled stacks).
+/// The CLI resolves a child's mode with it too, to pick the library that
+/// serves that mode.
+pub fn shim_stack_mode<'a>(var: impl Fn(&str) -> Option<&'a [u8]>) -> StackMode {
+    let mean_bytes = shim_sample_bytes(var(SAMPLE_BYTES));
+    let default = match var(HTTP) {
+        Some(v) if !v.is_empty() => StackMode::Sample { mean_bytes },
+        _ => StackMode::Off,
+    };
+    var(STACKS)
+        .and_then(|v| StackMode::from_env_value(v, mean_bytes))
+        .unwrap_or(default)
+}
+
+/// The shim's mean bytes between samples from the value of
+/// `ALLOCMUX_SAMPLE_BYTES`: [`DEFAULT_SAMPLE_BYTES`] where it is unset or
+/// invalid.
+pub fn shim_sample_bytes(value: Option<&[u8]>) -> u64 {
+    value
+        .and_then(|v| parse_number(v, 1, MAX_SAMPLE_BYTES))
+        .unwrap_or(DEFAULT_SAMPLE_BYTES)
+}
+
 /// A whole number from `min` to `max`, surrounding white space allowed, as
 /// the numeric variables take them.
 pub fn parse_number(value: &[u8], min: u64, max: u64) -> Option<u64> {

@@ -29,6 +29,7 @@ mod allocator_stats;
 mod block_map;
 mod clock;
 mod counters;
+pub mod direct;
 pub mod env;
 pub mod http;
 mod last_stack;

@@ -580,6 +580,7 @@ where
 {
     let n = body.request().unwrap_or(0);
     let (state, stacks) = (t.state(), st.stacks());
+    state.first_sight::<B>();
     state.untake_bytes(n);
     if state.may_sample() && !stacks.busy.get() {
         if !state.samples_bytes() {
@@ -944,6 +945,7 @@ unsafe extern "C" fn stacked<B: StackBody>(
     st: &StackThread,
     mut sample: bool,
 ) -> B::Out {
+    t.first_sight::<B>();
     if sample && !st.armed() {
         // A new thread's countdown starts at zero, which would sample its
         // first allocation for certain while weighting it as a rare one:

@@ -207,6 +207,17 @@ impl ThreadState {
         self.headroom.set(max - live);
     }
 
+    /// On the out-of-line paths a thread's first call can take (before
+    /// it registers or samples): readies the process
+    /// ([`Body::process_ready`]) and, if the process records nothing,
+    /// leaves the thread's calls unrecorded. Owner only.
+    #[inline(always)]
+    pub(crate) fn first_sight<B: Body>(&self) {
+        if self.status.get() == FRESH && !B::process_ready() {
+            self.status.set(IGNORED);
+        }
+    }
+
     /// Makes this thread's calls unrecorded, for a thread of allocmux's
     /// own (the shim's writer): the calls glibc makes on its behalf (the
     /// frees at its exit) are not the program's. Call before the thread's
@@ -712,6 +723,16 @@ pub trait Body {
     /// sizes through the scope.
     fn external_counters(&self) -> Option<[*mut u64; 2]> {
         None
+    }
+
+    /// Readies the process for recording, if it is not yet, and says
+    /// whether it records: asked by a thread's first call that goes out of
+    /// line ([`ThreadState::first_sight`]), before the thread registers or
+    /// samples. The shim makes its choices there (backend, stack mode)
+    /// when its exports are the hooks themselves, so that no trampoline
+    /// runs first.
+    fn process_ready() -> bool {
+        true
     }
 }
 
@@ -1265,6 +1286,7 @@ impl<L: TlsBlock> Scope for OwnedFs<L> {
 #[allow(improper_ctypes_definitions)] // called from Rust only
 unsafe extern "C" fn slow<B: Body>(body: B, t: &ThreadState) -> B::Out {
     let f = B::FUNC as usize;
+    t.first_sight::<B>();
     match t.status.get() {
         ACTIVE => {
             // A thread's first call of a function is timed exactly: it is

@@ -1,0 +1,88 @@
+//! Direct shims: copies of the preload library whose malloc-family exports
+//! are one hook table's functions themselves, rather than one indirect
+//! jump through the table in force (see docs/performance.md). The shim
+//! exports each such table's hooks under [`hook_symbol`]'s names and a
+//! one-byte marker, [`MARKER`]; a direct shim is the library with the
+//! family's dynamic symbols pointed at one table's hooks and the marker
+//! set to that table's code. The CLI writes them; the shim reads the
+//! marker at its first call and takes the table's backend and mode.
+//!
+//! The tables with a direct shim are default recording and sampled stacks
+//! under glibc and jemalloc. mimalloc has none: its hooks are chosen at run
+//! time, after checking that its block layout is the one the shim reads
+//! sizes from, which an export fixed in the file cannot follow. Exact mode
+//! has none: a call there costs thousands of instructions, and one jump
+//! is nothing to them.
+
+use crate::Backend;
+
+/// One hook table with a direct shim.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DirectTable {
+    /// The table's name in its hooks' symbols and in the library's file
+    /// name.
+    pub name: &'static str,
+    /// The marker's value in its direct shim (never [`UNIVERSAL`]).
+    pub code: u8,
+    /// The backend its hooks call.
+    pub backend: Backend,
+    /// Whether its hooks sample stacks (else stacks are off).
+    pub sampled: bool,
+}
+
+/// The marker's value in the library as built: no table's exports.
+pub const UNIVERSAL: u8 = 0xa5;
+
+/// The marker's symbol.
+pub const MARKER: &str = "allocmux_direct_table";
+
+/// Every table with a direct shim.
+pub const TABLES: [DirectTable; 4] = [
+    DirectTable {
+        name: "system",
+        code: 1,
+        backend: Backend::System,
+        sampled: false,
+    },
+    DirectTable {
+        name: "system_sampled",
+        code: 2,
+        backend: Backend::System,
+        sampled: true,
+    },
+    DirectTable {
+        name: "jemalloc",
+        code: 3,
+        backend: Backend::Jemalloc,
+        sampled: false,
+    },
+    DirectTable {
+        name: "jemalloc_sampled",
+        code: 4,
+        backend: Backend::Jemalloc,
+        sampled: true,
+    },
+];
+
+impl DirectTable {
+    /// The table a marker value names, if any.
+    pub fn from_code(code: u8) -> Option<DirectTable> {
+        TABLES.into_iter().find(|t| t.code == code)
+    }
+
+    /// The table serving `backend` with stacks off (`sampled` false) or
+    /// sampled, if it has a direct shim.
+    pub fn serving(backend: Backend, sampled: bool) -> Option<DirectTable> {
+        TABLES
+            .into_iter()
+            .find(|t| t.backend == backend && t.sampled == sampled)
+    }
+}
+
+/// The symbol under which the shim exports table `table`'s hook of the
+/// malloc-family function `func`. The shim spells the same names out with
+/// `concat!` (attributes take no function calls); the CLI's tests check
+/// that every one is there.
+pub fn hook_symbol(table: &str, func: &str) -> String {
+    format!("allocmux_direct_{table}_{func}")
+}
