@@ -167,7 +167,9 @@ fn bad_values_warn_once_and_fall_back(backend: &str) {
         let dir = tempfile::tempdir().unwrap();
         let mut cmd = Command::new(&exe);
         cmd.arg("10");
-        preload(&mut cmd, backend, Some(&dir.path().join("%p.prof")));
+        // The universal library, which takes its backend and mode from
+        // these variables (a direct shim's are its table's).
+        preload(&mut cmd, backend, Some(&dir.path().join("%p.prof"))).env("LD_PRELOAD", shim());
         for (k, v) in &env {
             cmd.env(k, v);
         }

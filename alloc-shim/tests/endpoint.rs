@@ -53,10 +53,11 @@ fn served() -> std::path::PathBuf {
 fn serve(backend: &str, env: &[(&str, &str)]) -> Served {
     let exe = served();
     let mut cmd = Command::new(&exe);
-    preload(&mut cmd, backend, None).env("ALLOCMUX_HTTP", "127.0.0.1:0");
+    cmd.env("ALLOCMUX_HTTP", "127.0.0.1:0");
     for (k, v) in env {
         cmd.env(k, v);
     }
+    preload(&mut cmd, backend, None);
     cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -442,7 +443,11 @@ fn a_taken_port_is_reported_and_the_program_runs_on() {
         ("localhost".to_string(), "is not ADDR:PORT"),
     ] {
         let out = run(
-            preload(&mut Command::new(&exe), "system", None).env("ALLOCMUX_HTTP", &spec),
+            preload(
+                Command::new(&exe).env("ALLOCMUX_HTTP", &spec),
+                "system",
+                None,
+            ),
             Some(b"free\nexit\n"),
         );
         assert!(out.status.success(), "{spec}: {}", text(&out.stderr));

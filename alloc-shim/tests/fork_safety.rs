@@ -42,14 +42,13 @@ fn repeat(
         runs += 1;
         let dir = tempfile::tempdir().unwrap();
         let mut cmd = Command::new(exe);
-        cmd.args(args);
+        cmd.args(args).env("ALLOCMUX_STACKS", mode);
         preload(
             &mut cmd,
             backend,
             output.then(|| dir.path().join("%p.prof")).as_deref(),
         );
-        cmd.env("ALLOCMUX_STACKS", mode)
-            .stdin(Stdio::null())
+        cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let mut p = Spawned::spawn(&mut cmd);

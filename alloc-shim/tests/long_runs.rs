@@ -47,7 +47,8 @@ fn measure(backend: &str, n: u64) -> Measured {
     let dir = tempfile::tempdir().unwrap();
     let mut cmd = Command::new(&exe);
     cmd.arg(n.to_string());
-    preload(&mut cmd, backend, Some(&dir.path().join("%p.prof"))).env("ALLOCMUX_STACKS", "exact");
+    cmd.env("ALLOCMUX_STACKS", "exact");
+    preload(&mut cmd, backend, Some(&dir.path().join("%p.prof")));
     let out = run(&mut cmd, None);
     let what = format!("long_run {n} under {backend}, exact stacks");
     assert!(

@@ -68,14 +68,23 @@ pub struct Elf {
 /// an error (what is wrong, in object's words) if it is ELF but its
 /// headers are damaged.
 pub fn read(data: &[u8]) -> Option<Result<Elf, String>> {
-    // object reads the headers in place, as the structs they are, so they
-    // must be aligned as those are (8 bytes at most). A file read into a
-    // Vec is in practice; bytes from include_bytes! need not be.
-    if data.as_ptr().align_offset(8) != 0 {
-        let mut words = vec![0u64; data.len().div_ceil(8)];
-        object::pod::bytes_of_slice_mut(&mut words)[..data.len()].copy_from_slice(data);
-        return read(&object::pod::bytes_of_slice(&words)[..data.len()]);
+    aligned(data, read_aligned)
+}
+
+/// `f` on `data`, or on an aligned copy of it: object reads the headers in
+/// place, as the structs they are, so they must be aligned as those are (8
+/// bytes at most). A file read into a Vec is in practice; bytes from
+/// include_bytes! need not be.
+pub fn aligned<R>(data: &[u8], f: impl FnOnce(&[u8]) -> R) -> R {
+    if data.as_ptr().align_offset(8) == 0 {
+        return f(data);
     }
+    let mut words = vec![0u64; data.len().div_ceil(8)];
+    object::pod::bytes_of_slice_mut(&mut words)[..data.len()].copy_from_slice(data);
+    f(&object::pod::bytes_of_slice(&words)[..data.len()])
+}
+
+fn read_aligned(data: &[u8]) -> Option<Result<Elf, String>> {
     let facts = match FileKind::parse(data) {
         Ok(FileKind::Elf32) => facts::<elf::FileHeader32<Endianness>>(data),
         Ok(FileKind::Elf64) => facts::<elf::FileHeader64<Endianness>>(data),

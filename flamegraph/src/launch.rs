@@ -2,6 +2,7 @@
 //! it started.
 
 use std::fs;
+use std::os::unix::ffi::OsStringExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -36,6 +37,28 @@ pub struct Launch<'a> {
     pub output: Output,
     /// Extra environment for the program.
     pub env: Vec<(String, String)>,
+}
+
+impl Launch<'_> {
+    /// The stack mode the shim will find in the program's environment
+    /// (this process's, with `env` over it).
+    fn stack_mode(&self) -> StackMode {
+        let vars: Vec<(&str, Vec<u8>)> = [env::STACKS, env::SAMPLE_BYTES, env::HTTP]
+            .into_iter()
+            .filter_map(|name| {
+                let value = match self.env.iter().rev().find(|(k, _)| k == name) {
+                    Some((_, v)) => v.clone().into_bytes(),
+                    None => std::env::var_os(name)?.into_vec(),
+                };
+                Some((name, value))
+            })
+            .collect();
+        env::shim_stack_mode(|name| {
+            vars.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.as_slice())
+        })
+    }
 }
 
 /// Where a launched program's standard streams go.
@@ -185,7 +208,7 @@ pub fn in_foreground(
 pub fn launch(l: &Launch<'_>) -> Result<Outcome> {
     let program = target::resolve(&l.command[0])?;
     let runs = target::check_preloadable(&program)?;
-    let shim = crate::shim::locate()?;
+    let shim = crate::shim::locate(l.allocator, l.stack_mode())?;
     shim.check_fits(runs.as_ref())?;
     if let Some(note) = shim.note() {
         eprintln!("allocmux: {note}");

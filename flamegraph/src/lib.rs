@@ -10,6 +10,7 @@
 pub mod args;
 pub mod cmd;
 pub mod compare;
+pub mod direct_shim;
 pub mod elf;
 pub mod error;
 pub mod export;

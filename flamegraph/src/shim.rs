@@ -2,7 +2,10 @@
 //! embedded in this binary, written once to a per-user cache directory under
 //! a name derived from its contents (so versions never overwrite each other
 //! and a half-written file is never used), or, when that directory cannot
-//! be written, to a private temporary directory for the one run.
+//! be written, to a private temporary directory for the one run. For a
+//! backend and stack mode that has one, the copy written is the direct
+//! shim made from the embedded one ([`crate::direct_shim`]), whose exports
+//! are that mode's hooks; `ALLOCMUX_SHIM` is used as it is.
 //!
 //! What can be known before the program runs is checked here: the file is
 //! an ELF shared library for the program's machine and defines `malloc`.
@@ -10,12 +13,16 @@
 //! after the run as a main process without a profile; [`probe`] then asks
 //! the loader why.
 
+use std::borrow::Cow;
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use allocmux::Backend;
+use allocmux::profile::StackMode;
+use allocmux::recorder::direct::DirectTable;
 use anyhow::{Context, Result, anyhow, bail};
 
 use crate::elf::{self, Elf, Kind};
@@ -103,9 +110,34 @@ impl Shim {
     }
 }
 
-/// Finds the shim: `ALLOCMUX_SHIM` if set and not empty (checked to be an
-/// ELF shared library), else the embedded one, written out if need be.
-pub fn locate() -> Result<Shim> {
+/// The library a run with `backend` and `mode` preloads: the embedded
+/// shim, or the direct shim made from it for that backend and mode, and
+/// the name it is written under (which starts with the embedded shim's:
+/// the symbolizer knows the shim's frames by it).
+pub fn library(backend: Backend, mode: StackMode) -> Result<(Cow<'static, [u8]>, String)> {
+    let direct = match mode {
+        StackMode::Off => DirectTable::serving(backend, false),
+        StackMode::Sample { .. } => DirectTable::serving(backend, true),
+        StackMode::Exact => None,
+    };
+    let (bytes, stem) = match direct {
+        Some(t) => (
+            Cow::Owned(
+                crate::direct_shim::make(EMBEDDED, &t)
+                    .map_err(|e| anyhow!("making the {} shim: {e}", t.name))?,
+            ),
+            format!("liballocmux_shim-{}", t.name),
+        ),
+        None => (Cow::Borrowed(EMBEDDED), "liballocmux_shim".to_string()),
+    };
+    let name = format!("{stem}-{:016x}.so", fnv1a(&bytes));
+    Ok((bytes, name))
+}
+
+/// Finds the shim for a run with `backend` and `mode`: `ALLOCMUX_SHIM` if
+/// set and not empty (checked to be an ELF shared library), else
+/// [`library`], written out if need be.
+pub fn locate(backend: Backend, mode: StackMode) -> Result<Shim> {
     if let Some(p) = std::env::var_os("ALLOCMUX_SHIM").filter(|v| !v.is_empty()) {
         let path = PathBuf::from(p);
         let elf = check_env_shim(&path)?;
@@ -119,8 +151,9 @@ pub fn locate() -> Result<Shim> {
     let elf = elf::read(EMBEDDED)
         .and_then(Result::ok)
         .expect("the build embeds the ELF shim it built");
+    let (bytes, name) = library(backend, mode)?;
     let cache_err = match cache_dir() {
-        Some(cache) => match extract(&cache) {
+        Some(cache) => match extract(&cache, &bytes, &name) {
             Ok(path) => {
                 return Ok(Shim {
                     path,
@@ -139,7 +172,7 @@ pub fn locate() -> Result<Shim> {
         .prefix("allocmux-shim-")
         .tempdir()
         .map_err(anyhow::Error::from)
-        .and_then(|t| extract(t.path()).map(|p| (t, p)));
+        .and_then(|t| extract(t.path(), &bytes, &name).map(|p| (t, p)));
     match temp {
         Ok((t, path)) => Ok(Shim {
             path,
@@ -208,10 +241,11 @@ fn cache_dir() -> Option<PathBuf> {
     Some(base.join("allocmux"))
 }
 
-/// Writes the embedded shim into `dir` (once per content) and returns its path.
-pub fn extract(dir: &Path) -> Result<PathBuf> {
-    let path = dir.join(format!("liballocmux_shim-{:016x}.so", fnv1a(EMBEDDED)));
-    if fs::metadata(&path).is_ok_and(|m| m.len() == EMBEDDED.len() as u64) {
+/// Writes a shim library (`bytes`, named `name` after its content, see
+/// [`library`]) into `dir`, once, and returns its path.
+pub fn extract(dir: &Path, bytes: &[u8], name: &str) -> Result<PathBuf> {
+    let path = dir.join(name);
+    if fs::metadata(&path).is_ok_and(|m| m.len() == bytes.len() as u64) {
         return Ok(path);
     }
     fs::create_dir_all(dir).with_context(|| format!("creating the directory {}", dir.display()))?;
@@ -219,7 +253,7 @@ pub fn extract(dir: &Path) -> Result<PathBuf> {
     // Synced before the rename: after a crash, a file under the final name
     // must not be the right size but still unwritten (the size is all the
     // check above looks at).
-    let written = tmp.1.write_all(EMBEDDED).and_then(|()| tmp.1.sync_all());
+    let written = tmp.1.write_all(bytes).and_then(|()| tmp.1.sync_all());
     drop(tmp.1);
     let installed = written
         .with_context(|| format!("writing the shim into {}", dir.display()))
@@ -379,11 +413,38 @@ mod tests {
     #[test]
     fn the_embedded_shim_loads_and_records() {
         let dir = tempfile::tempdir().unwrap();
-        let path = extract(dir.path()).unwrap();
+        let (bytes, name) = library(Backend::Mimalloc, StackMode::Off).unwrap();
+        assert_eq!(bytes, EMBEDDED);
+        let path = extract(dir.path(), &bytes, &name).unwrap();
         assert_eq!(fs::read(&path).unwrap(), EMBEDDED);
-        assert_eq!(extract(dir.path()).unwrap(), path, "written once");
+        assert_eq!(
+            extract(dir.path(), &bytes, &name).unwrap(),
+            path,
+            "written once"
+        );
         // The unit-test binary is not allocmux, but it is a dynamically
         // linked program that exits when given an unknown flag.
         assert_eq!(probe(&path), Probe::Works);
+    }
+
+    #[test]
+    fn direct_shims_load_and_record_under_their_own_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut names = Vec::new();
+        for backend in [Backend::System, Backend::Jemalloc] {
+            for mode in [StackMode::Off, StackMode::Sample { mean_bytes: 4096 }] {
+                let (bytes, name) = library(backend, mode).unwrap();
+                assert_ne!(bytes, EMBEDDED);
+                assert!(name.starts_with("liballocmux_shim-"), "{name}");
+                let path = extract(dir.path(), &bytes, &name).unwrap();
+                assert_eq!(probe(&path), Probe::Works, "{name}");
+                names.push(name);
+            }
+        }
+        names.dedup();
+        assert_eq!(names.len(), 4);
+        let (bytes, exact) = library(Backend::System, StackMode::Exact).unwrap();
+        assert_eq!(bytes, EMBEDDED);
+        assert!(!names.contains(&exact));
     }
 }

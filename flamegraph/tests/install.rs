@@ -175,21 +175,36 @@ fn cargo_install_from_the_packaged_crates_gives_an_allocmux_that_works_anywhere(
         .unwrap_or_else(|e| panic!("{}: {e}", cache.display()))
         .map(|e| e.unwrap().path())
         .collect();
-    assert_eq!(cached.len(), 1, "one shim in the cache: {cached:?}");
-    let name = cached[0]
-        .file_name()
-        .unwrap()
-        .to_string_lossy()
-        .into_owned();
-    assert!(
-        name.starts_with("liballocmux_shim-") && name.ends_with(".so"),
-        "{name}"
+    // The embedded shim for mimalloc, the direct shims of glibc and
+    // jemalloc for stacks off and glibc's for sampled stacks (the demo's
+    // stacks run).
+    let mut names: Vec<String> = cached
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    let kinds: Vec<&str> = names
+        .iter()
+        .map(|n| {
+            let tag = n
+                .strip_prefix("liballocmux_shim-")
+                .and_then(|r| r.strip_suffix(".so"))
+                .unwrap_or_else(|| panic!("{n} in the cache"));
+            tag.rsplit_once('-').map_or("embedded", |(table, _)| table)
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        ["embedded", "jemalloc", "system", "system_sampled"],
+        "the shims in the cache: {names:?}"
     );
-    let shim = allocmux_cli::elf::read(&fs::read(&cached[0]).unwrap())
-        .unwrap()
-        .unwrap();
-    assert_eq!(shim.kind, allocmux_cli::elf::Kind::SharedLibrary);
-    assert!(shim.defines_malloc);
+    for path in &cached {
+        let shim = allocmux_cli::elf::read(&fs::read(path).unwrap())
+            .unwrap()
+            .unwrap();
+        assert_eq!(shim.kind, allocmux_cli::elf::Kind::SharedLibrary);
+        assert!(shim.defines_malloc, "{}", path.display());
+    }
 }
 
 /// The cargo running this test.

@@ -18,11 +18,17 @@ pub const TIMEOUT: Duration = Duration::from_secs(120);
 const PIPE_GRACE: Duration = Duration::from_secs(30);
 
 /// Removes what would change the shim's behaviour from a command's
-/// environment: an inherited `LD_PRELOAD` and every `ALLOCMUX_*` variable.
+/// environment: an inherited `LD_PRELOAD` and every inherited `ALLOCMUX_*`
+/// variable (those set on `cmd` stay).
 pub fn scrub(cmd: &mut Command) -> &mut Command {
-    cmd.env_remove("LD_PRELOAD");
+    let inherited = |cmd: &Command, key: &std::ffi::OsStr| {
+        !cmd.get_envs().any(|(k, v)| k == key && v.is_some())
+    };
+    if inherited(cmd, "LD_PRELOAD".as_ref()) {
+        cmd.env_remove("LD_PRELOAD");
+    }
     for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("ALLOCMUX_") {
+        if key.to_string_lossy().starts_with("ALLOCMUX_") && inherited(cmd, &key) {
             cmd.env_remove(key);
         }
     }
@@ -42,6 +48,8 @@ pub struct Spawned {
 impl Spawned {
     /// Spawns `cmd` (stdio as the caller set it up) in a new process group.
     pub fn spawn(cmd: &mut Command) -> Spawned {
+        #[cfg(feature = "shim")]
+        crate::shim::check_preload(cmd);
         let what = describe(cmd);
         cmd.process_group(0);
         let child = cmd

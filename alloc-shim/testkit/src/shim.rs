@@ -1,9 +1,14 @@
 //! The shim built from this tree, and programs run under it.
 
-use std::path::Path;
+use std::borrow::Cow;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::Mutex;
 
-use allocmux::profile::ProcessProfile;
+use allocmux::Backend;
+use allocmux::profile::{ProcessProfile, StackMode};
+use allocmux::recorder::env;
 
 use crate::process::{run, scrub};
 use crate::profiles::read_profiles;
@@ -11,21 +16,92 @@ use crate::profiles::read_profiles;
 /// Every backend the shim can forward to.
 pub const BACKENDS: [&str; 3] = ["system", "jemalloc", "mimalloc"];
 
-/// The freshly built shim (the CLI's build script builds it from this tree).
+/// The freshly built shim (the CLI's build script builds it from this tree),
+/// as built: the universal library, whose exports jump through the table in
+/// force. Tests that preload it by hand test it.
 pub fn shim() -> &'static str {
     allocmux_cli::shim::BUILT_PATH
 }
 
-/// Scrubs the environment, then preloads the shim with `backend`, writing
-/// profiles to `output` (a template: `%p` becomes the pid).
+/// The library `allocmux` preloads for a run with `backend` and the stack
+/// settings in `cmd`'s environment (after [`scrub`], the variables it sets
+/// are all there are): a direct shim made from [`shim`] where the backend
+/// and mode have one, else [`shim`] itself. Direct shims are written next
+/// to it, once per content.
+pub fn shim_for(cmd: &Command, backend: &str) -> PathBuf {
+    let backend = Backend::from_name(backend.as_bytes()).unwrap_or(Backend::System);
+    let mode = env::shim_stack_mode(|name| {
+        cmd.get_envs()
+            .find(|(k, _)| *k == name)
+            .and_then(|(_, v)| v)
+            .map(|v| v.as_bytes())
+    });
+    let sampled = match mode {
+        StackMode::Off => false,
+        StackMode::Sample { .. } => true,
+        StackMode::Exact => return PathBuf::from(shim()),
+    };
+    static WRITTEN: Mutex<Vec<((Backend, bool), PathBuf)>> = Mutex::new(Vec::new());
+    let mut written = WRITTEN.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, path)) = written.iter().find(|(k, _)| *k == (backend, sampled)) {
+        return path.clone();
+    }
+    let (bytes, name) = allocmux_cli::shim::library(backend, mode).expect("making a direct shim");
+    let path = match bytes {
+        Cow::Borrowed(_) => PathBuf::from(shim()),
+        Cow::Owned(bytes) => {
+            let dir = Path::new(shim())
+                .parent()
+                .expect("the shim is in a directory");
+            allocmux_cli::shim::extract(dir, &bytes, &name).expect("writing a direct shim")
+        }
+    };
+    written.push(((backend, sampled), path.clone()));
+    path
+}
+
+/// Scrubs the environment, then preloads the shim `allocmux` would for
+/// `backend` and the stack settings already set on `cmd` ([`shim_for`]: set
+/// `ALLOCMUX_STACKS`, `ALLOCMUX_SAMPLE_BYTES` and `ALLOCMUX_HTTP` first),
+/// writing profiles to `output` (a template: `%p` becomes the pid).
 pub fn preload<'a>(cmd: &'a mut Command, backend: &str, output: Option<&Path>) -> &'a mut Command {
-    scrub(cmd)
-        .env("LD_PRELOAD", shim())
-        .env("ALLOCMUX_ALLOCATOR", backend);
+    scrub(cmd).env("ALLOCMUX_ALLOCATOR", backend);
+    let library = shim_for(cmd, backend);
+    cmd.env("LD_PRELOAD", library);
     if let Some(output) = output {
         cmd.env("ALLOCMUX_OUTPUT", output);
     }
     cmd
+}
+
+/// Panics if `cmd` preloads a direct shim that is not the one [`shim_for`]
+/// picks for its environment now: its stack settings were changed after
+/// [`preload`], and the run would test another mode than the test asks for
+/// (a direct shim's mode is its table's, whatever the environment says).
+pub fn check_preload(cmd: &Command) {
+    let var = |name: &str| {
+        cmd.get_envs()
+            .find(|(k, _)| *k == name)
+            .and_then(|(_, v)| v)
+            .map(|v| v.to_string_lossy().into_owned())
+    };
+    let Some(preloaded) = var("LD_PRELOAD") else {
+        return;
+    };
+    let direct = Path::new(&preloaded)
+        .file_name()
+        .is_some_and(|n| n.to_string_lossy().starts_with("liballocmux_shim-"));
+    if !direct {
+        return;
+    }
+    let backend = var("ALLOCMUX_ALLOCATOR").unwrap_or_default();
+    let picked = shim_for(cmd, &backend);
+    assert_eq!(
+        Path::new(&preloaded),
+        picked,
+        "the command preloads a direct shim for another mode than its environment asks for: \
+         set the stack variables before `preload`"
+    );
 }
 
 /// Runs a command without the shim (scrubbed environment): the reference.
@@ -53,7 +129,11 @@ pub fn run_under_with(
     input: Option<&[u8]>,
 ) -> (Output, Vec<(String, ProcessProfile)>) {
     let dir = tempfile::tempdir().expect("a temporary directory");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
     preload(cmd, backend, Some(&dir.path().join("%p.prof")));
+    // `env` over what `preload` set (a test may name its own output).
     for (k, v) in env {
         cmd.env(k, v);
     }

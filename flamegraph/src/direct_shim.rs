@@ -1,0 +1,126 @@
+//! Direct shims, made from the shim as built: the same library with each
+//! malloc-family export's dynamic symbol pointed at one hook table's
+//! function and the table's marker byte set (see
+//! `allocmux::recorder::direct`). The loader binds the program's `malloc`
+//! to the hook itself, so a call skips the universal library's jump
+//! through the table in force.
+//!
+//! Only the two fields of existing dynamic-symbol entries (value and size)
+//! and one byte of read-only data change: no section, segment or string
+//! moves, and the symbol hash tables, which are keyed by name, stay valid.
+
+use allocmux::recorder::direct::{self, DirectTable};
+use object::read::elf::{ElfFile64, FileHeader};
+use object::{Endian, Endianness, Object, ObjectSection, ObjectSymbol};
+
+/// The malloc-family functions, as the shim exports them.
+fn family() -> Vec<&'static str> {
+    macro_rules! names {
+        ([] $($name:ident => $Func:ident ($($arg:ident : $ty:ty),*) $(-> $ret:ty)?;)*) => {
+            vec![$(stringify!($name)),*]
+        };
+    }
+    allocmux::for_each_malloc_function!(names)
+}
+
+/// The size of one ELF64 symbol-table entry, and where its value and size
+/// are in it.
+const SYM_SIZE: usize = 24;
+const ST_VALUE: usize = 8;
+const ST_SIZE: usize = 16;
+
+/// `universal` (the shim as built) made the direct shim of `table`.
+pub fn make(universal: &[u8], table: &DirectTable) -> Result<Vec<u8>, String> {
+    crate::elf::aligned(universal, |data| make_aligned(data, table))
+}
+
+fn make_aligned(universal: &[u8], table: &DirectTable) -> Result<Vec<u8>, String> {
+    let file = ElfFile64::<Endianness>::parse(universal)
+        .map_err(|e| format!("the shim is not a 64-bit ELF file ({e})"))?;
+    let endian = file.elf_header().endian().map_err(|e| e.to_string())?;
+    let dynsym = file
+        .section_by_name(".dynsym")
+        .and_then(|s| s.file_range())
+        .ok_or("the shim has no dynamic symbol table")?
+        .0 as usize;
+    // Each dynamic symbol's entry index, value and size, by name.
+    let symbols: Vec<(String, usize, u64, u64)> = file
+        .dynamic_symbols()
+        .filter_map(|s| {
+            let name = s.name().ok()?.to_string();
+            Some((name, s.index().0, s.address(), s.size()))
+        })
+        .collect();
+    let find = |name: &str| {
+        symbols
+            .iter()
+            .find(|s| s.0 == name)
+            .ok_or_else(|| format!("the shim does not export {name}"))
+    };
+    let mut out = universal.to_vec();
+    for func in family() {
+        let (_, entry, _, _) = find(func)?;
+        let (_, _, value, size) = find(&direct::hook_symbol(table.name, func))?;
+        let at = dynsym + entry * SYM_SIZE;
+        out[at + ST_VALUE..at + ST_VALUE + 8].copy_from_slice(&endian.write_u64_bytes(*value));
+        out[at + ST_SIZE..at + ST_SIZE + 8].copy_from_slice(&endian.write_u64_bytes(*size));
+    }
+    let (_, _, marker, _) = find(direct::MARKER)?;
+    let offset = file
+        .sections()
+        .find(|s| (s.address()..s.address() + s.size()).contains(marker))
+        .and_then(|s| Some(s.file_range()?.0 + (marker - s.address())))
+        .ok_or("the shim's table marker is not stored in the file")? as usize;
+    match out.get_mut(offset) {
+        Some(byte) if *byte == direct::UNIVERSAL => *byte = table.code,
+        _ => return Err("the shim's table marker does not hold the value it is built with".into()),
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use allocmux::recorder::direct::TABLES;
+
+    /// The dynamic symbol `name`'s value in `data`.
+    fn value(data: &[u8], name: &str) -> u64 {
+        crate::elf::aligned(data, |data| {
+            let file = ElfFile64::<Endianness>::parse(data).unwrap();
+            file.dynamic_symbols()
+                .find(|s| s.name() == Ok(name))
+                .unwrap_or_else(|| panic!("{name} is not exported"))
+                .address()
+        })
+    }
+
+    #[test]
+    fn every_export_of_a_direct_shim_is_its_tables_hook() {
+        let universal = crate::shim::EMBEDDED;
+        for table in TABLES {
+            let direct = make(universal, &table).unwrap();
+            assert_eq!(direct.len(), universal.len());
+            for func in family() {
+                let hook = value(universal, &direct::hook_symbol(table.name, func));
+                assert_ne!(value(universal, func), hook, "{func}");
+                assert_eq!(value(&direct, func), hook, "{} {func}", table.name);
+            }
+            // The bytes that differ: 10 symbols' values and sizes (at most
+            // 16 bytes each) and the marker.
+            let changed = universal
+                .iter()
+                .zip(&direct)
+                .filter(|(a, b)| a != b)
+                .count();
+            assert!(changed <= 10 * 16 + 1, "{changed} bytes changed");
+        }
+    }
+
+    #[test]
+    fn a_direct_shim_cannot_be_made_twice_or_from_something_else() {
+        let table = TABLES[0];
+        let direct = make(crate::shim::EMBEDDED, &table).unwrap();
+        assert!(make(&direct, &table).unwrap_err().contains("marker"));
+        assert!(make(b"not an ELF file", &table).is_err());
+    }
+}
