@@ -52,7 +52,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import bench_svg  # noqa: E402
-from shim_overhead import DEBIAN_JEMALLOC  # noqa: E402
+from shim_overhead import DEBIAN_JEMALLOC, direct_shims, library  # noqa: E402
 
 DEBIAN_MIMALLOC = "/usr/lib/x86_64-linux-gnu/libmimalloc.so.2"
 PARTS = ["overhead", "callgrind", "compare", "heaptrack", "counting"]
@@ -198,6 +198,11 @@ class Runner:
         self.a = a
         self.tmp = tmp
         self.base = {k: v for k, v in os.environ.items() if not k.startswith(("LD_PRELOAD", "ALLOCMUX_"))}
+        # What `allocmux run` preloads for stacks off and sampled stacks
+        # (docs/performance.md); without the tool (a --bin-dir without
+        # examples), the universal library for every mode.
+        tool = os.path.join(a.bin_dir, "examples", "direct_shims")
+        self.shims = direct_shims(a.shim, tmp, tool) if os.path.exists(tool) else {}
         self.commands = []  # (part, command) for the report
 
     def cmd(self, name, size):
@@ -212,7 +217,8 @@ class Runner:
         return e
 
     def shim_env(self, allocator, stacks=None, out=None):
-        e = self.env(self.a.shim, allocator=allocator, output=out or os.path.join(self.tmp, "p.%p"))
+        shim = library(self.shims, self.a.shim, allocator, stacks or "off")
+        e = self.env(shim, allocator=allocator, output=out or os.path.join(self.tmp, "p.%p"))
         if stacks:
             e["ALLOCMUX_STACKS"] = stacks
         return e
@@ -360,7 +366,7 @@ def part_overhead(a, R, out, charts):
         "## Overhead of allocmux's modes against the bare allocator", "",
         f"{rounds} rounds; in each, every configuration once, in an order rotated each round: the workload bare "
         f"(glibc with no preload; `LD_PRELOAD={DEBIAN_JEMALLOC}`) and under the shim "
-        "(`LD_PRELOAD=liballocmux_shim.so ALLOCMUX_ALLOCATOR=system|jemalloc ALLOCMUX_OUTPUT=DIR/p.%p`, with "
+        "(`LD_PRELOAD=liballocmux_shim-TABLE.so ALLOCMUX_ALLOCATOR=system|jemalloc ALLOCMUX_OUTPUT=DIR/p.%p`, the direct shim `allocmux run` preloads, with "
         "`ALLOCMUX_STACKS` unset (stacks off, the default recording) or `sample`). Exact mode against bare is in the "
         "heaptrack part (`exact record / bare`, glibc backend), measured only there to keep the run within about 35 minutes. "
         "Cell: median of the per-round ratios shim/bare, IQR, and range; the 95% column is the Hodges–Lehmann "

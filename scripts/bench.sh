@@ -21,5 +21,6 @@ for arg in "$@"; do
 done
 if [ "$build" = 1 ]; then
     cargo build --release -q -p allocmux-shim -p allocmux-cli -p allocmux-workloads
+    cargo build --release -q -p allocmux-cli --example direct_shims
 fi
 ALLOCMUX_BENCH_SH=1 exec python3 scripts/bench.py "$@"

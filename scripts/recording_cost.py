@@ -12,6 +12,10 @@ program runs in interleaved rounds under:
   shim       under the shim, default recording (stacks off)
   sampled    under the shim with ALLOCMUX_STACKS=sample (default rate)
 
+(the shim being the library `allocmux run` preloads: the direct shim of
+the backend and mode under glibc and jemalloc, the universal library
+under mimalloc)
+
 and the script reports per-round ratios (median [min, max]): shim / bare,
 shim / in-code, and sampled - shim (in units of the bare run). Interleaving
 spreads the drift of a shared machine over all configurations alike.
@@ -37,7 +41,7 @@ import subprocess
 import sys
 import tempfile
 
-from shim_overhead import report, timed  # timed: one process, timed; exits if it fails
+from shim_overhead import direct_shims, library, report, timed  # timed: one process, timed; exits if it fails
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIB = "/usr/lib/x86_64-linux-gnu"
@@ -54,7 +58,7 @@ def build(tmp):
     return churn, os.path.join(release, "liballocmux_shim.so"), release
 
 
-def configs(backend, workload, shim, release, churn, out, base):
+def configs(backend, workload, shim, shims, release, churn, out, base):
     """name -> (argv builder for a size, environment)."""
     rust = workload != "churn"
 
@@ -71,9 +75,9 @@ def configs(backend, workload, shim, release, churn, out, base):
         c["bare"] = (plain, dict(base, LD_PRELOAD=DEBIAN[backend]))
     if rust:
         c["in-code"] = (cmd(INCODE[backend]), dict(base))
-    shim_env = dict(base, LD_PRELOAD=shim, ALLOCMUX_ALLOCATOR=backend, ALLOCMUX_OUTPUT=out)
-    c["shim"] = (plain, shim_env)
-    c["sampled"] = (plain, dict(shim_env, ALLOCMUX_STACKS="sample"))
+    shim_env = dict(base, ALLOCMUX_ALLOCATOR=backend, ALLOCMUX_OUTPUT=out)
+    c["shim"] = (plain, dict(shim_env, LD_PRELOAD=library(shims, shim, backend)))
+    c["sampled"] = (plain, dict(shim_env, LD_PRELOAD=library(shims, shim, backend, "sample"), ALLOCMUX_STACKS="sample"))
     return c
 
 
@@ -154,10 +158,11 @@ def main():
     ]
     with tempfile.TemporaryDirectory() as tmp:
         churn, shim, release = build(tmp)
+        shims = direct_shims(shim, tmp)
         out = os.path.join(tmp, "%p.prof")
         for workload, n in sizes.items():
             for backend in BACKENDS:
-                c = configs(backend, workload, shim, release, churn, out, base)
+                c = configs(backend, workload, shim, shims, release, churn, out, base)
                 if a.rounds > 0:
                     wall(a.rounds, n, c, workload, backend, lines)
                 if a.callgrind:

@@ -54,6 +54,26 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEBIAN_JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
 
 
+def direct_shims(universal, outdir, tool=None):
+    """The direct shims made from `universal` (see docs/performance.md), as
+    {table: path}, by the CLI's `direct_shims` example (`tool`; by default
+    built here). What `allocmux run` preloads for stacks off and sampled
+    stacks under glibc and jemalloc."""
+    if tool is None:
+        subprocess.run(["cargo", "build", "--release", "-q", "-p", "allocmux-cli", "--example", "direct_shims"], cwd=ROOT, check=True)
+        tool = os.path.join(ROOT, "target", "release", "examples", "direct_shims")
+    out = subprocess.run([tool, universal, outdir], capture_output=True, text=True, check=True).stdout.split()
+    return {os.path.basename(p)[len("liballocmux_shim-"):-len(".so")]: p for p in out}
+
+
+def library(shims, universal, backend, stacks="off"):
+    """The library allocmux preloads for `backend` and `stacks` (off, sample,
+    exact): a direct shim where there is one, else the universal one."""
+    if stacks == "exact":
+        return universal
+    return shims.get(backend + ("_sampled" if stacks == "sample" else ""), universal)
+
+
 def build_variant(cfg):
     """The shim built with `--cfg allocmux_bench=cfg` in its own target directory."""
     target = os.path.join(ROOT, "target", f"bench-{cfg}")

@@ -9,6 +9,9 @@ reports median wall times and the median per-round ratios:
   off         the shim, stacks off (default recording)
   sample      the shim, ALLOCMUX_STACKS=sample (512 KiB mean)
   exact       the shim, ALLOCMUX_STACKS=exact
+
+(the shim being the library `allocmux run` preloads for the mode: the
+direct shim of glibc for off and sample, the universal library for exact)
   exact+fold  exact, then `allocmux export --format folded --weight count`
               (record plus analysis: symbolized, merged stacks)
   heaptrack   `heaptrack -o FILE prog` (record)
@@ -45,7 +48,7 @@ import sys
 import tempfile
 import time
 
-from shim_overhead import report  # prints a table, writes it to --out
+from shim_overhead import direct_shims, library, report  # report: prints a table, writes it to --out
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY_SCRIPT = """
@@ -78,12 +81,12 @@ def timed(cmds, env=None):
     return time.perf_counter() - start
 
 
-def configs(prog, exe, shim, tmp, extra_env):
+def configs(prog, exe, lib, tmp, extra_env):
     base = dict(os.environ, **extra_env)
     base.pop("LD_PRELOAD", None)
 
     def shim_env(stacks, out):
-        return dict(base, LD_PRELOAD=shim, ALLOCMUX_STACKS=stacks, ALLOCMUX_OUTPUT=out)
+        return dict(base, LD_PRELOAD=lib(stacks), ALLOCMUX_STACKS=stacks, ALLOCMUX_OUTPUT=out)
 
     def fresh(name):
         path = os.path.join(tmp, name)
@@ -132,8 +135,8 @@ def configs(prog, exe, shim, tmp, extra_env):
     }
 
 
-def measure(name, prog, exe, shim, tmp, rounds, extra_env):
-    runs = configs(prog, exe, shim, tmp, extra_env)
+def measure(name, prog, exe, lib, tmp, rounds, extra_env):
+    runs = configs(prog, exe, lib, tmp, extra_env)
     times = {k: [] for k in runs}
     for r in range(rounds):
         for k, run in runs.items():
@@ -193,7 +196,7 @@ def size_and_render(churn, exe, tmp, iterations):
     return "\n".join(rows) + "\n"
 
 
-def sampling(name, prog, shim, tmp, rounds, extra_env):
+def sampling(name, prog, lib, tmp, rounds, extra_env):
     """Stacks off against sample only, interleaved over many rounds."""
     base = dict(os.environ, **extra_env)
     base.pop("LD_PRELOAD", None)
@@ -201,7 +204,7 @@ def sampling(name, prog, shim, tmp, rounds, extra_env):
     for r in range(rounds):
         for mode in times:
             out = os.path.join(tmp, f"s-{mode}")
-            env = dict(base, LD_PRELOAD=shim, ALLOCMUX_STACKS=mode, ALLOCMUX_OUTPUT=out + ".%p")
+            env = dict(base, LD_PRELOAD=lib(mode), ALLOCMUX_STACKS=mode, ALLOCMUX_OUTPUT=out + ".%p")
             times[mode].append(timed([prog], env))
             for f in os.listdir(tmp):
                 if f.startswith(f"s-{mode}."):
@@ -224,6 +227,10 @@ def main():
             sys.exit(f"{tool} is needed (apt-get install {tool.split('_')[0]})")
     with tempfile.TemporaryDirectory() as tmp:
         churn, exe, shim = build(tmp)
+        shims = direct_shims(shim, tmp)
+
+        def lib(stacks):
+            return library(shims, shim, "system", stacks)
         py = shutil.which("python3")
         if os.path.realpath(py).startswith("/usr/bin/") is False and os.path.exists("/usr/bin/python3"):
             py = "/usr/bin/python3"  # a pyenv shim would be measured instead of Python
@@ -236,17 +243,17 @@ def main():
         out += ["### Sampling against stacks off", "",
                 f"{args.sampling_rounds} interleaved rounds; ratio: median [min, max] of per-round ratios.", "",
                 "| workload | stacks off, median s | sample, median s | ratio |", "|---|---|---|---|",
-                sampling("churn, 1 thread, 2M pairs", [churn, "1", "2000000"], shim, tmp, args.sampling_rounds, {}),
-                sampling("python3 dict + json, PYTHONMALLOC=malloc", [py, script], shim, tmp, args.sampling_rounds,
+                sampling("churn, 1 thread, 2M pairs", [churn, "1", "2000000"], lib, tmp, args.sampling_rounds, {}),
+                sampling("python3 dict + json, PYTHONMALLOC=malloc", [py, script], lib, tmp, args.sampling_rounds,
                          {"PYTHONMALLOC": "malloc"}), ""]
         if args.only == "sampling":
             report("\n".join(out), args.out)
             return
-        out.append(measure("churn: 1 thread, 2,000,000 malloc/free pairs", [churn, "1", "2000000"], exe, shim, tmp, args.rounds, {}))
+        out.append(measure("churn: 1 thread, 2,000,000 malloc/free pairs", [churn, "1", "2000000"], exe, lib, tmp, args.rounds, {}))
         edit = [os.path.join(ROOT, "target", "release", "workload-glibc"), "edit-distance", "400000"]
-        out.append(measure("edit-distance: 400,000 word pairs (Rust, glibc)", edit, exe, shim, tmp, args.rounds, {}))
-        out.append(measure("python3 dict + json, PYTHONMALLOC=malloc (6.7M mallocs)", [py, script], exe, shim, tmp, args.rounds, {"PYTHONMALLOC": "malloc"}))
-        out.append(measure("python3 dict + json, pymalloc (default)", [py, script], exe, shim, tmp, args.rounds, {}))
+        out.append(measure("edit-distance: 400,000 word pairs (Rust, glibc)", edit, exe, lib, tmp, args.rounds, {}))
+        out.append(measure("python3 dict + json, PYTHONMALLOC=malloc (6.7M mallocs)", [py, script], exe, lib, tmp, args.rounds, {"PYTHONMALLOC": "malloc"}))
+        out.append(measure("python3 dict + json, pymalloc (default)", [py, script], exe, lib, tmp, args.rounds, {}))
         out.append(size_and_render(churn, exe, tmp, [1_000_000, 10_000_000]))
         report("\n".join(out), args.out)
 

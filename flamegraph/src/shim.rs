@@ -120,18 +120,22 @@ pub fn library(backend: Backend, mode: StackMode) -> Result<(Cow<'static, [u8]>,
         StackMode::Sample { .. } => DirectTable::serving(backend, true),
         StackMode::Exact => None,
     };
-    let (bytes, stem) = match direct {
-        Some(t) => (
-            Cow::Owned(
-                crate::direct_shim::make(EMBEDDED, &t)
-                    .map_err(|e| anyhow!("making the {} shim: {e}", t.name))?,
-            ),
-            format!("liballocmux_shim-{}", t.name),
-        ),
-        None => (Cow::Borrowed(EMBEDDED), "liballocmux_shim".to_string()),
+    let Some(t) = direct else {
+        return Ok((
+            Cow::Borrowed(EMBEDDED),
+            cache_name("liballocmux_shim", EMBEDDED),
+        ));
     };
-    let name = format!("{stem}-{:016x}.so", fnv1a(&bytes));
-    Ok((bytes, name))
+    let bytes = crate::direct_shim::make(EMBEDDED, &t)
+        .map_err(|e| anyhow!("making the {} shim: {e}", t.name))?;
+    let name = cache_name(&format!("liballocmux_shim-{}", t.name), &bytes);
+    Ok((Cow::Owned(bytes), name))
+}
+
+/// The file name of a shim library in the cache: its stem and a tag of
+/// its content, so versions never overwrite each other.
+fn cache_name(stem: &str, bytes: &[u8]) -> String {
+    format!("{stem}-{:016x}.so", fnv1a(bytes))
 }
 
 /// Finds the shim for a run with `backend` and `mode`: `ALLOCMUX_SHIM` if
@@ -155,6 +159,11 @@ pub fn locate(backend: Backend, mode: StackMode) -> Result<Shim> {
     let cache_err = match cache_dir() {
         Some(cache) => match extract(&cache, &bytes, &name) {
             Ok(path) => {
+                // The embedded shim too, for a hand-written `LD_PRELOAD`
+                // (the README's) to find in the cache after any run.
+                if let Cow::Owned(_) = bytes {
+                    let _ = extract(&cache, EMBEDDED, &cache_name("liballocmux_shim", EMBEDDED));
+                }
                 return Ok(Shim {
                     path,
                     origin: Origin::Cache,
