@@ -4,6 +4,7 @@
 //! kills its group too.
 
 use std::borrow::Cow;
+use std::ffi::OsStr;
 use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
@@ -21,18 +22,23 @@ const PIPE_GRACE: Duration = Duration::from_secs(30);
 /// environment: an inherited `LD_PRELOAD` and every inherited `ALLOCMUX_*`
 /// variable (those set on `cmd` stay).
 pub fn scrub(cmd: &mut Command) -> &mut Command {
-    let inherited = |cmd: &Command, key: &std::ffi::OsStr| {
-        !cmd.get_envs().any(|(k, v)| k == key && v.is_some())
-    };
-    if inherited(cmd, "LD_PRELOAD".as_ref()) {
+    if set_on(cmd, "LD_PRELOAD").is_none() {
         cmd.env_remove("LD_PRELOAD");
     }
     for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("ALLOCMUX_") && inherited(cmd, &key) {
+        if key.to_string_lossy().starts_with("ALLOCMUX_") && set_on(cmd, &key).is_none() {
             cmd.env_remove(key);
         }
     }
     cmd
+}
+
+/// The value of `name` set on `cmd` (not inherited, not removed).
+pub fn set_on(cmd: &Command, name: impl AsRef<OsStr>) -> Option<&OsStr> {
+    let name = name.as_ref();
+    cmd.get_envs()
+        .find(|(k, _)| *k == name)
+        .and_then(|(_, v)| v)
 }
 
 /// A process started by a test, in its own process group, killed with its

@@ -10,7 +10,7 @@ use allocmux::Backend;
 use allocmux::profile::{ProcessProfile, StackMode};
 use allocmux::recorder::env;
 
-use crate::process::{run, scrub};
+use crate::process::{run, scrub, set_on};
 use crate::profiles::read_profiles;
 
 /// Every backend the shim can forward to.
@@ -30,12 +30,7 @@ pub fn shim() -> &'static str {
 /// to it, once per content.
 pub fn shim_for(cmd: &Command, backend: &str) -> PathBuf {
     let backend = Backend::from_name(backend.as_bytes()).unwrap_or(Backend::System);
-    let mode = env::shim_stack_mode(|name| {
-        cmd.get_envs()
-            .find(|(k, _)| *k == name)
-            .and_then(|(_, v)| v)
-            .map(|v| v.as_bytes())
-    });
+    let mode = env::shim_stack_mode(|name| set_on(cmd, name).map(|v| v.as_bytes()));
     let sampled = match mode {
         StackMode::Off => false,
         StackMode::Sample { .. } => true,
@@ -79,12 +74,7 @@ pub fn preload<'a>(cmd: &'a mut Command, backend: &str, output: Option<&Path>) -
 /// [`preload`], and the run would test another mode than the test asks for
 /// (a direct shim's mode is its table's, whatever the environment says).
 pub fn check_preload(cmd: &Command) {
-    let var = |name: &str| {
-        cmd.get_envs()
-            .find(|(k, _)| *k == name)
-            .and_then(|(_, v)| v)
-            .map(|v| v.to_string_lossy().into_owned())
-    };
+    let var = |name: &str| set_on(cmd, name).map(|v| v.to_string_lossy().into_owned());
     let Some(preloaded) = var("LD_PRELOAD") else {
         return;
     };
