@@ -9,19 +9,10 @@
 //! and one byte of read-only data change: no section, segment or string
 //! moves, and the symbol hash tables, which are keyed by name, stay valid.
 
+use allocmux::Func;
 use allocmux::recorder::direct::{self, DirectTable};
 use object::read::elf::{ElfFile64, FileHeader};
 use object::{Endian, Endianness, Object, ObjectSection, ObjectSymbol};
-
-/// The malloc-family functions, as the shim exports them.
-fn family() -> Vec<&'static str> {
-    macro_rules! names {
-        ([] $($name:ident => $Func:ident ($($arg:ident : $ty:ty),*) $(-> $ret:ty)?;)*) => {
-            vec![$(stringify!($name)),*]
-        };
-    }
-    allocmux::for_each_malloc_function!(names)
-}
 
 /// The size of one ELF64 symbol-table entry, and where its value and size
 /// are in it.
@@ -58,7 +49,7 @@ fn make_aligned(universal: &[u8], table: &DirectTable) -> Result<Vec<u8>, String
             .ok_or_else(|| format!("the shim does not export {name}"))
     };
     let mut out = universal.to_vec();
-    for func in family() {
+    for func in Func::ALL.map(Func::name) {
         let (_, entry, _, _) = find(func)?;
         let (_, _, value, size) = find(&direct::hook_symbol(table.name, func))?;
         let at = dynsym + entry * SYM_SIZE;
@@ -100,7 +91,7 @@ mod tests {
         for table in TABLES {
             let direct = make(universal, &table).unwrap();
             assert_eq!(direct.len(), universal.len());
-            for func in family() {
+            for func in Func::ALL.map(Func::name) {
                 let hook = value(universal, &direct::hook_symbol(table.name, func));
                 assert_ne!(value(universal, func), hook, "{func}");
                 assert_eq!(value(&direct, func), hook, "{} {func}", table.name);

@@ -115,12 +115,7 @@ impl Shim {
 /// the name it is written under (which starts with the embedded shim's:
 /// the symbolizer knows the shim's frames by it).
 pub fn library(backend: Backend, mode: StackMode) -> Result<(Cow<'static, [u8]>, String)> {
-    let direct = match mode {
-        StackMode::Off => DirectTable::serving(backend, false),
-        StackMode::Sample { .. } => DirectTable::serving(backend, true),
-        StackMode::Exact => None,
-    };
-    let Some(t) = direct else {
+    let Some(t) = DirectTable::serving(backend, mode) else {
         return Ok((
             Cow::Borrowed(EMBEDDED),
             cache_name("liballocmux_shim", EMBEDDED),

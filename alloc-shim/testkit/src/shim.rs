@@ -1,13 +1,13 @@
 //! The shim built from this tree, and programs run under it.
 
-use std::borrow::Cow;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Mutex;
 
 use allocmux::Backend;
-use allocmux::profile::{ProcessProfile, StackMode};
+use allocmux::profile::ProcessProfile;
+use allocmux::recorder::direct::DirectTable;
 use allocmux::recorder::env;
 
 use crate::process::{run, scrub, set_on};
@@ -31,27 +31,20 @@ pub fn shim() -> &'static str {
 pub fn shim_for(cmd: &Command, backend: &str) -> PathBuf {
     let backend = Backend::from_name(backend.as_bytes()).unwrap_or(Backend::System);
     let mode = env::shim_stack_mode(|name| set_on(cmd, name).map(|v| v.as_bytes()));
-    let sampled = match mode {
-        StackMode::Off => false,
-        StackMode::Sample { .. } => true,
-        StackMode::Exact => return PathBuf::from(shim()),
+    let Some(table) = DirectTable::serving(backend, mode) else {
+        return PathBuf::from(shim());
     };
-    static WRITTEN: Mutex<Vec<((Backend, bool), PathBuf)>> = Mutex::new(Vec::new());
+    static WRITTEN: Mutex<Vec<(u8, PathBuf)>> = Mutex::new(Vec::new());
     let mut written = WRITTEN.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, path)) = written.iter().find(|(k, _)| *k == (backend, sampled)) {
+    if let Some((_, path)) = written.iter().find(|(code, _)| *code == table.code) {
         return path.clone();
     }
     let (bytes, name) = allocmux_cli::shim::library(backend, mode).expect("making a direct shim");
-    let path = match bytes {
-        Cow::Borrowed(_) => PathBuf::from(shim()),
-        Cow::Owned(bytes) => {
-            let dir = Path::new(shim())
-                .parent()
-                .expect("the shim is in a directory");
-            allocmux_cli::shim::extract(dir, &bytes, &name).expect("writing a direct shim")
-        }
-    };
-    written.push(((backend, sampled), path.clone()));
+    let dir = Path::new(shim())
+        .parent()
+        .expect("the shim is in a directory");
+    let path = allocmux_cli::shim::extract(dir, &bytes, &name).expect("writing a direct shim");
+    written.push((table.code, path.clone()));
     path
 }
 

@@ -15,6 +15,7 @@
 //! is nothing to them.
 
 use crate::Backend;
+use crate::profile::StackMode;
 
 /// One hook table with a direct shim.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,9 +71,14 @@ impl DirectTable {
         TABLES.into_iter().find(|t| t.code == code)
     }
 
-    /// The table serving `backend` with stacks off (`sampled` false) or
-    /// sampled, if it has a direct shim.
-    pub fn serving(backend: Backend, sampled: bool) -> Option<DirectTable> {
+    /// The table serving `backend` with stacks in `mode`, if it has a
+    /// direct shim (exact mode has none).
+    pub fn serving(backend: Backend, mode: StackMode) -> Option<DirectTable> {
+        let sampled = match mode {
+            StackMode::Off => false,
+            StackMode::Sample { .. } => true,
+            StackMode::Exact => return None,
+        };
         TABLES
             .into_iter()
             .find(|t| t.backend == backend && t.sampled == sampled)
