@@ -1,0 +1,232 @@
+/*
+ * Time in the allocator from program-counter samples, for comparison with
+ * the shim's TSC sample of calls (scripts/pc_sampling.py runs it).
+ *
+ *   pc_sampling MODE RATE ITERATIONS
+ *
+ * Runs the one-thread churn of scripts/churn.c (malloc/free pairs of
+ * random sizes over 4,096 slots) against glibc, with:
+ *   none   nothing else (the baseline);
+ *   timer  a per-thread CPU-time timer (timer_create on
+ *          CLOCK_THREAD_CPUTIME_ID, SIGEV_THREAD_ID) raising SIGPROF RATE
+ *          times a second of the thread's CPU time;
+ *   perf   a software task-clock perf event on the thread, sampling every
+ *          1/RATE s of its CPU time, signalling each sample with SIGPROF;
+ *   truth  every malloc and free timed with the TSC (lfence; rdtsc), less
+ *          the cost of an empty timing, to give the allocator's share.
+ * Each SIGPROF looks at the interrupted program counter: a sample is the
+ * allocator's if it lies in libc's code, which the churn calls for nothing
+ * else. Prints one line of key=value pairs.
+ */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <link.h>
+#include <linux/perf_event.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <ucontext.h>
+#include <unistd.h>
+#include <x86intrin.h>
+
+#define SLOTS 4096
+
+static uintptr_t libc_lo, libc_hi;
+static volatile uint64_t samples, in_alloc;
+
+static int find_libc(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    (void)data;
+    if (!strstr(info->dlpi_name, "libc.so"))
+        return 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X)) {
+            libc_lo = info->dlpi_addr + ph->p_vaddr;
+            libc_hi = libc_lo + ph->p_memsz;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void on_sample(int sig, siginfo_t *si, void *ctx)
+{
+    (void)sig;
+    (void)si;
+    uintptr_t pc = (uintptr_t)((ucontext_t *)ctx)->uc_mcontext.gregs[REG_RIP];
+    samples++;
+    if (pc >= libc_lo && pc < libc_hi)
+        in_alloc++;
+}
+
+static uint64_t xorshift64(uint64_t *s)
+{
+    uint64_t x = *s;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return *s = x;
+}
+
+static inline uint64_t tsc(void)
+{
+    _mm_lfence();
+    return __rdtsc();
+}
+
+static uint64_t cpu_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* The churn; with `timed`, every call timed and the ticks summed. */
+static uint64_t churn(unsigned long iterations, int timed, uint64_t *alloc_ticks)
+{
+    static unsigned char *slot[SLOTS];
+    static size_t size[SLOTS];
+    uint64_t rng = 0x9E3779B97F4A7C15ULL, sum = 0, ticks = 0;
+    for (unsigned long i = 0; i < iterations; i++) {
+        uint64_t r = xorshift64(&rng);
+        unsigned s = (unsigned)(r & (SLOTS - 1));
+        size_t n = ((r >> 12) & 15) == 0 ? 16 + (size_t)((r >> 16) % 4081)
+                                         : 16 + (size_t)((r >> 16) % 241);
+        if (slot[s]) {
+            sum = sum * 31 + slot[s][0] + size[s];
+            if (timed) {
+                uint64_t t0 = tsc();
+                free(slot[s]);
+                ticks += tsc() - t0;
+            } else {
+                free(slot[s]);
+            }
+        }
+        unsigned char *p;
+        if (timed) {
+            uint64_t t0 = tsc();
+            p = malloc(n);
+            ticks += tsc() - t0;
+        } else {
+            p = malloc(n);
+        }
+        if (!p)
+            abort();
+        p[0] = (unsigned char)r;
+        slot[s] = p;
+        size[s] = n;
+    }
+    for (unsigned s = 0; s < SLOTS; s++) {
+        free(slot[s]);
+        slot[s] = NULL;
+    }
+    *alloc_ticks = ticks;
+    return sum;
+}
+
+static void start_timer(long rate)
+{
+    struct sigevent sev = { 0 };
+    sev.sigev_notify = SIGEV_THREAD_ID;
+    sev.sigev_signo = SIGPROF;
+    sev._sigev_un._tid = (pid_t)syscall(SYS_gettid);
+    timer_t timer;
+    if (timer_create(CLOCK_THREAD_CPUTIME_ID, &sev, &timer) != 0) {
+        perror("timer_create");
+        exit(1);
+    }
+    long ns = 1000000000L / rate;
+    struct itimerspec its = { { ns / 1000000000L, ns % 1000000000L },
+                              { ns / 1000000000L, ns % 1000000000L } };
+    timer_settime(timer, 0, &its, NULL);
+}
+
+static void start_perf(long rate)
+{
+    struct perf_event_attr a = { 0 };
+    a.size = sizeof a;
+    a.type = PERF_TYPE_SOFTWARE;
+    a.config = PERF_COUNT_SW_TASK_CLOCK;
+    a.sample_period = (uint64_t)(1000000000L / rate);
+    a.sample_type = PERF_SAMPLE_IP;
+    a.wakeup_events = 1;
+    a.exclude_kernel = 1;
+    a.exclude_hv = 1;
+    int fd = (int)syscall(SYS_perf_event_open, &a, 0, -1, -1, 0);
+    if (fd < 0) {
+        perror("perf_event_open");
+        exit(3);
+    }
+    /* A ring for the sample records the signals announce (unread). */
+    if (mmap(NULL, 9 * 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) == MAP_FAILED) {
+        perror("mmap");
+        exit(3);
+    }
+    struct f_owner_ex owner = { F_OWNER_TID, (pid_t)syscall(SYS_gettid) };
+    fcntl(fd, F_SETOWN_EX, &owner);
+    fcntl(fd, F_SETSIG, SIGPROF);
+    fcntl(fd, F_SETFL, O_ASYNC);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 4) {
+        fprintf(stderr, "usage: pc_sampling none|timer|perf|truth RATE ITERATIONS\n");
+        return 2;
+    }
+    const char *mode = argv[1];
+    long rate = strtol(argv[2], NULL, 10);
+    unsigned long iterations = strtoul(argv[3], NULL, 10);
+    dl_iterate_phdr(find_libc, NULL);
+    if (!libc_hi) {
+        fprintf(stderr, "pc_sampling: libc's code not found\n");
+        return 1;
+    }
+    struct sigaction sa = { 0 };
+    sa.sa_sigaction = on_sample;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGPROF, &sa, NULL);
+
+    int timed = 0;
+    if (!strcmp(mode, "timer"))
+        start_timer(rate);
+    else if (!strcmp(mode, "perf"))
+        start_perf(rate);
+    else if (!strcmp(mode, "truth"))
+        timed = 1;
+    else if (strcmp(mode, "none")) {
+        fprintf(stderr, "pc_sampling: unknown mode %s\n", mode);
+        return 2;
+    }
+
+    /* An empty timing's cost, to take off each timed call. */
+    uint64_t empty = UINT64_MAX;
+    for (int k = 0; k < 1000; k++) {
+        uint64_t t0 = tsc();
+        uint64_t d = tsc() - t0;
+        if (d < empty)
+            empty = d;
+    }
+
+    uint64_t c0 = cpu_ns(), t0 = tsc(), alloc_ticks;
+    uint64_t sum = churn(iterations, timed, &alloc_ticks);
+    uint64_t ticks = tsc() - t0, c1 = cpu_ns();
+    uint64_t calls = 2 * iterations;
+    uint64_t alloc_net = timed ? alloc_ticks - (alloc_ticks < calls * empty ? alloc_ticks : calls * empty) : 0;
+    /* The timings' own cost is not the program's: off the total too. */
+    uint64_t total_net = timed ? ticks - calls * empty : ticks;
+    printf("mode=%s rate=%ld cpu_ns=%llu samples=%llu in_alloc=%llu alloc_ticks=%llu total_ticks=%llu checksum=%llx\n",
+           mode, rate, (unsigned long long)(c1 - c0), (unsigned long long)samples,
+           (unsigned long long)in_alloc, (unsigned long long)alloc_net,
+           (unsigned long long)total_net, (unsigned long long)sum);
+    return 0;
+}
