@@ -22,8 +22,8 @@ and little else, against glibc):
   shim runs are also counted in instructions under callgrind: the TSC
   sample's cost per malloc/free pair.
 
-Needs gcc, and the shim built (`cargo build --release -p allocmux-shim`,
-or `--shim PATH`).
+Needs gcc, valgrind for `--callgrind`, and the shim built (`cargo build
+--release -p allocmux-shim`, or `--shim PATH`).
 """
 
 import argparse
@@ -96,15 +96,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--iterations", type=int, default=4_000_000)
-    ap.add_argument("--shim", default=os.path.join(ROOT, "target/allocmux-shim/release/liballocmux_shim.so"))
+    ap.add_argument("--shim", default=os.path.join(ROOT, "target/release/liballocmux_shim.so"))
     ap.add_argument("--callgrind", action="store_true")
     ap.add_argument("--out")
     args = ap.parse_args()
     if not os.path.exists(args.shim):
-        alt = os.path.join(ROOT, "target/release/liballocmux_shim.so")
-        if not os.path.exists(alt):
-            sys.exit(f"no shim at {args.shim}: build it (cargo build --release -p allocmux-shim) or pass --shim")
-        args.shim = alt
+        sys.exit(f"no shim at {args.shim}: build it (cargo build --release -p allocmux-shim) or pass --shim")
     with tempfile.TemporaryDirectory() as tmp:
         exe, churn = os.path.join(tmp, "pc_sampling"), os.path.join(tmp, "churn")
         subprocess.run(["gcc", "-O2", "-o", exe, os.path.join(ROOT, "scripts/pc_sampling.c")], check=True)
