@@ -729,7 +729,7 @@ OTHER_SCRIPTS = [
      "python3 scripts/endpoint_cost.py --rounds 9 --every 1 --out scripts/results/endpoint-cost.md",
      "endpoint-cost.md"),
     ("Allocator time from program-counter samples, against the TSC sample",
-     "python3 scripts/pc_sampling.py --rounds 7 --iterations 4000000 --callgrind "
+     "python3 scripts/pc_sampling.py --rounds 9 --iterations 4000000 --callgrind "
      "--out scripts/results/pc-sampling.md", "pc-sampling.md"),
 ]
 

@@ -4,16 +4,14 @@
  *
  *   pc_sampling MODE RATE ITERATIONS
  *
- * Runs the one-thread churn of scripts/churn.c (malloc/free pairs of
- * random sizes over 4,096 slots) against glibc, with:
+ * Runs one thread of scripts/churn.c (its own loop, included below) against
+ * glibc, with:
  *   none   nothing else (the baseline);
  *   timer  a per-thread CPU-time timer (timer_create on
  *          CLOCK_THREAD_CPUTIME_ID, SIGEV_THREAD_ID) raising SIGPROF RATE
  *          times a second of the thread's CPU time;
  *   perf   a software task-clock perf event on the thread, sampling every
- *          1/RATE s of its CPU time, signalling each sample with SIGPROF;
- *   truth  every malloc and free timed with the TSC (lfence; rdtsc), less
- *          the cost of an empty timing, to give the allocator's share.
+ *          1/RATE s of its CPU time, signalling each sample with SIGPROF.
  * Each SIGPROF looks at the interrupted program counter: a sample is the
  * allocator's if it lies in libc's code, which the churn calls for nothing
  * else. Prints one line of key=value pairs.
@@ -33,9 +31,11 @@
 #include <time.h>
 #include <ucontext.h>
 #include <unistd.h>
-#include <x86intrin.h>
 
-#define SLOTS 4096
+/* The churn itself: its `run` loop, `main` renamed out of the way. */
+#define main churn_main
+#include "churn.c"
+#undef main
 
 static uintptr_t libc_lo, libc_hi;
 static volatile uint64_t samples, in_alloc;
@@ -67,69 +67,11 @@ static void on_sample(int sig, siginfo_t *si, void *ctx)
         in_alloc++;
 }
 
-static uint64_t xorshift64(uint64_t *s)
-{
-    uint64_t x = *s;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return *s = x;
-}
-
-static inline uint64_t tsc(void)
-{
-    _mm_lfence();
-    return __rdtsc();
-}
-
 static uint64_t cpu_ns(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
     return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
-
-/* The churn; with `timed`, every call timed and the ticks summed. */
-static uint64_t churn(unsigned long iterations, int timed, uint64_t *alloc_ticks)
-{
-    static unsigned char *slot[SLOTS];
-    static size_t size[SLOTS];
-    uint64_t rng = 0x9E3779B97F4A7C15ULL, sum = 0, ticks = 0;
-    for (unsigned long i = 0; i < iterations; i++) {
-        uint64_t r = xorshift64(&rng);
-        unsigned s = (unsigned)(r & (SLOTS - 1));
-        size_t n = ((r >> 12) & 15) == 0 ? 16 + (size_t)((r >> 16) % 4081)
-                                         : 16 + (size_t)((r >> 16) % 241);
-        if (slot[s]) {
-            sum = sum * 31 + slot[s][0] + size[s];
-            if (timed) {
-                uint64_t t0 = tsc();
-                free(slot[s]);
-                ticks += tsc() - t0;
-            } else {
-                free(slot[s]);
-            }
-        }
-        unsigned char *p;
-        if (timed) {
-            uint64_t t0 = tsc();
-            p = malloc(n);
-            ticks += tsc() - t0;
-        } else {
-            p = malloc(n);
-        }
-        if (!p)
-            abort();
-        p[0] = (unsigned char)r;
-        slot[s] = p;
-        size[s] = n;
-    }
-    for (unsigned s = 0; s < SLOTS; s++) {
-        free(slot[s]);
-        slot[s] = NULL;
-    }
-    *alloc_ticks = ticks;
-    return sum;
 }
 
 static void start_timer(long rate)
@@ -179,12 +121,12 @@ static void start_perf(long rate)
 int main(int argc, char **argv)
 {
     if (argc != 4) {
-        fprintf(stderr, "usage: pc_sampling none|timer|perf|truth RATE ITERATIONS\n");
+        fprintf(stderr, "usage: pc_sampling none|timer|perf RATE ITERATIONS\n");
         return 2;
     }
     const char *mode = argv[1];
     long rate = strtol(argv[2], NULL, 10);
-    unsigned long iterations = strtoul(argv[3], NULL, 10);
+    iterations = strtoul(argv[3], NULL, 10);
     dl_iterate_phdr(find_libc, NULL);
     if (!libc_hi) {
         fprintf(stderr, "pc_sampling: libc's code not found\n");
@@ -196,37 +138,21 @@ int main(int argc, char **argv)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGPROF, &sa, NULL);
 
-    int timed = 0;
     if (!strcmp(mode, "timer"))
         start_timer(rate);
     else if (!strcmp(mode, "perf"))
         start_perf(rate);
-    else if (!strcmp(mode, "truth"))
-        timed = 1;
     else if (strcmp(mode, "none")) {
         fprintf(stderr, "pc_sampling: unknown mode %s\n", mode);
         return 2;
     }
 
-    /* An empty timing's cost, to take off each timed call. */
-    uint64_t empty = UINT64_MAX;
-    for (int k = 0; k < 1000; k++) {
-        uint64_t t0 = tsc();
-        uint64_t d = tsc() - t0;
-        if (d < empty)
-            empty = d;
-    }
-
-    uint64_t c0 = cpu_ns(), t0 = tsc(), alloc_ticks;
-    uint64_t sum = churn(iterations, timed, &alloc_ticks);
-    uint64_t ticks = tsc() - t0, c1 = cpu_ns();
-    uint64_t calls = 2 * iterations;
-    uint64_t alloc_net = timed ? alloc_ticks - (alloc_ticks < calls * empty ? alloc_ticks : calls * empty) : 0;
-    /* The timings' own cost is not the program's: off the total too. */
-    uint64_t total_net = timed ? ticks - calls * empty : ticks;
-    printf("mode=%s rate=%ld cpu_ns=%llu samples=%llu in_alloc=%llu alloc_ticks=%llu total_ticks=%llu checksum=%llx\n",
-           mode, rate, (unsigned long long)(c1 - c0), (unsigned long long)samples,
-           (unsigned long long)in_alloc, (unsigned long long)alloc_net,
-           (unsigned long long)total_net, (unsigned long long)sum);
-    return 0;
+    struct worker w = { 0 };
+    uint64_t c0 = cpu_ns();
+    run(&w);
+    uint64_t c1 = cpu_ns();
+    printf("mode=%s rate=%ld cpu_ns=%llu samples=%llu in_alloc=%llu checksum=%llx\n", mode, rate,
+           (unsigned long long)(c1 - c0), (unsigned long long)samples,
+           (unsigned long long)in_alloc, (unsigned long long)w.checksum);
+    return w.failed;
 }

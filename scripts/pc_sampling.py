@@ -109,8 +109,11 @@ def main():
         configs = [("none", 0)] + [(m, r) for m in ("timer", "perf") for r in RATES]
         runs = {c: [] for c in configs}
         shim_runs = {"default": [], "off": []}
-        for _ in range(args.rounds):
-            for c in configs:
+        for i in range(args.rounds):
+            # Each round starts elsewhere, so that no configuration always
+            # runs first (on a cold CPU).
+            k = i % len(configs)
+            for c in configs[k:] + configs[:k]:
                 r = run_pcs(exe, c[0], c[1], args.iterations)
                 if r:
                     runs[c].append(r)
@@ -151,7 +154,8 @@ def main():
         cpu_default = statistics.median(f["cpu_ns"] for f in shim_runs["default"])
         cpu_off = statistics.median(f["cpu_ns"] for f in shim_runs["off"])
         rel = statistics.median(est_rel)
-        lines.append(f"| the shim's TSC sample (1 call in {MEAN}) | | {timed:,.0f} timed calls | | ±{rel:.1%} | "
+        lines.append(f"| the shim's TSC sample (1 call in {MEAN}) | | {timed:,.0f} timed calls | | ±{rel:.1%} "
+                     f"(rounds: ±{min(est_rel):.1%} to ±{max(est_rel):.1%}) | "
                      f"{(cpu_default - cpu_off) / cpu_off:+.1%} (against 1 call in 2^30 timed) | |")
         lines.append("")
         if shares:
