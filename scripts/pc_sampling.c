@@ -25,7 +25,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -127,6 +126,10 @@ int main(int argc, char **argv)
     const char *mode = argv[1];
     long rate = strtol(argv[2], NULL, 10);
     iterations = strtoul(argv[3], NULL, 10);
+    if (strcmp(mode, "none") && (rate < 1 || rate > 1000000000L)) {
+        fprintf(stderr, "pc_sampling: RATE must be 1 to 1000000000 samples a second\n");
+        return 2;
+    }
     dl_iterate_phdr(find_libc, NULL);
     if (!libc_hi) {
         fprintf(stderr, "pc_sampling: libc's code not found\n");

@@ -58,10 +58,6 @@ def profile_fields(path):
             if len(parts) == 2 and parts[0] in ("cpu_ns", "timed_calls", "timed_ticks", "timed_ticks_sq",
                                                 "exact_ticks", "time_sample_mean"):
                 f[parts[0]] = int(parts[1])
-            if parts and parts[0] == "clock_start":
-                f["clock_start"] = (int(parts[1]), int(parts[2]))
-            if parts and parts[0] == "clock_end":
-                f["clock_end"] = (int(parts[1]), int(parts[2]))
     return f
 
 
@@ -102,6 +98,7 @@ def main():
     args = ap.parse_args()
     if not os.path.exists(args.shim):
         sys.exit(f"no shim at {args.shim}: build it (cargo build --release -p allocmux-shim) or pass --shim")
+    load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         exe, churn = os.path.join(tmp, "pc_sampling"), os.path.join(tmp, "churn")
         subprocess.run(["gcc", "-O2", "-o", exe, os.path.join(ROOT, "scripts/pc_sampling.c")], check=True)
@@ -112,8 +109,8 @@ def main():
         for i in range(args.rounds):
             # Each round starts elsewhere, so that no configuration always
             # runs first (on a cold CPU).
-            k = i % len(configs)
-            for c in configs[k:] + configs[:k]:
+            start = i % len(configs)
+            for c in configs[start:] + configs[:start]:
                 r = run_pcs(exe, c[0], c[1], args.iterations)
                 if r:
                     runs[c].append(r)
@@ -123,7 +120,7 @@ def main():
         bare_cpu = statistics.median(int(r["cpu_ns"]) for r in runs[("none", 0)])
         lines = ["# Allocator time: program-counter samples against the TSC sample", "",
                  f"`python3 scripts/pc_sampling.py {' '.join(sys.argv[1:])}` on {os.cpu_count()} CPUs; "
-                 f"load average at start {os.getloadavg()[0]:.2f}. One-thread churn, "
+                 f"load average at start {load:.2f}. One-thread churn, "
                  f"{args.iterations:,} malloc/free pairs against glibc; medians of {args.rounds} rounds.", "",
                  f"Bare run: {bare_cpu / 1e6:.1f} ms of CPU.", "",
                  "| method | rate asked | samples (per CPU s) | allocator share | 95% margin, of the estimate | CPU cost over bare | cost per sample |",
