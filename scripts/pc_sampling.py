@@ -18,15 +18,18 @@ and little else, against glibc):
 - `scripts/churn.c` runs under the shim (stacks off, the system backend)
   with the default time sample and with `ALLOCMUX_TIME_SAMPLE=2^30`
   (almost no call timed), and the profile's timed calls give the TSC
-  sample's 95% margin (docs/recording.md). With `--callgrind`, the two
+  sample's 95% margin, as `allocmux report --json` gives it
+  (docs/recording.md). With `--callgrind`, the two
   shim runs are also counted in instructions under callgrind: the TSC
   sample's cost per malloc/free pair.
 
-Needs gcc, valgrind for `--callgrind`, and the shim built (`cargo build
---release -p allocmux-shim`, or `--shim PATH`).
+Needs gcc, valgrind for `--callgrind`, and the shim and the CLI built
+(`cargo build --release -p allocmux-shim -p allocmux-cli`, or `--shim
+PATH` and `--allocmux PATH`).
 """
 
 import argparse
+import json
 import math
 import os
 import statistics
@@ -50,33 +53,17 @@ def run_pcs(exe, mode, rate, iters):
     return parse(out.stdout)
 
 
-def profile_fields(path):
-    f = {}
-    with open(path) as fh:
-        for line in fh:
-            parts = line.split()
-            if len(parts) == 2 and parts[0] in ("cpu_ns", "timed_calls", "timed_ticks", "timed_ticks_sq",
-                                                "exact_ticks", "time_sample_mean"):
-                f[parts[0]] = int(parts[1])
-    return f
-
-
-def tsc_margin(f):
-    """The shim's estimate and its 95% margin, in ticks (docs/recording.md)."""
-    m = f["time_sample_mean"]
-    est = m * f["timed_ticks"] + f["exact_ticks"]
-    margin = 1.96 * math.sqrt((1 - 1 / m) * f["timed_ticks_sq"]) * m
-    return est, margin
-
-
-def run_shim(churn, shim, iters, tmp, mean, tag):
+def run_shim(churn, shim, exe, iters, tmp, mean, tag):
+    """The churn under the shim, and its process's figures as `allocmux
+    report --json` gives them (the allocator-time estimate and its margin
+    included)."""
     out = os.path.join(tmp, f"{tag}.amx")
     env = dict(os.environ, LD_PRELOAD=shim, ALLOCMUX_ALLOCATOR="system", ALLOCMUX_STACKS="off",
                ALLOCMUX_OUTPUT=out, ALLOCMUX_TIME_SAMPLE=str(mean))
     subprocess.run([churn, "1", str(iters)], env=env, check=True, stdout=subprocess.DEVNULL)
-    f = profile_fields(out)
+    report = subprocess.run([exe, "report", "--json", out], capture_output=True, text=True, check=True)
     os.remove(out)
-    return f
+    return json.loads(report.stdout)["processes"][0]
 
 
 def callgrind_instructions(cmd, env):
@@ -93,11 +80,14 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--iterations", type=int, default=4_000_000)
     ap.add_argument("--shim", default=os.path.join(ROOT, "target/release/liballocmux_shim.so"))
+    ap.add_argument("--allocmux", default=os.path.join(ROOT, "target/release/allocmux"))
     ap.add_argument("--callgrind", action="store_true")
     ap.add_argument("--out")
     args = ap.parse_args()
     if not os.path.exists(args.shim):
         sys.exit(f"no shim at {args.shim}: build it (cargo build --release -p allocmux-shim) or pass --shim")
+    if not os.path.exists(args.allocmux):
+        sys.exit(f"no allocmux at {args.allocmux}: build it (cargo build --release -p allocmux-cli) or pass --allocmux")
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         exe, churn = os.path.join(tmp, "pc_sampling"), os.path.join(tmp, "churn")
@@ -114,8 +104,8 @@ def main():
                 r = run_pcs(exe, c[0], c[1], args.iterations)
                 if r:
                     runs[c].append(r)
-            shim_runs["default"].append(run_shim(churn, args.shim, args.iterations, tmp, MEAN, "default"))
-            shim_runs["off"].append(run_shim(churn, args.shim, args.iterations, tmp, 1 << 30, "off"))
+            shim_runs["default"].append(run_shim(churn, args.shim, args.allocmux, args.iterations, tmp, MEAN, "default"))
+            shim_runs["off"].append(run_shim(churn, args.shim, args.allocmux, args.iterations, tmp, 1 << 30, "off"))
 
         bare_cpu = statistics.median(int(r["cpu_ns"]) for r in runs[("none", 0)])
         lines = ["# Allocator time: program-counter samples against the TSC sample", "",
@@ -143,10 +133,7 @@ def main():
             each = f"{cost / n / 1000:.1f} µs" if n and cost > bare_cpu / 100 else "(noise)"
             lines.append(f"| {c[0]} | {c[1]:,} Hz | {n:,.0f} ({n / (cpu / 1e9):,.0f}) | {p:.1%} | ±{rel:.1%} | "
                          f"{cost / bare_cpu:+.1%} | {each} |")
-        est_rel = []
-        for f in shim_runs["default"]:
-            est, margin = tsc_margin(f)
-            est_rel.append(margin / est)
+        est_rel = [f["allocator_ns_margin"] / f["allocator_ns"] for f in shim_runs["default"]]
         timed = statistics.median(f["timed_calls"] for f in shim_runs["default"])
         cpu_default = statistics.median(f["cpu_ns"] for f in shim_runs["default"])
         cpu_off = statistics.median(f["cpu_ns"] for f in shim_runs["off"])
