@@ -2,6 +2,13 @@
 //! recorded: on the owning thread's counters (fast), the same with the call
 //! timed (sampled), or on the shared counters (threads that are registering,
 //! have exited, or could not register).
+//!
+//! A thread registers at its first allocation: it arms its exit hook and
+//! links its state into the registry, which [`snapshot`] walks. If the
+//! registry is held too long (its holder preempted), the thread counts on
+//! its own counters unlinked and links at a later sampled call, so its own
+//! counts ([`ThreadState::own_totals`], what `measure` reads) are exact
+//! from its first call whatever the contention.
 
 use core::cell::Cell;
 use core::ptr;
@@ -41,7 +48,7 @@ const FRESH: u8 = 0; // never seen: the zeroed TLS of a new thread
 const BUSY: u8 = 1; // registering or retiring: re-entrant calls go to the shared counters
 const ACTIVE: u8 = 2; // registered, counting on its own counters
 const RETIRED: u8 = 3; // its thread-exit hook has run
-const UNTRACKED: u8 = 4; // could not register (no pthread key): shared counters
+const UNTRACKED: u8 = 4; // could not register (no pthread key, or a stale link): shared counters
 const IGNORED: u8 = 5; // a thread of allocmux's own: its calls are not the program's
 
 /// What one thread records. All-zero is a valid, fresh state, so the shim can
@@ -79,6 +86,13 @@ pub struct ThreadState {
     /// Per function, the sum of the gaps drawn so far (see `countdown`).
     issued: [AtomicU64; FUNC_COUNT],
     status: Cell<u8>,
+    /// Whether the state is in the registry. An `ACTIVE` thread that could
+    /// not take the registry in time when it registered counts on its own
+    /// counters without it and links at a later call of the slow path
+    /// ([`link_later`]); until then a snapshot taken by another thread
+    /// misses its calls, as it misses any call in flight. Owner only (and
+    /// a `fork` child's handler).
+    linked: Cell<bool>,
     /// Highest live byte count of this thread seen at a check since the
     /// last publish.
     live_max: Cell<i64>,
@@ -135,6 +149,7 @@ impl ThreadState {
             samples_bytes: Cell::new(false),
             issued: [const { AtomicU64::new(0) }; FUNC_COUNT],
             status: Cell::new(FRESH),
+            linked: Cell::new(false),
             live_max: Cell::new(0),
             published: Cell::new(0),
             rng: Cell::new(0),
@@ -1302,6 +1317,9 @@ unsafe extern "C" fn slow<B: Body>(body: B, t: &ThreadState) -> B::Out {
             };
             t.schedule(f, t.next_countdown());
             t.check_peak();
+            if !t.linked.get() {
+                link_later(t);
+            }
             r
         }
         // Only a call that hands out a block registers a thread. A thread
@@ -1369,7 +1387,7 @@ const KEY_FAILED: u32 = u32::MAX - 1;
 const KEY_CREATING: u32 = u32::MAX - 2;
 
 /// How long a thread's registration waits for the registry (in yields to
-/// the scheduler) before the thread counts on the shared counters instead.
+/// the scheduler) before the thread counts unlinked and links later.
 const REGISTER_YIELDS: u32 = 1000;
 
 /// The default mean number of calls between two timed calls.
@@ -1509,28 +1527,18 @@ fn register(t: &ThreadState, external: Option<[*mut u64; 2]>) -> bool {
     };
     t.rng
         .set(Tsc::now() ^ (t as *const ThreadState as u64).rotate_left(32) | 1);
+    t.linked.set(false);
+    t.prev.store(ptr::null_mut(), Relaxed);
+    t.next.store(ptr::null_mut(), Relaxed);
+    // Bounded: a thread's first allocation may come while it holds a lock
+    // of the program's (a stream's, in `getline`), so it must not wait on a
+    // registry that a signal handler's interrupted frame holds. Past the
+    // bound (usually a holder preempted, or its virtual CPU descheduled)
+    // it counts on its own counters unlinked and links later.
+    if let Some(mut reg) = REGISTRY.lock_within(REGISTER_YIELDS)
+        && !link(&mut reg, t)
     {
-        // Bounded: a thread's first allocation may come while it holds a
-        // lock of the program's (a stream's, in `getline`), so it must not
-        // wait on a registry that a signal handler's interrupted frame
-        // holds. It then counts on the shared counters, still exactly.
-        let Some(mut reg) = REGISTRY.lock_within(REGISTER_YIELDS) else {
-            t.status.set(UNTRACKED);
-            return false;
-        };
-        let me = t as *const ThreadState as *mut ThreadState;
-        if is_linked(&reg, me) {
-            // The shared counters take this thread's calls instead.
-            t.status.set(UNTRACKED);
-            return false;
-        }
-        t.prev.store(ptr::null_mut(), Relaxed);
-        t.next.store(reg.head, Relaxed);
-        if !reg.head.is_null() {
-            // SAFETY: registered states stay valid while linked (lock held).
-            unsafe { (*reg.head).prev.store(me, Relaxed) };
-        }
-        reg.head = me;
+        return false;
     }
     // SAFETY: `key` is a live key; a non-NULL value arms the destructor.
     if unsafe { libc::pthread_setspecific(key, t as *const ThreadState as *const libc::c_void) }
@@ -1541,6 +1549,38 @@ fn register(t: &ThreadState, external: Option<[*mut u64; 2]>) -> bool {
     }
     t.status.set(ACTIVE);
     true
+}
+
+/// Puts `t` at the head of the registry and marks it linked; or, if it is
+/// in the list already (see [`is_linked`]), leaves it there and makes the
+/// thread count on the shared counters from now on (the stale entry still
+/// adds what the state counted so far). Returns whether it linked.
+fn link(reg: &mut Registry, t: &ThreadState) -> bool {
+    let me = t as *const ThreadState as *mut ThreadState;
+    if is_linked(reg, me) {
+        t.status.set(UNTRACKED);
+        return false;
+    }
+    t.prev.store(ptr::null_mut(), Relaxed);
+    t.next.store(reg.head, Relaxed);
+    if !reg.head.is_null() {
+        // SAFETY: registered states stay valid while linked (lock held).
+        unsafe { (*reg.head).prev.store(me, Relaxed) };
+    }
+    reg.head = me;
+    t.linked.set(true);
+    true
+}
+
+/// Links a thread that registered without the registry (see `register`),
+/// if the registry is free now; else a later slow call tries again. Never
+/// waits, for the reason `register` waits only so long.
+#[cold]
+#[inline(never)]
+fn link_later(t: &ThreadState) {
+    if let Some(mut reg) = REGISTRY.try_lock() {
+        link(&mut reg, t);
+    }
 }
 
 /// Whether `me` is already in the registry: a state left there by a dead
@@ -1559,9 +1599,10 @@ fn is_linked(reg: &Registry, me: *mut ThreadState) -> bool {
     false
 }
 
-/// Folds an exiting thread's counts into the shared totals and unlinks it.
-/// Calls the thread makes afterwards (from later destructors) are recorded
-/// on the shared counters. Runs from the pthread key destructor.
+/// Folds an exiting thread's counts into the shared totals and unlinks it
+/// (if it linked). Calls the thread makes afterwards (from later
+/// destructors) are recorded on the shared counters. Runs from the pthread
+/// key destructor.
 pub fn retire_thread(t: &ThreadState) {
     let status = t.status.get();
     if status != ACTIVE && status != BUSY {
@@ -1573,19 +1614,21 @@ pub fn retire_thread(t: &ThreadState) {
     let (ext_alloc, ext_freed) = t.external_bytes();
     {
         let mut reg = REGISTRY.lock();
-        let next = t.next.load(Relaxed);
-        let prev = t.prev.load(Relaxed);
-        // SAFETY: neighbours are registered states, valid while linked.
-        unsafe {
-            if !next.is_null() {
-                (*next).prev.store(prev, Relaxed);
-            }
-            if prev.is_null() {
-                if core::ptr::eq(reg.head, t) {
-                    reg.head = next;
+        if t.linked.replace(false) {
+            let next = t.next.load(Relaxed);
+            let prev = t.prev.load(Relaxed);
+            // SAFETY: neighbours are registered states, valid while linked.
+            unsafe {
+                if !next.is_null() {
+                    (*next).prev.store(prev, Relaxed);
                 }
-            } else {
-                (*prev).next.store(next, Relaxed);
+                if prev.is_null() {
+                    if core::ptr::eq(reg.head, t) {
+                        reg.head = next;
+                    }
+                } else {
+                    (*prev).next.store(next, Relaxed);
+                }
             }
         }
         SHARED.absorb(&t.counters);
@@ -1605,13 +1648,17 @@ pub fn retire_thread(t: &ThreadState) {
 /// `current`, if given and registered, first publishes its live bytes, so a
 /// single-threaded program's peak is exact at exit.
 pub fn snapshot(current: Option<&ThreadState>) -> Totals {
+    let mut tot = Totals::default();
     if let Some(t) = current
         && t.status.get() == ACTIVE
     {
         t.check_peak();
         t.publish();
+        if !t.linked.get() {
+            // Not in the walk below yet: its own calls are still counted.
+            t.add_to(&mut tot);
+        }
     }
-    let mut tot = Totals::default();
     {
         // Held by this very thread only when a signal handler that
         // interrupted a registration or a retirement takes the snapshot
@@ -1704,6 +1751,7 @@ pub fn after_fork_child(current: &ThreadState) {
         current.next.store(ptr::null_mut(), Relaxed);
         current.prev.store(ptr::null_mut(), Relaxed);
         reg.head = current as *const ThreadState as *mut ThreadState;
+        current.linked.set(true);
     }
 }
 
@@ -1858,20 +1906,47 @@ mod tests {
         assert_eq!(threads_seen(), 1);
 
         // A thread that cannot take the registry in time (its holder was
-        // preempted) counts on the shared counters, and is still counted.
-        let before = snapshot(None).calls_of(Func::Malloc);
-        let held = REGISTRY.lock();
-        std::thread::spawn(|| {
-            let t: &ThreadState = Box::leak(Box::new(ThreadState::new()));
-            // SAFETY: `t` stands for this thread's state.
-            unsafe { enter(t, Alloc(8)) };
-            assert_eq!(t.status.get(), UNTRACKED);
-        })
-        .join()
-        .unwrap();
-        drop(held);
-        assert_eq!(threads_seen(), 2);
-        assert_eq!(snapshot(None).calls_of(Func::Malloc), before + 1);
+        // preempted) counts on its own counters from its first call, and
+        // links at a later slow call once the registry is free.
+        let unlinked_thread = |calls_after_release: u64| {
+            let before = snapshot(None).calls_of(Func::Malloc);
+            let (to_main, from_thread) = std::sync::mpsc::channel();
+            let (to_thread, from_main) = std::sync::mpsc::channel::<()>();
+            let held = REGISTRY.lock();
+            let thread = std::thread::spawn(move || {
+                let t: &ThreadState = Box::leak(Box::new(ThreadState::new()));
+                // SAFETY: `t` stands for this thread's state.
+                unsafe { enter(t, Alloc(8)) };
+                to_main.send(t).unwrap();
+                from_main.recv().unwrap();
+                let mut calls = 1;
+                while calls < 1 + calls_after_release {
+                    // SAFETY: `t` stands for this thread's state.
+                    unsafe { enter(t, Alloc(8)) };
+                    calls += 1;
+                }
+                assert_eq!(snapshot(Some(t)).calls_of(Func::Malloc), before + calls);
+                (calls, t.linked.get())
+            });
+            let t = from_thread.recv().unwrap();
+            assert_eq!(t.status.get(), ACTIVE);
+            assert!(!t.linked.get());
+            assert_eq!(t.own_totals().calls_of(Func::Malloc), 1);
+            // Read while this thread holds the registry: the unlinked
+            // thread's call is not in the walk yet.
+            assert_eq!(snapshot(None).calls_of(Func::Malloc), before);
+            drop(held);
+            to_thread.send(()).unwrap();
+            let (calls, linked) = thread.join().unwrap();
+            // Linked or not, its exit hook folded every call in.
+            assert_eq!(snapshot(None).calls_of(Func::Malloc), before + calls);
+            linked
+        };
+        // Exits before another slow call: retired without ever linking.
+        assert!(!unlinked_thread(0));
+        // With a mean gap of 4, a few hundred calls reach the slow path.
+        assert!(unlinked_thread(400));
+        assert_eq!(threads_seen(), 3);
     }
 
     #[test]
