@@ -1528,8 +1528,6 @@ fn register(t: &ThreadState, external: Option<[*mut u64; 2]>) -> bool {
     t.rng
         .set(Tsc::now() ^ (t as *const ThreadState as u64).rotate_left(32) | 1);
     t.linked.set(false);
-    t.prev.store(ptr::null_mut(), Relaxed);
-    t.next.store(ptr::null_mut(), Relaxed);
     // Bounded: a thread's first allocation may come while it holds a lock
     // of the program's (a stream's, in `getline`), so it must not wait on a
     // registry that a signal handler's interrupted frame holds. Past the
