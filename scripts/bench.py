@@ -731,6 +731,8 @@ OTHER_SCRIPTS = [
     ("Allocator time from program-counter samples, against the TSC sample",
      "python3 scripts/pc_sampling.py --rounds 9 --iterations 4000000 --callgrind "
      "--out scripts/results/pc-sampling.md", "pc-sampling.md"),
+    ("A shadow stack against checking frames",
+     "bash scripts/shadow_stack.sh scripts/results/shadow-stack.md 2000000 15", "shadow-stack.md"),
 ]
 
 

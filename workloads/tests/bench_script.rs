@@ -226,3 +226,42 @@ fn jemalloc_sampling_cost_script_runs() {
         assert!(text.contains(row), "{row} missing from:\n{text}");
     }
 }
+
+/// `scripts/shadow_stack.sh` compares a shadow stack's cost a frame with
+/// the recorder's check: its program exits with an error unless every
+/// trampoline return popped the shadow stack back to empty and every kept
+/// frame passed its check, so a run that prints its tables measured what
+/// it says. Three stack shapes, each with its three hooks and its net.
+#[test]
+fn shadow_stack_script_runs() {
+    if missing("gcc") {
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out_file = dir.path().join("shadow-stack.md");
+    let o = Command::new("bash")
+        .arg(root.join("scripts/shadow_stack.sh"))
+        .args([out_file.to_str().unwrap(), "20000", "3"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = std::fs::read_to_string(&out_file).unwrap();
+    check_tables(&text);
+    for heading in [
+        "### 18 new frames over 27 kept",
+        "### 4 new frames over 40 kept",
+        "### 1 new frame over 44 kept",
+    ] {
+        assert!(text.contains(heading), "{heading} missing from:\n{text}");
+    }
+    for row in [
+        "| plain |",
+        "| check |",
+        "| shadow |",
+        "| a checked kept frame",
+    ] {
+        assert_eq!(text.matches(row).count(), 3, "{row} in:\n{text}");
+    }
+    assert_eq!(text.matches(": net ").count(), 3, "{text}");
+}
