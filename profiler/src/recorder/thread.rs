@@ -1644,7 +1644,9 @@ pub fn retire_thread(t: &ThreadState) {
 /// The process totals so far: the shared counters plus every live thread's.
 ///
 /// `current`, if given and registered, first publishes its live bytes, so a
-/// single-threaded program's peak is exact at exit.
+/// single-threaded program's peak is exact at exit; and if it is not linked
+/// into the registry yet (see `register`), its own counts are added, so a
+/// thread's snapshot always has its own calls.
 pub fn snapshot(current: Option<&ThreadState>) -> Totals {
     let mut tot = Totals::default();
     if let Some(t) = current
