@@ -9,11 +9,14 @@
 //! and [`StackSet::merged`] joins the stacks whose frames are identical,
 //! across processes and addresses, for flamegraphs, tables and JSON.
 
-use std::collections::{BTreeMap, HashMap};
+use std::cmp::Ordering;
+use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::rc::Rc;
 
 use allocmux::profile::{ProcessProfile, StackMode, State};
 use allocmux::stats::SiteCounts;
+use rustc_hash::FxHashMap;
 
 use crate::report::{Bytes, Count, Dur};
 use crate::symbolize::{Frame, Resolved, Symbolizer};
@@ -218,28 +221,39 @@ impl<'a> StackSet<'a> {
             .map(|(_, r)| r);
         let mut stacks = Vec::new();
         for (i, p) in profiles.iter().enumerate() {
-            let mut addrs: Vec<u64> = p
+            // Each distinct address once, and each frame as the index of
+            // its address: a deep profile has hundreds of thousands of
+            // frames and tens of thousands of addresses, and one pass of a
+            // cheap hash costs less than sorting the frames and searching.
+            let mut index: FxHashMap<u64, u32> = FxHashMap::default();
+            let mut addrs: Vec<u64> = Vec::new();
+            let frame_index: Vec<u32> = p
                 .stacks
                 .stacks
                 .iter()
-                .flat_map(|s| s.frames.iter().copied())
+                .flat_map(|s| s.frames.iter())
+                .map(|&a| {
+                    *index.entry(a).or_insert_with(|| {
+                        addrs.push(a);
+                        (addrs.len() - 1) as u32
+                    })
+                })
                 .collect();
-            addrs.sort_unstable();
-            addrs.dedup();
-            // In the order of `addrs`, found by binary search: cheaper than
-            // hashing each of a deep profile's hundreds of thousands of frames.
             let resolved = sym.resolve(&p.stacks.modules, &addrs);
-            let resolved_of = |a: &u64| {
-                let i = addrs.binary_search(a).expect("every frame is in `addrs`");
-                resolved[i].clone()
-            };
+            let mut frame_index = frame_index.iter();
             for s in &p.stacks.stacks {
+                let indices = frame_index.by_ref().take(s.frames.len());
                 let values = Values::from_counts(&s.counts, ticks_per_ns);
                 if values.is_zero() {
+                    indices.for_each(drop);
                     continue;
                 }
-                let locations: Vec<(u64, Resolved)> =
-                    s.frames.iter().map(|a| (*a, resolved_of(a))).collect();
+                let locations: Vec<(u64, Resolved)> = s
+                    .frames
+                    .iter()
+                    .zip(indices)
+                    .map(|(&a, &i)| (a, resolved[i as usize].clone()))
+                    .collect();
                 let trimmed =
                     crate::symbolize::trim_count(locations.iter().flat_map(|(_, r)| r.iter()));
                 stacks.push(ProcStack {
@@ -302,20 +316,51 @@ impl<'a> StackSet<'a> {
     /// Folded stacks for `weight`: `root;...;leaf value` per line, root
     /// first as inferno and flamegraph.pl read them, sorted, stacks whose
     /// value is zero left out, identical lines merged.
+    ///
+    /// A deep-stacked profile has hundreds of thousands of frames but few
+    /// distinct names: each name is escaped once ([`FoldedNames`]), stacks
+    /// are merged as sequences of name indices, and only the output is
+    /// written as text.
     pub fn folded(&self, weight: Weight) -> String {
-        let mut lines: BTreeMap<String, u64> = BTreeMap::new();
+        let mut names = FoldedNames::default();
+        let mut lines: FxHashMap<Box<[u32]>, u64> = FxHashMap::default();
+        let mut key: Vec<u32> = Vec::new();
         for s in &self.stacks {
             let v = weight.of(&s.values);
-            if v > 0 {
-                *lines.entry(folded_names(s.frames())).or_default() += v;
+            if v == 0 {
+                continue;
+            }
+            // Root first: the locations and their inlined frames reversed,
+            // then the trimmed plumbing (at the leaf end) dropped.
+            key.clear();
+            for (_, r) in s.locations.iter().rev() {
+                key.extend(names.of_location(r).iter().rev());
+            }
+            key.truncate(key.len() - s.trimmed);
+            match lines.get_mut(key.as_slice()) {
+                Some(total) => *total += v,
+                None => {
+                    lines.insert(key.as_slice().into(), v);
+                }
             }
         }
+        let mut lines: Vec<(Box<[u32]>, u64)> = lines.into_iter().collect();
+        lines.sort_unstable_by(|(a, _), (b, _)| names.cmp_joined(a, b));
         // Sized once: a deep-stacked profile folds to tens of megabytes,
         // which growing by doubling would copy and fault in again.
         let digits = 20 + 2; // a u64, the space and the line break
-        let mut out = String::with_capacity(lines.keys().map(|k| k.len() + digits).sum());
+        let len: usize = lines
+            .iter()
+            .map(|(k, _)| k.iter().map(|&n| names.text(n).len() + 1).sum::<usize>() + digits)
+            .sum();
+        let mut out = String::with_capacity(len);
         for (stack, v) in lines {
-            out.push_str(&stack);
+            for (i, &n) in stack.iter().enumerate() {
+                if i > 0 {
+                    out.push(';');
+                }
+                out.push_str(names.text(n));
+            }
             let _ = writeln!(out, " {v}");
         }
         out
@@ -437,6 +482,99 @@ fn folded_names<'f>(frames: impl IntoIterator<Item = &'f Frame>) -> String {
     out
 }
 
+/// How many leading names `a` and `b` share. Sorting a deep profile's
+/// lines compares shared roots of tens of names many times: whole chunks
+/// compare first, in vector registers.
+fn shared_len(a: &[u32], b: &[u32]) -> usize {
+    const CHUNK: usize = 8;
+    let whole = a
+        .chunks_exact(CHUNK)
+        .zip(b.chunks_exact(CHUNK))
+        .take_while(|(x, y)| x == y)
+        .count()
+        * CHUNK;
+    whole
+        + a[whole..]
+            .iter()
+            .zip(&b[whole..])
+            .take_while(|(x, y)| x == y)
+            .count()
+}
+
+/// The names of folded lines, each escaped once ([`push_folded_name`]) and
+/// known by its index, and each location's frames as those indices.
+/// Distinct indices are distinct texts, so that stacks whose lines read
+/// the same merge (`a;b` and `a:b` both read `a:b`).
+#[derive(Default)]
+struct FoldedNames<'s> {
+    /// Escaped names, by index.
+    texts: Vec<String>,
+    /// Escaped name → index.
+    by_text: HashMap<String, u32>,
+    /// (function, inlined) → index.
+    by_frame: FxHashMap<(&'s str, bool), u32>,
+    /// A location's frames (innermost first) as indices, keyed by the
+    /// address of its resolved frames, which the stack set shares between
+    /// every stack through that address.
+    locations: FxHashMap<*const Frame, Box<[u32]>>,
+}
+
+impl<'s> FoldedNames<'s> {
+    /// The indices of the names of `r`'s frames, innermost first.
+    fn of_location(&mut self, r: &'s Resolved) -> &[u32] {
+        let Self {
+            texts,
+            by_text,
+            by_frame,
+            locations,
+        } = self;
+        locations
+            .entry(Rc::as_ptr(r).cast::<Frame>())
+            .or_insert_with(|| {
+                r.iter()
+                    .map(|f| {
+                        *by_frame.entry((&f.function, f.inlined)).or_insert_with(|| {
+                            let mut text = String::new();
+                            push_folded_name(&mut text, f);
+                            *by_text.entry(text).or_insert_with_key(|text| {
+                                texts.push(text.clone());
+                                (texts.len() - 1) as u32
+                            })
+                        })
+                    })
+                    .collect()
+            })
+    }
+
+    fn text(&self, n: u32) -> &str {
+        &self.texts[n as usize]
+    }
+
+    /// Orders two stacks of name indices as their folded lines sort,
+    /// bytewise. Up to the first name they do not share the lines are the
+    /// same; there, the names decide, or where one name begins the other,
+    /// what follows the shorter: `;` if its stack goes on, else the end of
+    /// the line. (No name holds a `;`, so that byte differs.)
+    fn cmp_joined(&self, a: &[u32], b: &[u32]) -> Ordering {
+        let shared = shared_len(a, b);
+        match (a.get(shared), b.get(shared)) {
+            (None, None) => Ordering::Equal,
+            (None, Some(_)) => Ordering::Less,
+            (Some(_), None) => Ordering::Greater,
+            (Some(&x), Some(&y)) => {
+                let (tx, ty) = (self.text(x).as_bytes(), self.text(y).as_bytes());
+                let n = tx.len().min(ty.len());
+                tx[..n].cmp(&ty[..n]).then_with(|| {
+                    let next = |t: &[u8], k: &[u32]| {
+                        t.get(n).copied().or((k.len() > shared + 1).then_some(b';'))
+                    };
+                    next(tx, a).cmp(&next(ty, b))
+                })
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -457,6 +595,84 @@ mod tests {
             f("main", false),
         ];
         assert_eq!(folded_names(&leaf_first), "main;c d e;a:b;leaf_[i]");
+    }
+
+    /// Folding as it was done one stack at a time: each stack's line
+    /// built as text, merged and sorted as strings.
+    fn folded_by_text(set: &StackSet<'_>, weight: Weight) -> String {
+        let mut lines: std::collections::BTreeMap<String, u64> = Default::default();
+        for s in &set.stacks {
+            let v = weight.of(&s.values);
+            if v > 0 {
+                *lines.entry(folded_names(s.frames())).or_default() += v;
+            }
+        }
+        lines
+            .into_iter()
+            .map(|(k, v)| format!("{k} {v}\n"))
+            .collect()
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config {
+            failure_persistence: None,
+            ..Default::default()
+        })]
+
+        /// Folding by name indices writes what folding by text wrote:
+        /// names that read alike once escaped (`a;b`, `a:b`) merge, and
+        /// names that begin others (`a`, `a:b`, `a b`, `ab`) sort bytewise.
+        #[test]
+        fn folded_lines_are_the_text_folding(
+            stacks in proptest::collection::vec(
+                (
+                    proptest::collection::vec(
+                        proptest::collection::vec((0usize..8, proptest::bool::ANY), 1..3),
+                        1..6,
+                    ),
+                    0usize..4,
+                    0u64..3,
+                ),
+                0..40,
+            )
+        ) {
+            const NAMES: [&str; 8] = ["a", "a:b", "a;b", "a b", "ab", "b", "a\nb", "a!"];
+            // One shared resolution per (location) shape, as the stack set
+            // shares one per address.
+            let mut shared: HashMap<Vec<(usize, bool)>, Resolved> = HashMap::new();
+            let stacks: Vec<ProcStack> = stacks
+                .into_iter()
+                .map(|(locations, trim, allocs)| {
+                    let locations: Vec<(u64, Resolved)> = locations
+                        .into_iter()
+                        .map(|frames| {
+                            let r = shared.entry(frames.clone()).or_insert_with(|| {
+                                frames
+                                    .iter()
+                                    .map(|&(n, inlined)| Frame {
+                                        function: NAMES[n].into(),
+                                        file: None,
+                                        line: None,
+                                        module: None,
+                                        inlined,
+                                    })
+                                    .collect()
+                            });
+                            (0, r.clone())
+                        })
+                        .collect();
+                    let frames: usize = locations.iter().map(|(_, r)| r.len()).sum();
+                    ProcStack {
+                        process: 0,
+                        locations,
+                        trimmed: trim.min(frames - 1),
+                        values: Values { allocs, ..Values::default() },
+                    }
+                })
+                .collect();
+            let set = StackSet { profiles: &[], stacks, ticks_per_ns: None };
+            proptest::prop_assert_eq!(set.folded(Weight::Count), folded_by_text(&set, Weight::Count));
+        }
     }
 
     #[test]

@@ -20,6 +20,7 @@
 //! every module (JIT code, a module the recorder missed) becomes
 //! `[unknown]`.
 
+use rustc_hash::FxHashMap;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::rc::Rc;
@@ -122,7 +123,7 @@ pub struct Symbolizer {
     /// (module, return address's ELF virtual address) → frames; the module
     /// is its index in `module_ids`, so that no address's key copies or
     /// hashes a path.
-    cache: HashMap<(usize, u64), Resolved>,
+    cache: FxHashMap<(usize, u64), Resolved>,
     /// (module path, build id) → its index, for `cache`'s keys.
     module_ids: HashMap<(String, String), usize>,
     /// Whether a (module path, build id) can be read and matches.
@@ -159,7 +160,7 @@ impl Symbolizer {
             .build();
         Symbolizer {
             inner,
-            cache: HashMap::new(),
+            cache: FxHashMap::default(),
             module_ids: HashMap::new(),
             usable: HashMap::new(),
             unknown: Rc::from(vec![Frame::bare(UNKNOWN.into(), None)]),

@@ -733,37 +733,57 @@ pub fn parse(text: &str) -> Result<Vec<ProcessProfile>, ParseError> {
     })
 }
 
+/// What each byte is to [`hex_words`]: a hex digit's value, [`SPACE`] or
+/// [`NOT_HEX`].
+const HEX_DIGITS: [u8; 256] = {
+    let mut t = [NOT_HEX; 256];
+    let mut b = 0;
+    while b < 256 {
+        t[b] = match b as u8 {
+            c @ b'0'..=b'9' => c - b'0',
+            c @ b'a'..=b'f' => c - b'a' + 10,
+            c @ b'A'..=b'F' => c - b'A' + 10,
+            b' ' => SPACE,
+            _ => NOT_HEX,
+        };
+        b += 1;
+    }
+    t
+};
+const SPACE: u8 = 16;
+const NOT_HEX: u8 = 17;
+
 /// The hex numbers of `s`, separated by spaces (a stack's addresses), or
 /// the first word that is not one (at most 16 hex digits). A byte loop
-/// rather than `split` and `from_str_radix`: a deep-stacked profile is
-/// mostly addresses, and reading them was the most of parsing it.
+/// over a table rather than `split` and `from_str_radix`: a deep-stacked
+/// profile is mostly addresses, and reading them was the most of parsing
+/// it.
 fn hex_words(s: &str) -> Result<Vec<u64>, &str> {
     let bytes = s.as_bytes();
     // The writer writes 12 digits and a space for most addresses.
     let mut out = Vec::with_capacity(bytes.len() / 13 + 1);
     let mut i = 0;
     while i < bytes.len() {
-        if bytes[i] == b' ' {
-            i += 1;
-            continue;
-        }
         let start = i;
         let mut v: u64 = 0;
-        while i < bytes.len() && bytes[i] != b' ' {
-            let d = match bytes[i] {
-                b @ b'0'..=b'9' => b - b'0',
-                b @ b'a'..=b'f' => b - b'a' + 10,
-                b @ b'A'..=b'F' => b - b'A' + 10,
-                _ => 16,
-            };
-            if d == 16 || i - start == 16 {
-                let end = s[start..].find(' ').map_or(s.len(), |e| start + e);
-                return Err(&s[start..end]);
+        while i < bytes.len() {
+            let d = HEX_DIGITS[usize::from(bytes[i])];
+            if d >= SPACE {
+                if d == NOT_HEX {
+                    let end = s[start..].find(' ').map_or(s.len(), |e| start + e);
+                    return Err(&s[start..end]);
+                }
+                break;
             }
             v = v << 4 | u64::from(d);
             i += 1;
         }
-        out.push(v);
+        match i - start {
+            0 => {}
+            1..=16 => out.push(v),
+            _ => return Err(&s[start..i]),
+        }
+        i += 1; // the space, or past the end
     }
     Ok(out)
 }
@@ -1191,6 +1211,10 @@ mod tests {
         );
         assert_eq!(hex_words("12 g 34"), Err("g"));
         assert_eq!(hex_words("12 1é 34"), Err("1é"));
+        assert_eq!(hex_words("12 3x4 5"), Err("3x4"));
+        // Seventeen digits do not fit a u64.
+        assert_eq!(hex_words("1 10000000000000000 2"), Err("10000000000000000"));
+        assert_eq!(hex_words("1 1000000000000000x"), Err("1000000000000000x"));
     }
 
     #[test]
