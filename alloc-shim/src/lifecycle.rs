@@ -83,8 +83,9 @@ pub fn init(envp: *const *const c_char) {
 /// them crashes, and once more from an exit handler registered now: glibc
 /// runs a handler registered while the exit handlers run (`_dl_fini`, which
 /// calls every `.fini_array`, is one) after the one that registered it, so
-/// that write comes after every library's destructors. The summary line
-/// waits for it.
+/// that write comes after every library's destructors; it is skipped when
+/// nothing was counted in between (most programs: a profile of many stacks
+/// takes milliseconds to write). The summary line waits for it.
 pub fn finish() {
     if !choice::recorded() || !STARTED.load(Relaxed) {
         return;
@@ -115,7 +116,8 @@ unsafe extern "C" {
 }
 
 /// The exit handler `finish` registers: the exit profile (or summary)
-/// again, now with what other libraries' destructors did. The allocator's
+/// again, now with what other libraries' destructors did, if they
+/// allocated or freed anything. The allocator's
 /// statistics are those read in `finish`.
 extern "C" fn last_word(_: *mut c_void) {
     // SAFETY: getpid has no preconditions.
@@ -125,7 +127,7 @@ extern "C" fn last_word(_: *mut c_void) {
         return; // a forked child that exits inherited the registration
     }
     if w.has_output {
-        if w.finished {
+        if w.finished && !writer::unchanged_since_exit_profile(&w) {
             w.finished = false;
             writer::write_profile(&mut w, State::Exited, true);
         }

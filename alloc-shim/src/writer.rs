@@ -11,7 +11,7 @@ use core::fmt::Write as _;
 use allocmux::AllocatorStats;
 use allocmux::profile::{self, AllocatorReading, Header, State};
 use allocmux::recorder::{self, ClockPair, SpinLock, process};
-use allocmux::stats::ByteSize as Size;
+use allocmux::stats::{ByteSize as Size, Totals};
 use allocmux::timeline::{TimelineBuffer, TimelinePoint};
 
 use crate::fmt::SliceWriter;
@@ -35,6 +35,9 @@ pub struct Writer {
     pub discard: bool,
     /// The exit profile was written; the flusher must not overwrite it.
     pub finished: bool,
+    /// The totals the last exit profile was written with: the late exit
+    /// handler rewrites it only if something was counted since.
+    pub exit_totals: Option<Totals>,
     /// Buffers a profile is written through.
     pub staging: Staging,
     /// The memory timeline, sampled by the flusher thread (only kept when
@@ -125,6 +128,7 @@ pub static WRITER: SpinLock<Writer> = SpinLock::new(Writer {
     has_output: false,
     discard: false,
     finished: false,
+    exit_totals: None,
     staging: Staging {
         buf: [0; OUT_BUF],
         tail: String::new(),
@@ -140,6 +144,7 @@ pub fn start_process(w: &mut Writer) {
     // SAFETY: getpid/getppid have no preconditions.
     (w.process.pid, w.process.ppid) = unsafe { (libc::getpid() as u32, libc::getppid() as u32) };
     w.finished = false;
+    w.exit_totals = None;
     w.has_output = w.file.template_len > 0 && {
         let claim = output::claim(
             &w.file.template[..w.file.template_len],
@@ -316,7 +321,16 @@ pub fn write_profile(w: &mut Writer, state: State, exiting_thread: bool) {
     *last_write_ns = recorder::monotonic_ns().saturating_sub(started);
     if state == State::Exited {
         w.finished = true;
+        w.exit_totals = Some(totals);
     }
+}
+
+/// Whether nothing was counted since the exit profile was written (no
+/// allocator call of any thread), so that writing it again would change
+/// only its end time.
+pub fn unchanged_since_exit_profile(w: &Writer) -> bool {
+    w.exit_totals
+        .is_some_and(|t| t == recorder::snapshot(Some(&tls::current().state)))
 }
 
 /// Writes the timeline's lines to `file`, staged through `buf`.

@@ -315,6 +315,58 @@ fn allocating_in_a_library_destructor_is_counted(backend: &str) {
     exactly_n_more(&format!("libdtor under {backend}"), N, with, without);
 }
 
+/// The exit profile is written at the shim's `.fini_array`, and again from
+/// an exit handler after every library's destructors only if something was
+/// counted in between: a profile of many stacks takes milliseconds to
+/// write. Counted by the renames that replace the profile file, on the
+/// main thread (the writer thread's periodic flushes are left out): one at
+/// start-up, then one at exit, or two when a library destructor allocates
+/// after the first (and its calls are in the profile).
+fn the_exit_profile_is_written_again_only_after_late_calls(backend: &str) {
+    let lib = compile("cc", "libdtor.c", &["-O2", "-shared", "-fPIC", "-DLIB"]);
+    let exe = compile("cc", "libdtor.c", &["-O2", lib.to_str().unwrap()]);
+    let renames = compile("cc", "renames.c", &["-O2", "-shared", "-fPIC"]);
+    let mut calls = Vec::new();
+    for (n, exit_writes) in [(0u64, 1), (50, 2)] {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let mut cmd = Command::new(&exe);
+        cmd.arg(n.to_string());
+        preload(&mut cmd, backend, Some(&dir.path().join("%p.prof")));
+        let shim = set_on(&cmd, "LD_PRELOAD")
+            .expect("preload sets LD_PRELOAD")
+            .to_str()
+            .expect("a UTF-8 path")
+            .to_string();
+        // After the shim: its own symbols come first, and its `rename`
+        // call finds this library's before libc's.
+        cmd.env("LD_PRELOAD", format!("{shim}:{}", renames.display()));
+        let out = run(&mut cmd, None);
+        let stderr = text(&out.stderr);
+        assert!(
+            out.status.success(),
+            "libdtor {n} under {backend} ({}): {stderr}",
+            out.status
+        );
+        let main_writes = stderr
+            .lines()
+            .filter(|l| *l == "renames: main thread")
+            .count();
+        assert_eq!(
+            main_writes,
+            1 + exit_writes,
+            "libdtor {n} under {backend}: profiles written by the main thread \
+             (start-up, then exit):\n{stderr}"
+        );
+        let profiles = read_profiles(dir.path());
+        calls.push(only(&profiles, "libdtor").totals.calls_of(Func::Malloc));
+    }
+    assert_eq!(
+        calls[1] - calls[0],
+        50,
+        "libdtor under {backend}: the destructor's calls are in the rewritten profile"
+    );
+}
+
 /// Regression: a thread whose only allocator calls come in the last round
 /// of pthread key destructors (after the shim's key was visited, when the
 /// shim's key had a low number) stayed linked in the shim's thread list
@@ -424,6 +476,7 @@ per_backend!(
     allocating_in_a_signal_handler_is_counted,
     allocating_in_atexit_and_key_destructors_is_counted,
     allocating_in_a_library_destructor_is_counted,
+    the_exit_profile_is_written_again_only_after_late_calls,
     allocating_in_the_last_destructor_round_is_safe,
     thread_churn_counts_exactly,
     out_of_memory_is_null_and_enomem,
