@@ -35,10 +35,11 @@ pub fn render(
 ) -> anyhow::Result<Vec<u8>> {
     Ok(match format {
         Format::Folded => set.folded(weight.unwrap_or(Weight::Bytes)).into_bytes(),
-        Format::Json => {
-            crate::json::to_pretty(&crate::json::stacks(set, weight.unwrap_or(Weight::Bytes)))
-                .into_bytes()
-        }
+        Format::Json => crate::json::to_pretty_declared(&crate::json::stacks(
+            set,
+            weight.unwrap_or(Weight::Bytes),
+        ))
+        .into_bytes(),
         Format::Pprof => crate::pprof::encode(set, weight, comments)?,
         Format::Svg => anyhow::bail!("SVG is drawn by crate::render, not exported here"),
     })

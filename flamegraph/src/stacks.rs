@@ -292,25 +292,57 @@ impl<'a> StackSet<'a> {
 
     /// Stacks with identical frames merged, largest `order` first (ties by
     /// frames, so the order is stable).
+    ///
+    /// As in [`StackSet::folded`], each location's frames are compared by
+    /// value once, and stacks are merged as sequences of frame indices:
+    /// a deep profile's stacks share most of their frames.
     pub fn merged(&self, order: Weight) -> Vec<MergedStack> {
-        let mut by_frames: HashMap<Vec<Frame>, Values> = HashMap::new();
+        let mut index: FxHashMap<&Frame, u32> = FxHashMap::default();
+        let mut distinct: Vec<&Frame> = Vec::new();
+        let mut locations: FxHashMap<*const Frame, Box<[u32]>> = FxHashMap::default();
+        let mut by_frames: FxHashMap<Box<[u32]>, Values> = FxHashMap::default();
+        let mut key: Vec<u32> = Vec::new();
         for s in &self.stacks {
-            by_frames
-                .entry(s.frames().cloned().collect())
-                .or_default()
-                .add(&s.values);
+            key.clear();
+            for (_, r) in &s.locations {
+                let ids = locations
+                    .entry(Rc::as_ptr(r).cast::<Frame>())
+                    .or_insert_with(|| {
+                        r.iter()
+                            .map(|f| {
+                                *index.entry(f).or_insert_with(|| {
+                                    distinct.push(f);
+                                    (distinct.len() - 1) as u32
+                                })
+                            })
+                            .collect()
+                    });
+                key.extend_from_slice(ids);
+            }
+            // Leaf first: the plumbing trimmed from the front.
+            let key = &key[s.trimmed..];
+            match by_frames.get_mut(key) {
+                Some(values) => values.add(&s.values),
+                None => {
+                    by_frames.insert(key.into(), s.values);
+                }
+            }
         }
-        let mut out: Vec<MergedStack> = by_frames
+        let mut out: Vec<(String, MergedStack)> = by_frames
             .into_iter()
-            .map(|(frames, values)| MergedStack { frames, values })
+            .map(|(key, values)| {
+                let frames: Vec<Frame> =
+                    key.iter().map(|&i| distinct[i as usize].clone()).collect();
+                (folded_names(&frames), MergedStack { frames, values })
+            })
             .collect();
-        out.sort_by(|a, b| {
+        out.sort_by(|(a_names, a), (b_names, b)| {
             order
                 .of(&b.values)
                 .cmp(&order.of(&a.values))
-                .then_with(|| folded_names(&a.frames).cmp(&folded_names(&b.frames)))
+                .then_with(|| a_names.cmp(b_names))
         });
-        out
+        out.into_iter().map(|(_, stack)| stack).collect()
     }
 
     /// Folded stacks for `weight`: `root;...;leaf value` per line, root

@@ -31,19 +31,22 @@ use blazesym::symbolize::{CodeInfo, Input, Symbolized};
 
 /// One frame of a symbolized stack: a function, or a function inlined
 /// into another at the same address.
+///
+/// The fields are in sorted order, as JSON writes every object's keys:
+/// stack exports serialise frames directly ([`crate::json::to_pretty_declared`]).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 pub struct Frame {
-    /// Demangled function name, or `module+0xoffset`, or `[unknown]`.
-    pub function: String,
     /// Source file, where debug info gives one.
     pub file: Option<String>,
+    /// Demangled function name, or `module+0xoffset`, or `[unknown]`.
+    pub function: String,
+    /// Whether this frame was inlined into the next one (its caller) at
+    /// the same address.
+    pub inlined: bool,
     /// Line in `file` of the call (or, at the leaf, of the allocating call).
     pub line: Option<u32>,
     /// Path of the module the address lies in, if any.
     pub module: Option<String>,
-    /// Whether this frame was inlined into the next one (its caller) at
-    /// the same address.
-    pub inlined: bool,
 }
 
 /// The name shown for an address outside every module.
