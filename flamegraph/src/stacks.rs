@@ -654,12 +654,16 @@ mod tests {
         /// Folding by name indices writes what folding by text wrote:
         /// names that read alike once escaped (`a;b`, `a:b`) merge, and
         /// names that begin others (`a`, `a:b`, `a b`, `ab`) sort bytewise.
+        /// Merging by frame indices sums what merging frames did.
         #[test]
-        fn folded_lines_are_the_text_folding(
+        fn folded_and_merged_stacks_are_the_text_and_frame_merges(
             stacks in proptest::collection::vec(
                 (
                     proptest::collection::vec(
-                        proptest::collection::vec((0usize..8, proptest::bool::ANY), 1..3),
+                        (
+                            proptest::collection::vec((0usize..8, proptest::bool::ANY), 1..3),
+                            0u8..2,
+                        ),
                         1..6,
                     ),
                     0usize..4,
@@ -669,16 +673,17 @@ mod tests {
             )
         ) {
             const NAMES: [&str; 8] = ["a", "a:b", "a;b", "a b", "ab", "b", "a\nb", "a!"];
-            // One shared resolution per (location) shape, as the stack set
-            // shares one per address.
-            let mut shared: HashMap<Vec<(usize, bool)>, Resolved> = HashMap::new();
+            // One resolution shared by every stack through an address, as
+            // the stack set shares one; two addresses (the `u8`) may
+            // resolve to the same frames.
+            let mut shared: HashMap<(Vec<(usize, bool)>, u8), Resolved> = HashMap::new();
             let stacks: Vec<ProcStack> = stacks
                 .into_iter()
                 .map(|(locations, trim, allocs)| {
                     let locations: Vec<(u64, Resolved)> = locations
                         .into_iter()
-                        .map(|frames| {
-                            let r = shared.entry(frames.clone()).or_insert_with(|| {
+                        .map(|(frames, address)| {
+                            let r = shared.entry((frames.clone(), address)).or_insert_with(|| {
                                 frames
                                     .iter()
                                     .map(|&(n, inlined)| Frame {
@@ -704,6 +709,19 @@ mod tests {
                 .collect();
             let set = StackSet { profiles: &[], stacks, ticks_per_ns: None };
             proptest::prop_assert_eq!(set.folded(Weight::Count), folded_by_text(&set, Weight::Count));
+
+            // Merged by frames: the same sums as merging clones of every
+            // stack's frames, largest first, ties by their folded names.
+            let merged = set.merged(Weight::Count);
+            let order = |m: &MergedStack| (std::cmp::Reverse(m.values.allocs), folded_names(&m.frames));
+            proptest::prop_assert!(merged.windows(2).all(|w| order(&w[0]) <= order(&w[1])));
+            let got: HashMap<Vec<Frame>, u64> =
+                merged.into_iter().map(|m| (m.frames, m.values.allocs)).collect();
+            let mut want: HashMap<Vec<Frame>, u64> = HashMap::new();
+            for s in &set.stacks {
+                *want.entry(s.frames().cloned().collect()).or_default() += s.values.allocs;
+            }
+            proptest::prop_assert_eq!(got, want);
         }
     }
 
