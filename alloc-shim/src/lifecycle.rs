@@ -117,8 +117,8 @@ unsafe extern "C" {
 
 /// The exit handler `finish` registers: the exit profile (or summary)
 /// again, now with what other libraries' destructors did, if they
-/// allocated or freed anything. The allocator's
-/// statistics are those read in `finish`.
+/// allocated or freed anything. The allocator's statistics are those read
+/// in `finish`.
 extern "C" fn last_word(_: *mut c_void) {
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() } as u32;

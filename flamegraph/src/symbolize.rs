@@ -20,7 +20,6 @@
 //! every module (JIT code, a module the recorder missed) becomes
 //! `[unknown]`.
 
-use rustc_hash::FxHashMap;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::rc::Rc;
@@ -28,6 +27,7 @@ use std::rc::Rc;
 use allocmux::profile::Module;
 use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{CodeInfo, Input, Symbolized};
+use rustc_hash::FxHashMap;
 
 /// One frame of a symbolized stack: a function, or a function inlined
 /// into another at the same address.
