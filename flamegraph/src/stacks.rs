@@ -10,7 +10,6 @@
 //! across processes and addresses, for flamegraphs, tables and JSON.
 
 use std::cmp::Ordering;
-use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::rc::Rc;
 
@@ -297,27 +296,13 @@ impl<'a> StackSet<'a> {
     /// value once, and stacks are merged as sequences of frame indices:
     /// a deep profile's stacks share most of their frames.
     pub fn merged(&self, order: Weight) -> Vec<MergedStack> {
-        let mut index: FxHashMap<&Frame, u32> = FxHashMap::default();
-        let mut distinct: Vec<&Frame> = Vec::new();
-        let mut locations: FxHashMap<*const Frame, Box<[u32]>> = FxHashMap::default();
+        let mut frames: FrameIndex<'_, &Frame> = FrameIndex::new(|f| f);
         let mut by_frames: FxHashMap<Box<[u32]>, Values> = FxHashMap::default();
         let mut key: Vec<u32> = Vec::new();
         for s in &self.stacks {
             key.clear();
             for (_, r) in &s.locations {
-                let ids = locations
-                    .entry(Rc::as_ptr(r).cast::<Frame>())
-                    .or_insert_with(|| {
-                        r.iter()
-                            .map(|f| {
-                                *index.entry(f).or_insert_with(|| {
-                                    distinct.push(f);
-                                    (distinct.len() - 1) as u32
-                                })
-                            })
-                            .collect()
-                    });
-                key.extend_from_slice(ids);
+                key.extend_from_slice(frames.of_location(r));
             }
             // Leaf first: the plumbing trimmed from the front.
             let key = &key[s.trimmed..];
@@ -331,9 +316,14 @@ impl<'a> StackSet<'a> {
         let mut out: Vec<(String, MergedStack)> = by_frames
             .into_iter()
             .map(|(key, values)| {
-                let frames: Vec<Frame> =
-                    key.iter().map(|&i| distinct[i as usize].clone()).collect();
-                (folded_names(&frames), MergedStack { frames, values })
+                let stack: Vec<Frame> = key.iter().map(|&i| (*frames.key(i)).clone()).collect();
+                (
+                    folded_names(&stack),
+                    MergedStack {
+                        frames: stack,
+                        values,
+                    },
+                )
             })
             .collect();
         out.sort_by(|(a_names, a), (b_names, b)| {
@@ -350,11 +340,11 @@ impl<'a> StackSet<'a> {
     /// value is zero left out, identical lines merged.
     ///
     /// A deep-stacked profile has hundreds of thousands of frames but few
-    /// distinct names: each name is escaped once ([`FoldedNames`]), stacks
+    /// distinct names: each name is escaped once ([`FrameIndex`]), stacks
     /// are merged as sequences of name indices, and only the output is
     /// written as text.
     pub fn folded(&self, weight: Weight) -> String {
-        let mut names = FoldedNames::default();
+        let mut names = FrameIndex::new(folded_name);
         let mut lines: FxHashMap<Box<[u32]>, u64> = FxHashMap::default();
         let mut key: Vec<u32> = Vec::new();
         for s in &self.stacks {
@@ -383,7 +373,7 @@ impl<'a> StackSet<'a> {
         let digits = 20 + 2; // a u64, the space and the line break
         let len: usize = lines
             .iter()
-            .map(|(k, _)| k.iter().map(|&n| names.text(n).len() + 1).sum::<usize>() + digits)
+            .map(|(k, _)| k.iter().map(|&n| names.key(n).len() + 1).sum::<usize>() + digits)
             .sum();
         let mut out = String::with_capacity(len);
         for (stack, v) in lines {
@@ -391,7 +381,7 @@ impl<'a> StackSet<'a> {
                 if i > 0 {
                     out.push(';');
                 }
-                out.push_str(names.text(n));
+                out.push_str(names.key(n));
             }
             let _ = writeln!(out, " {v}");
         }
@@ -533,55 +523,70 @@ fn shared_len(a: &[u32], b: &[u32]) -> usize {
             .count()
 }
 
-/// The names of folded lines, each escaped once ([`push_folded_name`]) and
-/// known by its index, and each location's frames as those indices.
-/// Distinct indices are distinct texts, so that stacks whose lines read
-/// the same merge (`a;b` and `a:b` both read `a:b`).
-#[derive(Default)]
-struct FoldedNames<'s> {
-    /// Escaped names, by index.
-    texts: Vec<String>,
-    /// Escaped name → index.
-    by_text: HashMap<String, u32>,
-    /// (function, inlined) → index.
-    by_frame: FxHashMap<(&'s str, bool), u32>,
+/// Each location's frames as indices of their distinct keys (the name a
+/// folded line shows, or the frame itself for merged stacks), worked out
+/// once per location: the stack set shares one resolution between every
+/// stack through an address, and a deep profile's stacks share most of
+/// their frames. Distinct indices are distinct keys, so stacks are merged
+/// by comparing index sequences.
+struct FrameIndex<'s, K> {
+    /// Distinct keys, by index.
+    keys: Vec<K>,
+    /// Key → index.
+    index: FxHashMap<K, u32>,
     /// A location's frames (innermost first) as indices, keyed by the
-    /// address of its resolved frames, which the stack set shares between
-    /// every stack through that address.
+    /// address of its resolved frames.
     locations: FxHashMap<*const Frame, Box<[u32]>>,
+    key_of: fn(&'s Frame) -> K,
 }
 
-impl<'s> FoldedNames<'s> {
-    /// The indices of the names of `r`'s frames, innermost first.
+impl<'s, K: Clone + Eq + std::hash::Hash> FrameIndex<'s, K> {
+    fn new(key_of: fn(&'s Frame) -> K) -> Self {
+        FrameIndex {
+            keys: Vec::new(),
+            index: FxHashMap::default(),
+            locations: FxHashMap::default(),
+            key_of,
+        }
+    }
+
+    /// The indices of `r`'s frames, innermost first.
     fn of_location(&mut self, r: &'s Resolved) -> &[u32] {
         let Self {
-            texts,
-            by_text,
-            by_frame,
+            keys,
+            index,
             locations,
+            key_of,
         } = self;
         locations
             .entry(Rc::as_ptr(r).cast::<Frame>())
             .or_insert_with(|| {
                 r.iter()
                     .map(|f| {
-                        *by_frame.entry((&f.function, f.inlined)).or_insert_with(|| {
-                            let mut text = String::new();
-                            push_folded_name(&mut text, f);
-                            *by_text.entry(text).or_insert_with_key(|text| {
-                                texts.push(text.clone());
-                                (texts.len() - 1) as u32
-                            })
+                        *index.entry(key_of(f)).or_insert_with_key(|k| {
+                            keys.push(k.clone());
+                            (keys.len() - 1) as u32
                         })
                     })
                     .collect()
             })
     }
 
-    fn text(&self, n: u32) -> &str {
-        &self.texts[n as usize]
+    fn key(&self, i: u32) -> &K {
+        &self.keys[i as usize]
     }
+}
 
+/// A frame's name as a folded line shows it ([`push_folded_name`]): the
+/// key of [`FrameIndex`] for folding, so that names that read alike once
+/// escaped (`a;b`, `a:b`) are one.
+fn folded_name(f: &Frame) -> String {
+    let mut text = String::new();
+    push_folded_name(&mut text, f);
+    text
+}
+
+impl FrameIndex<'_, String> {
     /// Orders two stacks of name indices as their folded lines sort,
     /// bytewise. Up to the first name they do not share the lines are the
     /// same; there, the names decide, or where one name begins the other,
@@ -594,7 +599,7 @@ impl<'s> FoldedNames<'s> {
             (None, Some(_)) => Ordering::Less,
             (Some(_), None) => Ordering::Greater,
             (Some(&x), Some(&y)) => {
-                let (tx, ty) = (self.text(x).as_bytes(), self.text(y).as_bytes());
+                let (tx, ty) = (self.key(x).as_bytes(), self.key(y).as_bytes());
                 let n = tx.len().min(ty.len());
                 tx[..n].cmp(&ty[..n]).then_with(|| {
                     let next = |t: &[u8], k: &[u32]| {
@@ -609,6 +614,8 @@ impl<'s> FoldedNames<'s> {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+
     use super::*;
 
     #[test]
