@@ -239,12 +239,13 @@ impl<'a> StackSet<'a> {
                 })
                 .collect();
             let resolved = sym.resolve(&p.stacks.modules, &addrs);
-            let mut frame_index = frame_index.iter();
+            let mut at = 0;
             for s in &p.stacks.stacks {
-                let indices = frame_index.by_ref().take(s.frames.len());
+                // This stack's frames' indices: the next `depth` of them.
+                let indices = &frame_index[at..at + s.frames.len()];
+                at += s.frames.len();
                 let values = Values::from_counts(&s.counts, ticks_per_ns);
                 if values.is_zero() {
-                    indices.for_each(drop);
                     continue;
                 }
                 let locations: Vec<(u64, Resolved)> = s
@@ -290,7 +291,7 @@ impl<'a> StackSet<'a> {
     }
 
     /// Stacks with identical frames merged, largest `order` first (ties by
-    /// frames, so the order is stable).
+    /// their folded names, so the order is stable).
     ///
     /// As in [`StackSet::folded`], each location's frames are compared by
     /// value once, and stacks are merged as sequences of frame indices:
