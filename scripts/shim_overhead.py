@@ -17,8 +17,8 @@ allocator is one cost among others: python3 building and serialising a
 large dict, and allocmux's bundled edit-distance workload.
 
 With --floors it also builds the shim twice more for the jemalloc
-comparison (`--cfg allocmux_bench="forward"`: malloc and free forward with no
-recording; `"count"`: one per-thread increment per call and nothing else), to
+comparison (`--cfg allocmux_bench="forward"`: malloc, free, calloc and
+realloc forward with no recording; `"count"`: one per-thread increment per call and nothing else), to
 show what interposition and the cheapest exact counting cost by themselves;
 the shipped shim with ALLOCMUX_TIME_SAMPLE=1000000, to show what the timed
 calls cost;

@@ -239,10 +239,12 @@ macro_rules! bench_variant {
 }
 
 /// Benchmark builds only (`RUSTFLAGS='--cfg allocmux_bench="forward"'` or
-/// `"count"`, used by `scripts/shim_overhead.py --floors`): `malloc` and
-/// `free` forward with no recording at all, or with nothing but one
-/// per-thread increment, to measure what interposition and the cheapest
-/// exact counting cost by themselves.
+/// `"count"`, used by `scripts/shim_overhead.py --floors` and
+/// `scripts/counting_floor.py`): `malloc`, `free`, `calloc` and `realloc`
+/// (all a Rust program's `System` allocator calls for alignments up to 16)
+/// forward with no recording at all, or with nothing but one per-thread
+/// increment, to measure what interposition and the cheapest exact
+/// counting cost by themselves.
 #[cfg(any(allocmux_bench = "forward", allocmux_bench = "count"))]
 macro_rules! bench_variant {
     ($hooks:expr, $B:ty) => {{
@@ -260,9 +262,38 @@ macro_rules! bench_variant {
                 unsafe { <$B as crate::backend::Backend>::free(ptr) }
             }
         }
+        unsafe extern "C" fn calloc(count: usize, size: usize) -> *mut core::ffi::c_void {
+            #[cfg(allocmux_bench = "count")]
+            tls::current().state.bench_count(allocmux::Func::Calloc);
+            if count.checked_mul(size).is_none() {
+                return core::ptr::null_mut();
+            }
+            // SAFETY: forwarded; the product does not overflow.
+            unsafe { <$B as crate::backend::Backend>::calloc(count, size) }
+        }
+        unsafe extern "C" fn realloc(
+            ptr: *mut core::ffi::c_void,
+            size: usize,
+        ) -> *mut core::ffi::c_void {
+            #[cfg(allocmux_bench = "count")]
+            tls::current().state.bench_count(allocmux::Func::Realloc);
+            if ptr.is_null() {
+                // SAFETY: forwarded.
+                return unsafe { <$B as crate::backend::Backend>::malloc(size) };
+            }
+            if size == 0 {
+                // SAFETY: forwarded: glibc's `realloc(p, 0)` frees `p`.
+                unsafe { <$B as crate::backend::Backend>::free(ptr) };
+                return core::ptr::null_mut();
+            }
+            // SAFETY: forwarded, `ptr` non-NULL and `size` non-zero.
+            unsafe { <$B as crate::backend::Backend>::realloc(ptr, size) }
+        }
         Hooks {
             malloc,
             free,
+            calloc,
+            realloc,
             ..$hooks
         }
     }};
