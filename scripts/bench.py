@@ -719,6 +719,8 @@ def write_report(a, started, load_before, body, charts, results, done):
 OTHER_SCRIPTS = [
     ("Default recording and sampled stacks per backend, against the bare, preloaded and in-code allocator",
      "python3 scripts/recording_cost.py --callgrind", "recording-cost.md"),
+    ("The floor of exact counting, and mimalloc counting bytes itself",
+     "python3 scripts/counting_floor.py --out scripts/results/counting-floor.md", "counting-floor.md"),
     ("The shim against its floors",
      "python3 scripts/shim_overhead.py --rounds 31 --program-rounds 21 --callgrind --floors "
      "--out scripts/results/shim-overhead.md", "shim-overhead.md"),
