@@ -7,7 +7,9 @@ and what it would cost if the allocator counted the bytes itself.
 Default recording keeps exact per-function call counts and exact bytes. A
 5% budget is set by the bare allocator's cost per call, so this script
 counts instructions (callgrind; the difference between a run of 2N and of N
-units of work, so start-up cancels out) for:
+units of work, so start-up cancels out; the thread that does the work's
+only: the shim's writer thread wakes by wall time, which valgrind
+stretches, so its share would vary from run to run) for:
 
   bare        the allocator without allocmux: glibc itself, Debian's
               libjemalloc.so.2 and libmimalloc.so.2 preloaded
@@ -51,7 +53,7 @@ import subprocess
 import sys
 import tempfile
 
-from recording_cost import DEBIAN, instructions
+from recording_cost import DEBIAN
 from shim_overhead import build_variant, direct_shims, report
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -75,6 +77,28 @@ MIMALLOC_COUNTERS = [
     ("src/free.c", "mi_block_t* block, void* p, bool was_guarded)\n{\n  MI_UNUSED(was_guarded);\n",
      "  mi_thread_freed += page->block_size;\n"),
 ]
+
+
+def busiest_thread_ir(argv, env, tmp):
+    """Instructions of the process's busiest thread (callgrind,
+    `--separate-threads=yes`): the churn's worker, edit-distance's main
+    thread."""
+    for f in os.listdir(tmp):
+        if f.startswith("cg.out"):
+            os.remove(os.path.join(tmp, f))
+    out = os.path.join(tmp, "cg.out")
+    r = subprocess.run(["valgrind", "--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={out}", *argv],
+                       env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if r.returncode != 0:
+        sys.exit(f"callgrind of {' '.join(argv)} failed: {r.stderr[-2000:]}")
+    counts = []
+    for f in os.listdir(tmp):
+        if f.startswith("cg.out-"):
+            with open(os.path.join(tmp, f)) as fh:
+                counts += [int(line.split()[1]) for line in fh if line.startswith("summary:")]
+    if not counts:
+        sys.exit("no summary in callgrind's output")
+    return max(counts)
 
 
 def mimalloc_source():
@@ -132,6 +156,7 @@ def main():
         if not os.path.exists(lib):
             sys.exit(f"{lib} is missing: apt-get install libjemalloc2 libmimalloc2.0")
     base = {k: v for k, v in os.environ.items() if not k.startswith(("LD_PRELOAD", "ALLOCMUX_"))}
+    load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         churn, shipped, workload = build(tmp)
         shims = direct_shims(shipped, tmp)
@@ -143,7 +168,7 @@ def main():
         ir = {}  # (workload, backend, configuration) -> instructions per unit
         for wname, (argv, n, per) in workloads.items():
             def run(env):
-                return (instructions(argv(2 * n), env, tmp) - instructions(argv(n), env, tmp)) / per
+                return (busiest_thread_ir(argv(2 * n), env, tmp) - busiest_thread_ir(argv(n), env, tmp)) / per
             for backend in BACKENDS:
                 shim_env = dict(base, ALLOCMUX_ALLOCATOR=backend, ALLOCMUX_OUTPUT=out)
                 confs = {"bare": dict(base, **({"LD_PRELOAD": DEBIAN[backend]} if backend in DEBIAN else {})),
@@ -156,8 +181,9 @@ def main():
                 for cname, env in confs.items():
                     ir[wname, backend, cname] = run(env)
                     print(f"{wname} {backend} {cname}: {ir[wname, backend, cname]:,.1f}", flush=True)
-    lines = [f"Machine: {platform.machine()}, {os.cpu_count()} cores, {platform.platform()}",
-             f"Instructions (callgrind, 2N - N): churn, 1 thread, N = {a.pairs:,} malloc/free pairs, "
+    lines = [f"Machine: {platform.machine()}, {os.cpu_count()} cores, {platform.platform()}; "
+             f"load average at start {load:.2f} (instruction counts do not move with it)",
+             f"Instructions (callgrind, 2N - N, the working thread): churn, 1 thread, N = {a.pairs:,} malloc/free pairs, "
              f"per pair; edit-distance, N = {a.words:,} word pairs, the whole difference.", ""]
     for wname, (_, _, per) in workloads.items():
         unit = "per malloc/free pair" if per > 1 else "for N word pairs"
