@@ -882,13 +882,14 @@ impl<S: Scope, T: OwnStacks, U: OwnState<'static>, const COUNTED: bool> Scope
 /// stack, as [`stacked`] times it, and the block is let go of.
 #[cold]
 #[inline(never)]
-fn release_large<S: Scope, R>(
+#[allow(improper_ctypes_definitions)] // called from Rust only; extern "C" so it cannot unwind
+extern "C" fn release_large<S: Scope, R, F: FnOnce() -> R>(
     ptr: usize,
     usable: usize,
     s: S,
     st: &StackThread,
     t: &ThreadState,
-    op: impl FnOnce() -> R,
+    op: F,
 ) -> R {
     if !maybe_tracked(ptr) || st.busy.get() {
         return s.release(ptr, usable, op);

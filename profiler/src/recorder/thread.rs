@@ -777,8 +777,14 @@ fn measure<R>(op: impl FnOnce() -> R) -> (R, u64) {
 
 /// Times a call that is always timed (a large block), out of line so the
 /// fast path keeps no registers for it.
+///
+/// `extern "C"`, though only Rust calls it: such a function cannot unwind
+/// (a panic in it aborts), so a hook that calls it last needs no landing
+/// pad for the call and can make it a tail jump, with no stack frame on
+/// its fast path.
+#[allow(improper_ctypes_definitions)] // never called from C
 #[inline(never)]
-fn exact_time<R>(t: &ThreadState, op: impl FnOnce() -> R) -> R {
+extern "C" fn exact_time<R, F: FnOnce() -> R>(t: &ThreadState, op: F) -> R {
     let (r, ticks) = measure(op);
     t.counters.exact::<false>(ticks);
     t.timed.set(t.timed.get().wrapping_add(ticks));
