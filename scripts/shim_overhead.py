@@ -18,8 +18,9 @@ large dict, and allocmux's bundled edit-distance workload.
 
 With --floors it also builds the shim twice more for the jemalloc
 comparison (`--cfg allocmux_bench="forward"`: malloc, free, calloc and
-realloc forward with no recording; `"count"`: one per-thread increment per call and nothing else), to
-show what interposition and the cheapest exact counting cost by themselves;
+realloc forward with no recording; `"count"`: one per-thread increment per
+call and nothing else), to show what interposition and the cheapest exact
+counting cost by themselves;
 the shipped shim with ALLOCMUX_TIME_SAMPLE=1000000, to show what the timed
 calls cost;
 and it runs scripts/ideal_shim.c, the least C that records what the shim's
