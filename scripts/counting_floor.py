@@ -53,7 +53,8 @@ import subprocess
 import sys
 import tempfile
 
-from recording_cost import DEBIAN
+from bench import callgrind_ir
+from recording_cost import DEBIAN, build
 from shim_overhead import build_variant, direct_shims, report
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -77,28 +78,6 @@ MIMALLOC_COUNTERS = [
     ("src/free.c", "mi_block_t* block, void* p, bool was_guarded)\n{\n  MI_UNUSED(was_guarded);\n",
      "  mi_thread_freed += page->block_size;\n"),
 ]
-
-
-def busiest_thread_ir(argv, env, tmp):
-    """Instructions of the process's busiest thread (callgrind,
-    `--separate-threads=yes`): the churn's worker, edit-distance's main
-    thread."""
-    for f in os.listdir(tmp):
-        if f.startswith("cg.out"):
-            os.remove(os.path.join(tmp, f))
-    out = os.path.join(tmp, "cg.out")
-    r = subprocess.run(["valgrind", "--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={out}", *argv],
-                       env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if r.returncode != 0:
-        sys.exit(f"callgrind of {' '.join(argv)} failed: {r.stderr[-2000:]}")
-    counts = []
-    for f in os.listdir(tmp):
-        if f.startswith("cg.out-"):
-            with open(os.path.join(tmp, f)) as fh:
-                counts += [int(line.split()[1]) for line in fh if line.startswith("summary:")]
-    if not counts:
-        sys.exit("no summary in callgrind's output")
-    return max(counts)
 
 
 def mimalloc_source():
@@ -137,15 +116,6 @@ def build_mimallocs(tmp):
     return out
 
 
-def build(tmp):
-    churn = os.path.join(tmp, "churn")
-    subprocess.run(["gcc", "-O2", "-g", "-pthread", os.path.join(ROOT, "scripts", "churn.c"), "-o", churn], check=True)
-    subprocess.run(["cargo", "build", "--release", "-q", "-p", "allocmux-shim", "-p", "incode-allocators"],
-                   cwd=ROOT, check=True)
-    release = os.path.join(ROOT, "target", "release")
-    return churn, os.path.join(release, "liballocmux_shim.so"), os.path.join(release, "workload-glibc")
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pairs", type=int, default=200_000, help="churn malloc/free pairs (N)")
@@ -158,7 +128,8 @@ def main():
     base = {k: v for k, v in os.environ.items() if not k.startswith(("LD_PRELOAD", "ALLOCMUX_"))}
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
-        churn, shipped, workload = build(tmp)
+        churn, shipped, release = build(tmp)
+        workload = os.path.join(release, "workload-glibc")
         shims = direct_shims(shipped, tmp)
         variants = {"forward": build_variant("forward"), "count": build_variant("count")}
         mimallocs = build_mimallocs(tmp)
@@ -168,7 +139,7 @@ def main():
         ir = {}  # (workload, backend, configuration) -> instructions per unit
         for wname, (argv, n, per) in workloads.items():
             def run(env):
-                return (busiest_thread_ir(argv(2 * n), env, tmp) - busiest_thread_ir(argv(n), env, tmp)) / per
+                return (callgrind_ir(argv(2 * n), env, tmp) - callgrind_ir(argv(n), env, tmp)) / per
             for backend in BACKENDS:
                 shim_env = dict(base, ALLOCMUX_ALLOCATOR=backend, ALLOCMUX_OUTPUT=out)
                 confs = {"bare": dict(base, **({"LD_PRELOAD": DEBIAN[backend]} if backend in DEBIAN else {})),
