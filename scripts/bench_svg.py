@@ -1,9 +1,11 @@
-"""Horizontal grouped bar charts as plain SVG, for scripts/bench.py (stdlib only).
+"""Horizontal grouped bar charts as plain SVG, for scripts/bench.py and
+scripts/cost_goals.py (stdlib only).
 
 A bar runs from the value 1 (parity) to the median ratio, so a bar to the
 right is slower (or faster, as the axis label says) and none is drawn
-from an arbitrary zero; a whisker spans the interquartile range; dashed
-vertical lines mark reference values such as the 1.03 and 1.10 goals.
+from an arbitrary zero; a whisker spans the interquartile range (or
+another interval, as the chart says); dashed vertical lines mark
+reference values such as goals.
 """
 import math
 from xml.sax.saxutils import escape
@@ -11,9 +13,10 @@ from xml.sax.saxutils import escape
 COLORS = ["#4c78a8", "#9ecae9", "#f58518", "#ffbf79", "#54a24b", "#e45756"]
 
 
-def hbar_chart(title, rows, series, refs=(), xlabel="", log_scale=False):
+def hbar_chart(title, rows, series, refs=(), xlabel="", log_scale=False, whisker="IQR"):
     """rows: [(category, {series name: (median, low, high)})]; series: the
-    names in drawing order. Returns the SVG document as a string."""
+    names in drawing order; whisker: what (low, high) is, for the bars'
+    tooltips. Returns the SVG document as a string."""
     left, right, top, bar_h, gap = 190, 30, 60, 9, 8
     width = 900
     plot_w = width - left - right
@@ -54,7 +57,7 @@ def hbar_chart(title, rows, series, refs=(), xlabel="", log_scale=False):
             x0, x1 = sorted((x(1.0), x(med)))
             color = COLORS[j % len(COLORS)]
             out.append(f'<rect x="{x0:.1f}" y="{y:.1f}" width="{max(x1 - x0, 1):.1f}" height="{bar_h - 1}" fill="{color}">'
-                       f'<title>{escape(cat)}, {escape(s)}: {med:.3f} (IQR {a:.3f}–{b:.3f})</title></rect>')
+                       f'<title>{escape(cat)}, {escape(s)}: {med:.3f} ({escape(whisker)} {a:.3f}–{b:.3f})</title></rect>')
             if b > a:
                 cy = y + (bar_h - 1) / 2
                 out.append(f'<line x1="{x(a):.1f}" y1="{cy:.1f}" x2="{x(b):.1f}" y2="{cy:.1f}" stroke="black"/>')

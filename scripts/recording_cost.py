@@ -48,6 +48,11 @@ LIB = "/usr/lib/x86_64-linux-gnu"
 DEBIAN = {"jemalloc": f"{LIB}/libjemalloc.so.2", "mimalloc": f"{LIB}/libmimalloc.so.2"}
 BACKENDS = ["system", "jemalloc", "mimalloc"]
 INCODE = {"system": "glibc", "jemalloc": "jemalloc", "mimalloc": "mimalloc"}
+# Units of work under callgrind (churn: pairs per thread; edit-distance: word
+# pairs). It runs 50x slower, but a run must take a few hundred stack
+# samples (one per 512 KiB) for what sampling adds to be told from which
+# calls it happened to sample; doubled for the difference.
+CALLGRIND_SIZES = {"churn": 500_000, "edit-distance": 30_000}
 
 
 def build(tmp):
@@ -102,8 +107,9 @@ def fmt(rs):
     return f"{statistics.median(rs):.3f} [{min(rs):.3f}, {max(rs):.3f}]"
 
 
-def wall(rounds, n, c, workload, backend, lines):
-    """Interleaved timed rounds of the configurations `c`; appends a row."""
+def wall_times(rounds, n, c, workload):
+    """Interleaved timed rounds of the configurations `c`: name -> seconds,
+    one per round. Exits if the program's output differs between them."""
     times = {name: [] for name in c}
     outputs = set()
     timed(c["bare"][0](n), c["bare"][1])  # warm up
@@ -114,6 +120,18 @@ def wall(rounds, n, c, workload, backend, lines):
             outputs.add(stdout)
     if len(outputs) != 1:
         sys.exit(f"{workload}: output differed between configurations")
+    return times
+
+
+def instruction_counts(c, m, tmp):
+    """Instructions of each configuration of `c` for m units of work: a run
+    of 2m less a run of m, so start-up cancels out."""
+    return {name: instructions(argv(2 * m), env, tmp) - instructions(argv(m), env, tmp) for name, (argv, env) in c.items()}
+
+
+def wall(rounds, n, c, workload, backend, lines):
+    """Interleaved timed rounds of the configurations `c`; appends a row."""
+    times = wall_times(rounds, n, c, workload)
 
     def per_round(num, den):
         return [x / y for x, y in zip(times[num], times[den])]
@@ -137,10 +155,6 @@ def main():
         if not os.path.exists(lib):
             sys.exit(f"{lib} is missing: apt-get install libjemalloc2 libmimalloc2.0")
     sizes = {"churn": a.churn_iterations, "edit-distance": a.edit_distance}
-    # Callgrind sizes: it runs 50x slower, but a run must take a few hundred
-    # stack samples (one per 512 KiB) for what sampling adds to be told from
-    # which calls it happened to sample; doubled for the difference.
-    cg_sizes = {"churn": 500_000, "edit-distance": 30_000}
     base = {k: v for k, v in os.environ.items() if not k.startswith(("LD_PRELOAD", "ALLOCMUX_"))}
     lines = [
         f"Machine: {platform.machine()}, {os.cpu_count()} cores, {platform.platform()}; "
@@ -166,10 +180,7 @@ def main():
                 if a.rounds > 0:
                     wall(a.rounds, n, c, workload, backend, lines)
                 if a.callgrind:
-                    m = cg_sizes[workload]
-                    ir = {}
-                    for name, (argv, env) in c.items():
-                        ir[name] = instructions(argv(2 * m), env, tmp) - instructions(argv(m), env, tmp)
+                    ir = instruction_counts(c, CALLGRIND_SIZES[workload], tmp)
                     incode = ir.get("in-code")
                     incode_ir = f"{incode:,}" if incode else "n/a"
                     shim_incode = f"{ir['shim'] / incode:.3f}" if incode else "n/a"

@@ -71,6 +71,18 @@ def build(tmp):
     return churn, exe, shim
 
 
+def python_program(tmp):
+    """[python3, a script building and serialising a dict], the script
+    written into `tmp`."""
+    py = shutil.which("python3")
+    if not os.path.realpath(py).startswith("/usr/bin/") and os.path.exists("/usr/bin/python3"):
+        py = "/usr/bin/python3"  # a pyenv shim would be measured instead of Python
+    script = os.path.join(tmp, "dict.py")
+    with open(script, "w") as f:
+        f.write(PY_SCRIPT)
+    return [py, script]
+
+
 def timed(cmds, env=None):
     """Runs the commands one after another; their total wall time."""
     start = time.perf_counter()
@@ -135,13 +147,31 @@ def configs(prog, exe, lib, tmp, extra_env):
     }
 
 
-def measure(name, prog, exe, lib, tmp, rounds, extra_env):
-    runs = configs(prog, exe, lib, tmp, extra_env)
+def measure_times(name, prog, exe, lib, tmp, rounds, extra_env, only=None):
+    """Interleaved rounds of the configurations (those named in `only`, or
+    all): name -> wall seconds, one per round."""
+    runs = {k: run for k, run in configs(prog, exe, lib, tmp, extra_env).items() if only is None or k in only}
     times = {k: [] for k in runs}
     for r in range(rounds):
         for k, run in runs.items():
             times[k].append(run())
         print(f"  {name}: round {r + 1}/{rounds}", file=sys.stderr)
+    return times
+
+
+def end_to_end_ratios(times):
+    """Per round, heaptrack's overhead (record + print, less the bare run)
+    over allocmux's (exact + export); None when allocmux's overhead is under
+    5% of the bare run in some round, where the ratio is noise over noise
+    (it can come out negative or in the thousands)."""
+    ours = [(a - b) / b for a, b in zip(times["exact+fold"], times["bare"])]
+    if min(ours) < 0.05:
+        return None
+    return [(h - b) / (a - b) for h, a, b in zip(times["heaptrack+print"], times["exact+fold"], times["bare"])]
+
+
+def measure(name, prog, exe, lib, tmp, rounds, extra_env):
+    times = measure_times(name, prog, exe, lib, tmp, rounds, extra_env)
     med = {k: statistics.median(v) for k, v in times.items()}
 
     def ratio(a, b):
@@ -154,14 +184,11 @@ def measure(name, prog, exe, lib, tmp, rounds, extra_env):
     lines.append(f"| shim exact + export folded (record + analysis) | {med['exact+fold']:.2f} | |")
     lines.append(f"| heaptrack (record) | {med['heaptrack']:.2f} | {ratio('heaptrack', 'exact'):.2f}x allocmux exact |")
     lines.append(f"| heaptrack + heaptrack_print (record + analysis) | {med['heaptrack+print']:.2f} | {ratio('heaptrack+print', 'exact+fold'):.2f}x allocmux exact + export |")
-    # A ratio over an overhead that is nil in some round is noise divided
-    # by noise (it can come out negative or in the thousands): not given.
-    ours = [(a - b) / b for a, b in zip(times["exact+fold"], times["bare"])]
-    if min(ours) < 0.05:
+    overhead = end_to_end_ratios(times)
+    if overhead is None:
         lines += ["", "End to end, allocmux's overhead is within the noise "
                   "(under 5% of the bare run in some round): no ratio."]
     else:
-        overhead = [(h - b) / (a - b) for h, a, b in zip(times["heaptrack+print"], times["exact+fold"], times["bare"])]
         lines += ["", f"End to end, heaptrack's overhead over allocmux's: **{statistics.median(overhead):.2f}x** "
                   f"[{min(overhead):.2f}, {max(overhead):.2f}] (goal: at least 3)."]
     return "\n".join(lines) + "\n"
@@ -231,12 +258,7 @@ def main():
 
         def lib(stacks):
             return library(shims, shim, "system", stacks)
-        py = shutil.which("python3")
-        if os.path.realpath(py).startswith("/usr/bin/") is False and os.path.exists("/usr/bin/python3"):
-            py = "/usr/bin/python3"  # a pyenv shim would be measured instead of Python
-        script = os.path.join(tmp, "dict.py")
-        with open(script, "w") as f:
-            f.write(PY_SCRIPT)
+        py, script = python_program(tmp)
         out = ["# Stack recording overhead", "",
                f"`python3 scripts/stacks_overhead.py {' '.join(sys.argv[1:])}` on {os.cpu_count()} CPUs; "
                f"load average at start {os.getloadavg()[0]:.2f}.", ""]
