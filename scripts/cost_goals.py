@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The four recording-cost goals, measured in one run, with charts.
 
-  python3 scripts/cost_goals.py [--rounds 15] [--heaptrack-rounds 5] [--accuracy-runs 10]
+  python3 scripts/cost_goals.py [--rounds 15] [--heaptrack-rounds 9] [--accuracy-runs 10]
                                 [--out scripts/results/cost-goals.md]
 
 1. Default recording (stacks off) within 1.05x of the same allocator
@@ -258,7 +258,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=15, help="wall-time rounds for goals 1 and 2")
     ap.add_argument("--churn-iterations", type=int, default=2_000_000, help="goals 1 and 2: pairs per thread")
     ap.add_argument("--edit-distance", type=int, default=40_000, help="goals 1 and 2: word pairs")
-    ap.add_argument("--heaptrack-rounds", type=int, default=5)
+    ap.add_argument("--heaptrack-rounds", type=int, default=9)
     ap.add_argument("--heaptrack-churn", type=int, default=2_000_000, help="goal 3: pairs")
     ap.add_argument("--heaptrack-edit-distance", type=int, default=400_000, help="goal 3: word pairs")
     ap.add_argument("--accuracy-runs", type=int, default=10)
