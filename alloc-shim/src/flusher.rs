@@ -4,12 +4,21 @@
 //!
 //! It is started only when a profile is written or the `/debug/pprof`
 //! endpoint is open (`endpoint`), which it serves between its writes:
-//! it sleeps in `poll` on the endpoint's socket then. Under glibc's allocator
+//! it sleeps in `poll` on the endpoint's socket then. Under every backend
 //! it is a thread glibc does not know of (`raw_thread`), so a program that
 //! starts no thread of its own stays single-threaded to glibc, whose `fork`
-//! then takes no allocator lock: a signal handler may fork while `malloc`
-//! runs. Under jemalloc and mimalloc, whose own code needs a thread glibc
-//! set up, it is a `pthread`; there the program's heap is not glibc's.
+//! then takes neither `atfork_lock` nor an allocator lock: a signal handler
+//! may fork while `malloc`, or the program's own `fork`, runs.
+//!
+//! Such a thread has no thread-local storage but the shim's own, zeroed,
+//! so it never calls into jemalloc or mimalloc (each keeps its per-thread
+//! heap in TLS it would find empty): its memory is the shim's page blocks
+//! (`heap`), a block of theirs it would free is left in place, and of the
+//! backends' statistics it reads mimalloc's (atomic loads and `getrusage`)
+//! and glibc's (once the program has threads, when glibc locks its arenas),
+//! never jemalloc's: under jemalloc the periodic profiles carry none, the
+//! exit profile reads them on the exiting thread. Where no such thread can
+//! be made (not x86-64, or `clone` refused) it is a `pthread`.
 
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{
@@ -125,22 +134,22 @@ fn wake() {
 pub fn start() {
     STOP.store(false, Relaxed);
     PAUSE.store(false, Relaxed);
-    // Not in a `fork` child: its handler runs before jemalloc's own child
-    // handler, with jemalloc's locks still held, so a call into jemalloc
-    // from the new thread would wait on them, and be broken when they are
-    // reset. There the first call stays at the first flush.
     let in_fork_child = STARTED_BEFORE.swap(true, Relaxed);
-    let backend = choice::current().backend;
-    if backend == Backend::System {
-        if !in_fork_child {
-            raw_thread::prepare();
-        }
-        RAW.store(true, Relaxed);
-        if raw_thread::spawn(raw_thread_main, in_fork_child) {
-            return;
-        }
-        RAW.store(false, Relaxed);
+    if !in_fork_child {
+        raw_thread::prepare();
     }
+    RAW.store(true, Relaxed);
+    if raw_thread::spawn(raw_thread_main, in_fork_child) {
+        return;
+    }
+    // A `pthread`, which may call into the backend. Under jemalloc its
+    // first call is made at once, but not in a `fork` child: its handler
+    // runs before jemalloc's own child handler, with jemalloc's locks
+    // still held, so a call into jemalloc from the new thread would wait
+    // on them, and be broken when they are reset. There the first call
+    // stays at the first flush.
+    RAW.store(false, Relaxed);
+    let backend = choice::current().backend;
     let first_call_at_start = !in_fork_child && backend == Backend::Jemalloc;
     FIRST_CALL_AT_START.store(first_call_at_start, Relaxed);
     FIRST_CALL_MADE.store(false, Relaxed);
@@ -252,10 +261,7 @@ extern "C" fn thread_main(_: *mut c_void) -> *mut c_void {
             break;
         }
         // Before taking `WRITER`: see `writer::read_allocator_stats`.
-        // On a thread glibc does not know of, glibc's statistics (read
-        // under its arena locks) wait until the program has a thread of its
-        // own: until then its `malloc` takes no lock.
-        let may_read = !RAW.load(Relaxed) || !threading::single_threaded();
+        let may_read = !RAW.load(Relaxed) || raw_thread_may_read_stats();
         let reading = if has_output && may_read && t0 >= next_flush && t0 >= next_stats {
             let r = writer::read_allocator_stats();
             next_stats = t0 + recorder::monotonic_ns().saturating_sub(t0) * STATS_DUTY;
@@ -292,6 +298,20 @@ extern "C" fn thread_main(_: *mut c_void) -> *mut c_void {
         endpoint::give_back(s);
     }
     core::ptr::null_mut()
+}
+
+/// Whether the thread glibc does not know of may read the backend's
+/// statistics: mimalloc's always (atomic loads, no TLS); glibc's, read
+/// under its arena locks, once the program has a thread of its own (until
+/// then its `malloc` takes no lock); jemalloc's never (its control
+/// interface needs the thread's jemalloc state, in TLS this thread lacks),
+/// nor those of a backend not listed here.
+fn raw_thread_may_read_stats() -> bool {
+    match choice::current().backend {
+        Backend::Mimalloc => true,
+        Backend::System => !threading::single_threaded(),
+        _ => false,
+    }
 }
 
 /// Sleeps until `CLOCK_MONOTONIC` reaches `deadline_ns`, or [`wake`]

@@ -4,10 +4,10 @@
 //! It goes straight to glibc (`__libc_malloc`), bypassing the hooks, so it
 //! can never recurse into them or show up in the program's figures; under
 //! the mimalloc backend, to mimalloc (`mi_malloc`) instead. There, glibc's
-//! heap is otherwise untouched, and it must stay so: once the process has
-//! a second thread (the flusher), glibc's `fork` takes its arena locks, so
-//! a signal handler that forks on a thread it interrupted inside glibc's
-//! `malloc` for the recorder's tables would wait for that thread forever.
+//! heap is otherwise untouched, and it must stay so: once the program has
+//! a second thread, glibc's `fork` takes its arena locks, so a signal
+//! handler that forks on a thread it interrupted inside glibc's `malloc`
+//! for the recorder's tables would wait for that thread forever.
 //! mimalloc's allocation paths take no lock. A block is freed by the
 //! allocator it came from (blocks made before the backend was chosen are
 //! glibc's), and `realloc` moves a glibc block to mimalloc.
@@ -17,9 +17,9 @@
 //! free, whoever holds the writer: a profile is written from `fork` and
 //! `_exit` handlers that may have interrupted the program inside glibc's
 //! `malloc`, where glibc's heap must not be entered again, and by the
-//! flusher, which under glibc's allocator runs on a thread glibc does not
-//! know of (`raw_thread`) and must not use glibc's heap at all (a glibc
-//! block it would free or move is left in place instead). Only when no
+//! flusher, which runs on a thread glibc does not know of (`raw_thread`)
+//! and must use neither glibc's heap nor mimalloc's (a block of theirs it
+//! would free or move is left in place instead). Only when no
 //! mapping can be had (a process at its limit of mappings) does a program
 //! thread's write fall back to the allocator's heap, and the flusher to
 //! the reserve.
@@ -250,14 +250,16 @@ unsafe impl GlobalAlloc for OwnHeap {
         if page_blocks::holds(ptr) {
             // SAFETY: `ptr` is a live page block, from `alloc`.
             unsafe { page_blocks::free(ptr) }
+        } else if raw_thread::is_current() {
+            // A glibc or mimalloc block freed on the thread glibc does not
+            // know of, where glibc's `free` would take no lock and
+            // mimalloc's would find no heap in its TLS: left where it is.
+            // (Only a buffer a program thread made before the flusher
+            // grew it, or a writer buffer made when no mapping could be
+            // had: a few, once.)
         } else if is_mimallocs(ptr) {
             // SAFETY: `ptr` is a live block of mimalloc's, from `alloc`.
             unsafe { mi_free(ptr.cast()) }
-        } else if raw_thread::is_current() {
-            // A glibc block freed on the thread glibc does not know of,
-            // where glibc's `free` would take no lock: left where it is.
-            // (Only a writer buffer a program thread made from glibc's heap
-            // when no mapping could be had.)
         } else {
             // SAFETY: `ptr` came from glibc through `alloc` or `realloc`.
             unsafe { __libc_free(ptr.cast()) }

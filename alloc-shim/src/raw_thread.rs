@@ -1,22 +1,24 @@
-//! A thread glibc does not know of, for the flusher under glibc's
-//! allocator: made with `clone` directly, with a thread pointer of its own,
-//! so that a program that starts no thread stays single-threaded in
-//! glibc's eyes.
+//! A thread glibc does not know of, for the flusher: made with `clone`
+//! directly, with a thread pointer of its own, so that a program that
+//! starts no thread stays single-threaded in glibc's eyes.
 //!
-//! That matters for `fork`. glibc's `fork` takes its arena and stdio locks
-//! only once the process has had a second thread (`__libc_single_threaded`
-//! false), so in a single-threaded program a signal handler may `fork`
-//! even when it interrupted `malloc`. A `pthread_create`d flusher clears
-//! that flag for good, and such a handler then waits forever for the arena
-//! lock its own interrupted frame holds.
+//! That matters for `fork`. glibc's `fork` takes `atfork_lock` and its
+//! arena and stdio locks only once the process has had a second thread
+//! (`__libc_single_threaded` false), so in a single-threaded program a
+//! signal handler may `fork` even when it interrupted `malloc` or the
+//! program's own `fork`. A `pthread_create`d flusher clears that flag for
+//! good, and such a handler then waits forever for the lock its own
+//! interrupted frame holds.
 //!
 //! Because glibc believes the thread does not exist, what it runs is held
 //! to what needs no glibc state shared with the program's thread:
-//! - **No glibc heap.** glibc's `malloc` takes no lock in a
-//!   single-threaded process, so the thread's own Rust allocations come
-//!   from the shim heap's page blocks (see `heap`), never from glibc; and
-//!   it reads glibc's statistics only once the program has started a thread
-//!   of its own (and glibc locks its arenas again).
+//! - **No allocator.** glibc's `malloc` takes no lock in a
+//!   single-threaded process, and jemalloc and mimalloc keep per-thread
+//!   state in TLS this thread has zeroed, so the thread's own Rust
+//!   allocations come from the shim heap's page blocks (see `heap`), never
+//!   from an allocator; and it reads glibc's statistics only once the
+//!   program has started a thread of its own (and glibc locks its arenas
+//!   again), jemalloc's never (see `flusher`).
 //! - **System calls through their glibc wrappers, nothing more**: open,
 //!   write, rename, fstat, clock_nanosleep and the like, which keep no state
 //!   beyond `errno`. No stdio, no `dlsym`, no locale.

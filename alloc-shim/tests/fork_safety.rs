@@ -1,9 +1,12 @@
 //! `fork` where glibc allows it, under every backend and stack mode (each
 //! case says where it does not hold yet): from a signal handler that
 //! interrupted `malloc` (single-threaded, and with threads allocating while
-//! one thread takes the signal), and racing `getline` and `fflush(NULL)` in
-//! other threads (glibc bug 19431's scenario). Each program finishes without the shim; under it, a run that
-//! does not finish within `HANG` is a hang, reported with the run's number.
+//! one thread takes the signal), from one that interrupted the program's
+//! own `fork` (glibc's tst-mallocfork), and racing `getline` and
+//! `fflush(NULL)` in other threads (glibc bug 19431's scenario). Each
+//! program finishes without the shim; under it, a run that does not finish
+//! within `HANG` is a hang, reported with the run's number and the stacks
+//! of its threads.
 //! Each case runs for `BUDGET` (at least twice), since the hangs these
 //! guard against came at once or within a few hundred forks.
 
@@ -36,6 +39,21 @@ fn repeat(
     output: bool,
     want: &str,
 ) -> (usize, Vec<(String, ProcessProfile)>) {
+    repeat_for(exe, args, backend, mode, output, &[], BUDGET, want)
+}
+
+/// [`repeat`] with more environment variables and another budget.
+#[allow(clippy::too_many_arguments)]
+fn repeat_for(
+    exe: &std::path::Path,
+    args: &[&str],
+    backend: &str,
+    mode: &str,
+    output: bool,
+    env: &[(&str, &str)],
+    budget: Duration,
+    want: &str,
+) -> (usize, Vec<(String, ProcessProfile)>) {
     let start = Instant::now();
     let mut runs = 0;
     loop {
@@ -43,6 +61,7 @@ fn repeat(
         let dir = tempfile::tempdir().unwrap();
         let mut cmd = Command::new(exe);
         cmd.args(args).env("ALLOCMUX_STACKS", mode);
+        cmd.envs(env.iter().copied());
         preload(
             &mut cmd,
             backend,
@@ -60,10 +79,11 @@ fn repeat(
                 break s;
             }
             if Instant::now() >= deadline {
+                let stacks = p.group_stacks();
                 p.signal_group(libc::SIGKILL);
                 panic!(
-                    "SHIM BUG (fork safety): {} under {backend}, stacks {mode}{}, run {runs}: \
-                     still running after {} s, killed (a hang)",
+                    "SHIM BUG (fork safety): {} under {backend}, stacks {mode}{}{env:?}, \
+                     run {runs}: still running after {} s, killed (a hang). Its threads:\n{stacks}",
                     p.what(),
                     if output { "" } else { ", no output" },
                     HANG.as_secs()
@@ -82,7 +102,7 @@ fn repeat(
             text(&stdout),
             text(&stderr)
         );
-        if runs >= 2 && start.elapsed() >= BUDGET {
+        if runs >= 2 && start.elapsed() >= budget {
             return (runs, read_profiles(dir.path()));
         }
     }
@@ -109,21 +129,14 @@ fn own_profile(files: &[(String, ProcessProfile)], what: &str) -> ProcessProfile
 /// nor run the embedded jemalloc's fork handlers (which would hang here)
 /// under another backend, nor under jemalloc in a single-threaded process.
 ///
-/// With a profile written too, but for jemalloc: there the shim's flusher
-/// is a `pthread`, which makes the process multi-threaded, and the shim
-/// runs jemalloc's fork handlers, which hang as they do without the shim.
-/// Under glibc's allocator the flusher is a thread glibc does not know of,
-/// so glibc's `fork` still takes no lock, and the profile writes in the
-/// `fork` and `_exit` handlers stay off glibc's heap; under mimalloc
-/// nothing uses glibc's heap. `docs/guarantees.md` says so.
+/// With a profile written too: the shim's flusher is a thread glibc does
+/// not know of under every backend, so glibc's `fork` still takes no
+/// lock, nor does the shim run jemalloc's fork handlers; the profile
+/// writes in the `fork` and `_exit` handlers stay off glibc's heap, and
+/// under mimalloc nothing uses glibc's heap. `docs/guarantees.md` says so.
 fn fork_in_a_signal_handler(backend: &str, mode: &str) {
     let exe = compile_c("sigfork.c");
-    let outputs: &[bool] = if backend == "jemalloc" {
-        &[false]
-    } else {
-        &[true, false]
-    };
-    for &output in outputs {
+    for output in [true, false] {
         let (runs, files) = repeat(
             &exe,
             &["300"],
@@ -172,6 +185,46 @@ fn fork_in_a_signal_handler_with_threads(backend: &str, mode: &str) {
     eprintln!("{backend}, stacks {mode}: {runs} runs of sigfork 100 2");
 }
 
+/// glibc's tst-mallocfork and tst-mallocfork2: a single-threaded program
+/// forks in a loop while a signal handler forks too, often from inside the
+/// program's own `fork` (the signal from a timer, or from another
+/// process). glibc's `fork` takes `atfork_lock` only once the process has
+/// had a second thread, so any thread glibc counts that the shim started
+/// (a `pthread` flusher, say) makes the handler's `fork` wait forever for
+/// the lock the interrupted one holds. Under every backend: with a profile
+/// written (the flusher), with none, and with the `/debug/pprof` endpoint
+/// served (the flusher again, with no profile).
+fn fork_in_a_signal_handler_during_fork(backend: &str, mode: &str) {
+    let exe = compile_c("mallocfork.c");
+    let http = [("ALLOCMUX_HTTP", "127.0.0.1:0")];
+    type Env<'a> = &'a [(&'a str, &'a str)];
+    let setups: [(&str, bool, Env); 3] = [
+        ("a profile", true, &[]),
+        ("no output", false, &[]),
+        ("the endpoint", false, &http),
+    ];
+    for (what, output, env) in setups {
+        for args in [&["300"][..], &["300", "sender"]] {
+            let (runs, files) = repeat_for(
+                &exe,
+                args,
+                backend,
+                mode,
+                output,
+                env,
+                Duration::from_secs(2),
+                "mallocfork: 300 forks\n",
+            );
+            if output {
+                let own = own_profile(&files, "mallocfork 300");
+                assert_eq!(own.state, State::Exited, "{}", summary(&own));
+                assert_eq!(own.threads, 1, "single-threaded: {}", summary(&own));
+            }
+            eprintln!("{backend}, stacks {mode}, {what}: {runs} runs of mallocfork {args:?}");
+        }
+    }
+}
+
 /// Threads forking while others run `getline` and `fflush(NULL)`: no lock
 /// of the shim's may be held across `fork`, or a `getline` thread waiting
 /// for it (inside `malloc`, holding its stream's lock) closes a cycle with
@@ -209,5 +262,9 @@ macro_rules! per_mode {
 }
 
 per_mode!(fork_in_a_signal_handler, [system, jemalloc, mimalloc]);
+per_mode!(
+    fork_in_a_signal_handler_during_fork,
+    [system, jemalloc, mimalloc]
+);
 per_mode!(fork_racing_getline_and_fflush, [system, jemalloc, mimalloc]);
 per_mode!(fork_in_a_signal_handler_with_threads, [system, mimalloc]);

@@ -106,6 +106,37 @@ impl Spawned {
         }
     }
 
+    /// The thread stacks of every process in the group, for a hang's
+    /// report: gdb's backtraces where gdb is installed, else each thread's
+    /// name, state and system call from `/proc`. Call it before killing
+    /// the group.
+    pub fn group_stacks(&self) -> String {
+        if self.reaped {
+            return String::new();
+        }
+        let group = self.child.id().to_string();
+        let mut report = String::new();
+        for pid in processes_in_group(&group) {
+            let gdb = Command::new("gdb")
+                .args(["-batch", "-nx", "-p", &pid])
+                .args(["-ex", "thread apply all bt 30"])
+                .stdin(Stdio::null())
+                .output();
+            report += &format!("--- process {pid}\n");
+            match gdb {
+                Ok(out) if out.status.success() => {
+                    let text = String::from_utf8_lossy(&out.stdout);
+                    for line in text.lines().filter(|l| !l.starts_with('[')) {
+                        report += line;
+                        report.push('\n');
+                    }
+                }
+                _ => report += &proc_threads(&pid),
+            }
+        }
+        report
+    }
+
     /// Waits for the process to exit; kills its group and panics if it is
     /// still running at the deadline ([`TIMEOUT`] after it started).
     pub fn wait(&mut self) -> ExitStatus {
@@ -246,5 +277,54 @@ pub fn ok_as(what: &str, out: Output) -> Output {
         text(&out.stdout),
         text(&out.stderr)
     );
+    out
+}
+
+/// The ids of the processes whose process group is `group`.
+fn processes_in_group(group: &str) -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut pids: Vec<String> = dir
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|pid| pid.bytes().all(|b| b.is_ascii_digit()))
+        .filter(|pid| {
+            // `pid (comm) state ppid pgrp ...`: the fields after the
+            // command name, which may hold spaces and parentheses.
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    let rest = &stat[stat.rfind(')')? + 2..];
+                    rest.split(' ').nth(2).map(|g| g == group)
+                })
+                .unwrap_or(false)
+        })
+        .collect();
+    pids.sort_by_key(|p| p.parse::<u64>().unwrap_or(0));
+    pids
+}
+
+/// Each thread of `pid`: its name, state and current system call.
+fn proc_threads(pid: &str) -> String {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return String::new();
+    };
+    let mut out = String::new();
+    for task in tasks.flatten() {
+        let path = task.path();
+        let read = |f: &str| std::fs::read_to_string(path.join(f)).unwrap_or_default();
+        let state = read("status")
+            .lines()
+            .find(|l| l.starts_with("State:"))
+            .unwrap_or_default()
+            .to_string();
+        out += &format!(
+            "thread {} {:?}: {state}, syscall {}\n",
+            task.file_name().to_string_lossy(),
+            read("comm").trim(),
+            read("syscall").trim()
+        );
+    }
     out
 }
