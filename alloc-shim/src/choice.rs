@@ -20,9 +20,10 @@ use crate::config;
 pub struct Choice {
     /// The allocator that serves them.
     pub backend: Backend,
-    /// Whether they are recorded: not in secure execution (setuid, setgid
-    /// or file capabilities), where the shim only forwards to glibc and
-    /// writes nothing.
+    /// Whether they are recorded: not with `ALLOCMUX_RECORD=off` or in a
+    /// forwarding direct shim, where the shim only forwards to the backend
+    /// and writes nothing, nor in secure execution (setuid, setgid or file
+    /// capabilities), where it only forwards to glibc.
     pub recorded: bool,
 }
 
@@ -78,15 +79,15 @@ pub fn recorded() -> bool {
 #[cold]
 #[inline(never)]
 fn choose() -> Choice {
-    let recorded = !config::secure_execution();
+    let secure = config::secure_execution();
     // A direct shim's exports are one table's hooks, whatever the
-    // environment says: its backend and mode are that table's (in secure
-    // execution too, unrecorded).
+    // environment says: its backend and mode are that table's, and so is
+    // whether it records (in secure execution too, unrecorded).
     let direct = crate::hooks::direct_table();
-    let backend = match direct {
-        Some(t) => t.backend,
-        None if recorded => config::allocator(),
-        None => Backend::System,
+    let (backend, recorded) = match direct {
+        Some(t) => (t.backend, t.recorded && !secure),
+        None if secure => (Backend::System, false),
+        None => (config::allocator(), config::record()),
     };
     let choice = Choice { backend, recorded };
     // Before the recorder's first allocation of its own (its stack tables).

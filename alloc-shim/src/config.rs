@@ -42,6 +42,15 @@ pub fn allocator() -> Backend {
         .unwrap_or(Backend::System)
 }
 
+/// Whether `ALLOCMUX_RECORD` leaves recording on (anything but `off`: the
+/// constructor reports bad values). Read at the first allocation.
+pub fn record() -> bool {
+    let env = environment_now();
+    lookup(env, env::RECORD.as_bytes())
+        .and_then(env::parse_record)
+        .unwrap_or(true)
+}
+
 /// The stack mode from `ALLOCMUX_STACKS` and `ALLOCMUX_SAMPLE_BYTES`,
 /// silently `Off` for anything unknown (the constructor reports bad
 /// values). Read at the first allocation, with the backend. Off by
@@ -129,6 +138,14 @@ pub fn read(envp: *const *const c_char) -> Config {
     {
         warn(format_args!(
             "unknown ALLOCMUX_ALLOCATOR={:?} (expected system, jemalloc or mimalloc); using system",
+            Bytes(v).to_str_lossy()
+        ));
+    }
+    if let Some(v) = get(env::RECORD.as_bytes())
+        && env::parse_record(v).is_none()
+    {
+        warn(format_args!(
+            "unknown ALLOCMUX_RECORD={:?} (expected on or off); recording",
             Bytes(v).to_str_lossy()
         ));
     }

@@ -108,7 +108,11 @@ pub fn direct_table() -> Option<DirectTable> {
 pub fn install(choice: Choice, mode: StackMode) {
     use StackMode::{Exact, Off, Sample};
     let t: &'static Hooks = if !choice.recorded {
-        &UNRECORDED
+        match choice.backend {
+            Allocator::Jemalloc => &JEMALLOC_FORWARD,
+            Allocator::Mimalloc => &MIMALLOC_FORWARD,
+            _ => &UNRECORDED,
+        }
     } else {
         match (choice.backend, mode) {
             (Allocator::Jemalloc, Off) => &JEMALLOC,
@@ -171,7 +175,7 @@ unsafe fn with_sampled_stacks<X: StackBody>(body: X) -> X::Out {
     }
 }
 
-/// Runs a body with nothing recorded (secure execution).
+/// Runs a body with nothing recorded (forwarding, secure execution).
 #[inline(always)]
 unsafe fn unrecorded<X: Body>(body: X) -> X::Out {
     // SAFETY: the caller's arguments; `Unrecorded` records nothing.
@@ -315,8 +319,14 @@ static MIMALLOC_LOOKUP: Hooks = recorded_hooks!(MimallocLookup);
 static MIMALLOC_LOOKUP_STACKS: Hooks = recorded_hooks!(MimallocLookup, with_stacks);
 static MIMALLOC_LOOKUP_SAMPLED: Hooks = recorded_hooks!(MimallocLookup, with_sampled_stacks);
 
-/// Secure execution: glibc, nothing recorded.
+/// Forwarding (`ALLOCMUX_RECORD=off`, `allocmux run --record off`,
+/// `compare`'s timing runs) and secure execution: the backend's functions
+/// with the C semantics of `posix`, nothing recorded. jemalloc's and
+/// mimalloc's have direct shims, whose exports are these hooks; glibc's
+/// needs none (the CLI preloads nothing then).
 static UNRECORDED: Hooks = recorded_hooks!(System, unrecorded);
+static JEMALLOC_FORWARD: Hooks = recorded_hooks!(Jemalloc, unrecorded, jemalloc_forward);
+static MIMALLOC_FORWARD: Hooks = recorded_hooks!(Mimalloc, unrecorded, mimalloc_forward);
 
 /// A table whose every function chooses the backend, then forwards to the
 /// table the choice installed.

@@ -42,7 +42,18 @@ mod registration {
 
 /// Start-up, from `.init_array` after libc is initialised.
 pub fn init(envp: *const *const c_char) {
-    if !choice::recorded() || STARTED.swap(true, Relaxed) {
+    let choice = choice::current();
+    if !choice.recorded {
+        // Forwarding only: no profile, no thread, no endpoint; but
+        // jemalloc's and mimalloc's locks are still taken around `fork`,
+        // as with recording (see `fork_prepare`).
+        if choice.backend != Backend::System && !STARTED.swap(true, Relaxed) {
+            threading::init();
+            register_fork_handlers();
+        }
+        return;
+    }
+    if STARTED.swap(true, Relaxed) {
         return;
     }
     let cfg = config::read(envp);
@@ -67,8 +78,7 @@ pub fn init(envp: *const *const c_char) {
         }
         writer::start_process(&mut w);
     }
-    // SAFETY: the handlers are allocation-free functions of this library.
-    unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child)) };
+    register_fork_handlers();
     if WRITER.lock().has_output || endpoint::is_open() {
         flusher::start();
     }
@@ -218,6 +228,11 @@ pub fn after_failed_exec(written: bool) {
 /// own take of the list lock is a recursive one by the same thread. glibc
 /// releases it once after the `fork` in the parent (the parent handler
 /// releases the other), and resets it in the child.
+fn register_fork_handlers() {
+    // SAFETY: the handlers are allocation-free functions of this library.
+    unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child)) };
+}
+
 extern "C" fn fork_prepare() {
     if let Some(b) = backend_locks() {
         // SAFETY: glibc's recursive stdio list lock, released in
@@ -270,6 +285,9 @@ extern "C" fn fork_child() {
             Backend::Mimalloc => backend::mimalloc_fork::child(),
             _ => {}
         }
+    }
+    if !choice::recorded() {
+        return;
     }
     recorder::stacks::after_fork_child();
     recorder::after_fork_child(&tls::current().state);

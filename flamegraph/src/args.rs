@@ -69,6 +69,12 @@ struct RunArgs {
     /// Mean bytes between two sampled stacks (implies --stacks sample).
     #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(1..))]
     sample_bytes: Option<u64>,
+    /// `off`: only switch the allocator, recording nothing (no counts, no profile, no thread): the
+    /// program runs as with the allocator preloaded alone.
+    #[arg(long, value_parser = record_parser(), value_name = "on|off", default_value = "on",
+          action = clap::ArgAction::Set,
+          conflicts_with_all = ["output", "json", "stacks", "sample_bytes"])]
+    record: bool,
     /// Overwrite the output files if they exist.
     #[arg(long)]
     force: bool,
@@ -247,6 +253,14 @@ fn backend_parser() -> impl TypedValueParser<Value = Backend> {
 
 /// `run --stacks`' values, the modes of `ALLOCMUX_STACKS`; sampling starts at
 /// the shim's mean, which `--sample-bytes` replaces.
+fn record_parser() -> impl TypedValueParser<Value = bool> {
+    let values = [
+        PossibleValue::new("on").help("Count, time and profile every allocator call"),
+        PossibleValue::new("off").help("Forward to the allocator only"),
+    ];
+    PossibleValuesParser::new(values).map(|name| name == "on")
+}
+
 fn stacks_parser() -> impl TypedValueParser<Value = StackMode> {
     let values = [
         PossibleValue::new("off").help("No stacks"),
@@ -288,6 +302,7 @@ impl Cli {
                 profile: a.output,
                 json: a.json,
                 stacks: with_sample_bytes(a.stacks, a.sample_bytes)?,
+                record: a.record,
                 force: a.force,
                 command: a.command,
             }),

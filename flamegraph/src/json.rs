@@ -385,9 +385,14 @@ pub struct CompareRunJson {
     pub round: usize,
     /// Whether it was a warm-up run (not in the statistics).
     pub warmup: bool,
+    /// Whether it was recorded: a recorded run gives the counts and the
+    /// allocator's time (and its times are here, but in no statistic); a
+    /// timing run records nothing and gives the times and max RSS.
+    pub recorded: bool,
     /// The allocator.
     pub allocator: &'static str,
-    /// Every figure, by its key (`wall_ns`, `max_rss_bytes`, ...).
+    /// Every figure the run measured, by its key (`wall_ns`,
+    /// `max_rss_bytes`, ...).
     #[serde(flatten)]
     pub figures: BTreeMap<&'static str, FigureValue>,
 }
@@ -407,9 +412,12 @@ pub enum FigureValue {
 pub struct AllocatorSummaryJson {
     /// The allocator.
     pub allocator: &'static str,
-    /// Measured runs.
+    /// Measured timing runs (which give wall, user, sys and max RSS).
     pub runs: usize,
-    /// Median and spread of every figure, by its key.
+    /// Measured recorded runs (which give the other figures).
+    pub recorded_runs: usize,
+    /// Median and spread of every figure, by its key, over the runs that
+    /// give it.
     pub figures: BTreeMap<&'static str, Spread>,
     /// How many times faster than the baseline (wall time); `null` for the
     /// baseline or with too few rounds.
@@ -439,9 +447,11 @@ impl CompareJson {
             .map(|r| CompareRunJson {
                 round: r.round,
                 warmup: r.warmup,
+                recorded: r.recorded,
                 allocator: r.allocator.name(),
                 figures: Figure::ALL
                     .into_iter()
+                    .filter(|&f| r.recorded || !f.from_recorded_runs())
                     .map(|f| {
                         let x = r.figure(f);
                         let v = if f == Figure::AllocatorShare {
@@ -460,6 +470,7 @@ impl CompareJson {
             .map(|a| AllocatorSummaryJson {
                 allocator: a.allocator.name(),
                 runs: a.runs,
+                recorded_runs: a.recorded_runs,
                 figures: a.figures.iter().map(|&(f, sp)| (f.key(), sp)).collect(),
                 speedup_vs_baseline: a.speedup,
                 max_rss_vs_baseline: a.memory,

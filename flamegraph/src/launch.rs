@@ -33,6 +33,10 @@ pub struct Launch<'a> {
     pub command: &'a [String],
     /// Backend.
     pub allocator: Backend,
+    /// Whether to record: else the program runs under the backend's
+    /// forwarder (no profile, no thread, no counting), or, under glibc,
+    /// with no preload at all.
+    pub record: bool,
     /// Where the program's standard streams go.
     pub output: Output,
     /// Extra environment for the program.
@@ -88,8 +92,9 @@ pub struct Outcome {
     /// The pid of the main process.
     pub main_pid: u32,
     /// The shim that was preloaded (kept, with any temporary copy, for
-    /// [`Outcome::check_recorded`]).
-    pub shim: Shim,
+    /// [`Outcome::check_recorded`]); none for an unrecorded run under
+    /// glibc.
+    pub shim: Option<Shim>,
 }
 
 impl Outcome {
@@ -134,8 +139,11 @@ impl Outcome {
         if self.main_recorded() {
             return Ok(());
         }
+        let Some(shim) = &self.shim else {
+            bail!("nothing was recorded: the run preloaded no shim (recording was off)");
+        };
         let program = self.program.display();
-        let path = self.shim.path.display();
+        let path = shim.path.display();
         let what = if self.profiles.is_empty() {
             format!("nothing was recorded: {program} ran without the allocmux shim")
         } else {
@@ -143,7 +151,7 @@ impl Outcome {
                 "{program} ran without the allocmux shim (only processes it started were recorded)"
             )
         };
-        let probe = crate::shim::probe(&self.shim.path);
+        let probe = crate::shim::probe(&shim.path);
         let why = match &probe {
             Probe::Refused(reason) => {
                 format!("the loader could not preload the shim {path} ({reason})")
@@ -160,7 +168,7 @@ impl Outcome {
                 "the loader did not preload the shim {path} into it (checking why failed: {e})"
             ),
         };
-        let fix = match (&probe, &self.shim.origin) {
+        let fix = match (&probe, &shim.origin) {
             (Probe::Works, _) => String::new(),
             (_, Origin::Env) => "; point ALLOCMUX_SHIM at a liballocmux_shim.so built with this \
                                  allocmux, or unset it"
@@ -197,6 +205,7 @@ pub fn in_foreground(
     let outcome = launch(&Launch {
         command,
         allocator,
+        record: true,
         output: Output::Inherit,
         env,
     })?;
@@ -204,31 +213,56 @@ pub fn in_foreground(
     Ok(outcome)
 }
 
-/// Runs the command under the shim and gathers its profiles.
+/// Runs the command under the shim and gathers its profiles (none when
+/// it does not record).
 pub fn launch(l: &Launch<'_>) -> Result<Outcome> {
     let program = target::resolve(&l.command[0])?;
-    let runs = target::check_preloadable(&program)?;
-    let shim = crate::shim::locate(l.allocator, l.stack_mode())?;
-    shim.check_fits(runs.as_ref())?;
-    if let Some(note) = shim.note() {
-        eprintln!("allocmux: {note}");
+    let shim = if l.record {
+        Some(crate::shim::locate(l.allocator, l.stack_mode())?)
+    } else {
+        crate::shim::locate_forwarder(l.allocator)?
+    };
+    if let Some(shim) = &shim {
+        let runs = target::check_preloadable(&program)?;
+        shim.check_fits(runs.as_ref())?;
+        if let Some(note) = shim.note() {
+            eprintln!("allocmux: {note}");
+        }
     }
     let dir = tempfile::Builder::new()
         .prefix("allocmux-")
         .tempdir()
         .context("creating a temporary directory for the profiles")?;
-    let mut preload = shim.path.as_os_str().to_owned();
-    if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
-        preload.push(":");
-        preload.push(old);
-    }
     let mut cmd = Command::new(&program);
-    cmd.arg0(&l.command[0])
-        .args(&l.command[1..])
-        .env("LD_PRELOAD", preload)
-        .env(env::ALLOCATOR, l.allocator.name())
-        .env(env::OUTPUT, dir.path().join("%p.prof"))
-        .envs(l.env.iter().map(|(k, v)| (k, v)));
+    cmd.arg0(&l.command[0]).args(&l.command[1..]);
+    // Told to every run, preloaded or not, so that a script can say which
+    // allocator it runs under.
+    let allocator = (env::ALLOCATOR, l.allocator.name());
+    if l.record {
+        cmd.env(env::OUTPUT, dir.path().join("%p.prof"));
+    } else {
+        // What a user's environment asks of the shim is not for a run
+        // that only forwards; `ALLOCMUX_SHIM`'s universal library reads
+        // whether to record from the environment.
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("ALLOCMUX_") {
+                cmd.env_remove(name);
+            }
+        }
+        if shim.is_some() {
+            cmd.env(env::RECORD, "off");
+        }
+    }
+    cmd.env(allocator.0, allocator.1);
+    if let Some(shim) = &shim {
+        let mut preload = shim.path.as_os_str().to_owned();
+        if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
+            preload.push(":");
+            preload.push(old);
+        }
+        cmd.env("LD_PRELOAD", preload);
+    }
+    cmd.envs(l.env.iter().map(|(k, v)| (k, v)));
     match &l.output {
         Output::Inherit => {}
         Output::Discard => {

@@ -133,6 +133,32 @@ fn cache_name(stem: &str, bytes: &[u8]) -> String {
     format!("{stem}-{:016x}.so", fnv1a(bytes))
 }
 
+/// The forwarder of `backend` (see `allocmux::recorder::direct`): a
+/// direct shim whose exports forward to the backend and record nothing;
+/// none under glibc, whose forwarder is no preload at all.
+pub fn forwarder_library(backend: Backend) -> Result<Option<(Vec<u8>, String)>> {
+    let Some(t) = DirectTable::forwarding(backend) else {
+        return Ok(None);
+    };
+    let bytes = crate::direct_shim::make(EMBEDDED, &t)
+        .map_err(|e| anyhow!("making the {} shim: {e}", t.name))?;
+    let name = cache_name(&format!("liballocmux_shim-{}", t.name), &bytes);
+    Ok(Some((bytes, name)))
+}
+
+/// The library an unrecorded run under `backend` preloads, if any:
+/// `ALLOCMUX_SHIM` if set (run with `ALLOCMUX_RECORD=off`), else
+/// [`forwarder_library`], written out if need be.
+pub fn locate_forwarder(backend: Backend) -> Result<Option<Shim>> {
+    if std::env::var_os("ALLOCMUX_SHIM").is_some_and(|v| !v.is_empty()) {
+        return locate(backend, StackMode::Off).map(Some);
+    }
+    match forwarder_library(backend)? {
+        None => Ok(None),
+        Some((bytes, name)) => write_out(Cow::Owned(bytes), name).map(Some),
+    }
+}
+
 /// Finds the shim for a run with `backend` and `mode`: `ALLOCMUX_SHIM` if
 /// set and not empty (checked to be an ELF shared library), else
 /// [`library`], written out if need be.
@@ -147,10 +173,16 @@ pub fn locate(backend: Backend, mode: StackMode) -> Result<Shim> {
             _temp: None,
         });
     }
+    let (bytes, name) = library(backend, mode)?;
+    write_out(bytes, name)
+}
+
+/// The shim library `bytes` as a file named `name`: in the cache, or else
+/// in a private temporary directory.
+fn write_out(bytes: Cow<'static, [u8]>, name: String) -> Result<Shim> {
     let elf = elf::read(EMBEDDED)
         .and_then(Result::ok)
         .expect("the build embeds the ELF shim it built");
-    let (bytes, name) = library(backend, mode)?;
     let cache_err = match cache_dir() {
         Some(cache) => match extract(&cache, &bytes, &name) {
             Ok(path) => {

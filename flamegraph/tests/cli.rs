@@ -802,3 +802,54 @@ fn the_embedded_shim_is_cached_once_and_falls_back_to_a_temporary_copy() {
         "cannot write the shim to disk",
     );
 }
+
+/// `run --record off` switches the allocator and records nothing: the
+/// program's output and status pass through, it sees the forwarder (no
+/// preload under glibc) and no profile path, and `run` says what `time`
+/// would. It takes none of the recording options. (As installed: with
+/// `ALLOCMUX_SHIM`, that library is preloaded, with `ALLOCMUX_RECORD=off`.)
+#[test]
+fn run_with_recording_off_only_switches_the_allocator() {
+    let script = "echo \"preload=${LD_PRELOAD##*/} record=$ALLOCMUX_RECORD output=$ALLOCMUX_OUTPUT\"; exit 4";
+    for (allocator, preload) in [
+        ("system", "preload= record= output=".to_string()),
+        (
+            "mimalloc",
+            "preload=liballocmux_shim-mimalloc_forward-".to_string(),
+        ),
+        (
+            "jemalloc",
+            "preload=liballocmux_shim-jemalloc_forward-".to_string(),
+        ),
+    ] {
+        let out = run(allocmux_embedded().args([
+            "run", "--record", "off", "-a", allocator, "--", "sh", "-c", script,
+        ]));
+        assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
+        let stdout = text(&out.stdout);
+        assert!(stdout.starts_with(&preload), "{allocator}: {stdout}");
+        if allocator != "system" {
+            assert!(stdout.ends_with("record=off output=\n"), "{stdout}");
+        }
+        let err = text(&out.stderr);
+        assert!(
+            err.contains(&format!(
+                "under {allocator}, nothing recorded, exited with status 4"
+            )),
+            "{err}"
+        );
+        assert!(err.contains("max RSS"), "{err}");
+        assert_eq!(err.lines().count(), 2, "{err}");
+    }
+    for option in [
+        &["-o", "x.prof"][..],
+        &["--stacks", "exact"],
+        &["--json", "-"],
+    ] {
+        let out = run(allocmux()
+            .args(["run", "--record", "off"])
+            .args(option)
+            .args(["--", "true"]));
+        assert_clear_error(&out, 2, "cannot be used with");
+    }
+}

@@ -64,10 +64,27 @@ fn compare_reports_every_allocator_with_intervals_and_a_verdict() {
     let runs = v["runs"].as_array().unwrap();
     assert_eq!(
         runs.len(),
-        3 * 7,
-        "6 rounds and a warm-up round of 3 allocators"
+        3 * 7 + 3 * 2,
+        "6 rounds and a warm-up round of 3 allocators, and recorded runs in rounds 1 and 4"
     );
     assert_eq!(runs.iter().filter(|r| r["warmup"] == true).count(), 3);
+    // Timing runs record nothing: no counts; recorded runs give them.
+    let (recorded, timing): (Vec<&Value>, Vec<&Value>) =
+        runs.iter().partition(|r| r["recorded"] == true);
+    assert_eq!(recorded.len(), 6);
+    assert!(
+        recorded.iter().all(|r| r["warmup"] == false),
+        "{recorded:?}"
+    );
+    let recorded_rounds: Vec<u64> = recorded
+        .iter()
+        .map(|r| r["round"].as_u64().unwrap())
+        .collect();
+    assert_eq!(recorded_rounds, [1, 1, 1, 4, 4, 4]);
+    for r in &timing {
+        assert!(r.get("allocation_calls").is_none(), "{r}");
+        assert!(r["wall_ns"].as_u64().unwrap() > 0, "{r}");
+    }
     // Interleaved: each round runs every allocator before the next round.
     let order: Vec<&str> = runs
         .iter()
@@ -75,7 +92,7 @@ fn compare_reports_every_allocator_with_intervals_and_a_verdict() {
         .map(|r| r["allocator"].as_str().unwrap())
         .collect();
     assert_eq!(order, [ALLOCATORS, ALLOCATORS].concat());
-    let calls: Vec<u64> = runs
+    let calls: Vec<u64> = recorded
         .iter()
         .map(|r| r["allocation_calls"].as_u64().unwrap())
         .collect();
@@ -92,6 +109,7 @@ fn compare_reports_every_allocator_with_intervals_and_a_verdict() {
     for (s, name) in summaries.iter().zip(ALLOCATORS) {
         assert_eq!(s["allocator"], name);
         assert_eq!(s["runs"], 6);
+        assert_eq!(s["recorded_runs"], 2);
         let wall = &s["figures"]["wall_ns"];
         let (q1, med, q3) = (
             wall["q1"].as_f64().unwrap(),
@@ -314,5 +332,60 @@ fn without_n_a_quick_program_gets_the_most_default_rounds() {
         .args(["--", "true"])));
     let v = json_file(&json);
     assert_eq!(v["rounds"], 10, "a run of `true` takes milliseconds");
-    assert_eq!(v["runs"].as_array().unwrap().len(), 20);
+    // And recorded runs in rounds 1, 4, 7 and 10.
+    assert_eq!(v["runs"].as_array().unwrap().len(), 20 + 8);
+}
+
+/// The timing runs preload the allocator's forwarder (nothing under
+/// glibc) and ask for no profile; the recorded runs preload the shim and
+/// write one: what each run's environment says, from the log. (As
+/// installed: `ALLOCMUX_SHIM` would be preloaded in every run.)
+#[test]
+fn timing_runs_preload_the_forwarder_and_recorded_runs_the_shim() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("programs.log");
+    ok(run(allocmux_embedded()
+        .args(["compare", "-a", "system,mimalloc,jemalloc", "-n", "1", "--warmup", "0"])
+        .arg("--log")
+        .arg(&log)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "echo \"preload=${LD_PRELOAD##*/} record=$ALLOCMUX_RECORD output=${ALLOCMUX_OUTPUT:+yes}\"",
+        ])));
+    let logged = fs::read_to_string(&log).unwrap();
+    let runs: Vec<&str> = logged.split("==> ").skip(1).collect();
+    assert_eq!(runs.len(), 6, "{logged}");
+    for (run, (name, recorded)) in runs.iter().zip([
+        ("system", false),
+        ("mimalloc", false),
+        ("jemalloc", false),
+        ("system", true),
+        ("mimalloc", true),
+        ("jemalloc", true),
+    ]) {
+        let head = format!(
+            "round 1 under {name}{}\n",
+            if recorded { ", recorded" } else { "" }
+        );
+        assert!(run.contains(&head), "{head:?} in {run}");
+        let line = run.lines().nth(1).unwrap();
+        if recorded {
+            assert!(line.starts_with("preload=liballocmux_shim"), "{line}");
+            assert!(!line.contains("_forward-"), "{line}");
+            assert!(line.ends_with("record= output=yes"), "{line}");
+        } else if name == "system" {
+            assert_eq!(
+                line, "preload= record= output=",
+                "glibc's timing run preloads nothing"
+            );
+        } else {
+            assert!(
+                line.starts_with(&format!("preload=liballocmux_shim-{name}_forward-")),
+                "{line}"
+            );
+            assert!(line.ends_with("record=off output="), "{line}");
+        }
+    }
 }

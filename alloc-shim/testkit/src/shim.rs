@@ -48,6 +48,18 @@ pub fn shim_for(cmd: &Command, backend: &str) -> PathBuf {
     path
 }
 
+/// The forwarder `allocmux` preloads for a run that records nothing under
+/// `backend` (none under glibc), written next to the shim.
+pub fn forwarder_for(backend: &str) -> Option<PathBuf> {
+    let backend = Backend::from_name(backend.as_bytes()).expect("a backend's name");
+    let (bytes, name) =
+        allocmux_cli::shim::forwarder_library(backend).expect("making a forwarder")?;
+    let dir = Path::new(shim())
+        .parent()
+        .expect("the shim is in a directory");
+    Some(allocmux_cli::shim::extract(dir, &bytes, &name).expect("writing a forwarder"))
+}
+
 /// Scrubs the environment, then preloads the shim `allocmux` would for
 /// `backend` and the stack settings already set on `cmd` ([`shim_for`]: set
 /// `ALLOCMUX_STACKS`, `ALLOCMUX_SAMPLE_BYTES` and `ALLOCMUX_HTTP` first),
@@ -66,14 +78,16 @@ pub fn preload<'a>(cmd: &'a mut Command, backend: &str, output: Option<&Path>) -
 /// picks for its environment now: its stack settings were changed after
 /// [`preload`], and the run would test another mode than the test asks for
 /// (a direct shim's mode is its table's, whatever the environment says).
+/// A forwarder ([`forwarder_for`]) records in no mode, so any goes.
 pub fn check_preload(cmd: &Command) {
     let var = |name: &str| set_on(cmd, name).map(|v| v.to_string_lossy().into_owned());
     let Some(preloaded) = var("LD_PRELOAD") else {
         return;
     };
-    let direct = Path::new(&preloaded)
-        .file_name()
-        .is_some_and(|n| n.to_string_lossy().starts_with("liballocmux_shim-"));
+    let direct = Path::new(&preloaded).file_name().is_some_and(|n| {
+        let n = n.to_string_lossy();
+        n.starts_with("liballocmux_shim-") && !n.contains("_forward-")
+    });
     if !direct {
         return;
     }

@@ -113,6 +113,7 @@ pub fn run(opts: &DemoOptions) -> Result<i32> {
     let out = launch::launch(&Launch {
         command: &command,
         allocator: Backend::System,
+        record: true,
         output: Output::Discard,
         env: launch::stack_env(StackMode::Sample {
             mean_bytes: SAMPLE_BYTES,

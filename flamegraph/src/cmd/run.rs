@@ -23,6 +23,9 @@ pub struct RunOptions {
     pub json: Option<PathBuf>,
     /// How to record call stacks; `None` leaves the shim's default (off).
     pub stacks: Option<StackMode>,
+    /// Whether to record at all: else the program only runs under the
+    /// allocator (its forwarder), and `run` says how long it took.
+    pub record: bool,
     /// Overwrite the output files if they exist.
     pub force: bool,
     /// The command and its arguments.
@@ -31,6 +34,9 @@ pub struct RunOptions {
 
 /// Runs the command; returns its exit status, as a shell would report it.
 pub fn run(o: &RunOptions) -> Result<i32> {
+    if !o.record {
+        return run_unrecorded(o);
+    }
     let json = o
         .json
         .as_deref()
@@ -68,4 +74,42 @@ pub fn run(o: &RunOptions) -> Result<i32> {
         json.write(&report.to_json())?;
     }
     Ok(outcome.exit.shell_status())
+}
+
+/// `run --record off`: the program under the allocator's forwarder (no
+/// preload at all under glibc), then what `time` would say.
+fn run_unrecorded(o: &RunOptions) -> Result<i32> {
+    let outcome = launch::launch(&launch::Launch {
+        command: &o.command,
+        allocator: o.allocator,
+        record: false,
+        output: launch::Output::Inherit,
+        env: Vec::new(),
+    })?;
+    let e = outcome.exit;
+    let how = match (e.code, e.signal) {
+        (Some(c), _) => format!("exited with status {c}"),
+        (None, Some(s)) => format!(
+            "was killed by signal {s} ({})",
+            crate::report::signal_name(s)
+        ),
+        _ => "ended".to_string(),
+    };
+    let mut err = std::io::stderr().lock();
+    writeln!(
+        err,
+        "allocmux: `{}` under {}, nothing recorded, {how}",
+        crate::report::shell_words(&o.command),
+        o.allocator.name()
+    )?;
+    writeln!(
+        err,
+        "  wall {}   CPU {} (user {} + sys {})   max RSS {}",
+        crate::report::Dur(outcome.wall_ns),
+        crate::report::Dur(e.user_ns + e.sys_ns),
+        crate::report::Dur(e.user_ns),
+        crate::report::Dur(e.sys_ns),
+        crate::report::Bytes(e.max_rss_bytes),
+    )?;
+    Ok(e.shell_status())
 }

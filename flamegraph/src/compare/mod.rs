@@ -1,6 +1,15 @@
 //! `allocmux compare`: runs one command under several allocators,
 //! interleaved round by round, and says which is faster with intervals
 //! honest enough to act on.
+//!
+//! Two kinds of run, so that recording does not change what is compared:
+//! every round times each allocator with nothing of allocmux's recording
+//! (its forwarder, or under glibc no preload at all), which gives wall,
+//! user and sys time and max RSS; every [`RECORD_EVERY`]-th round, from
+//! the first, also runs each allocator recorded, which gives the
+//! allocation counts, the allocator's time and share, its statistics and
+//! the memory timeline. Recording costs each allocator differently, so
+//! timing a recorded run would understate the fastest one.
 
 pub mod plot;
 mod summary;
@@ -24,6 +33,12 @@ pub const LEVEL: f64 = 0.95;
 /// Rounds before which `--stop-early` does not look: the smallest count
 /// at which a signed-rank interval can reach 95% at all.
 pub const FIRST_LOOK: usize = 6;
+
+/// Rounds with recorded runs: the first measured round and every this
+/// many after it (see the module docs). Their figures (counts, allocator
+/// time) vary little from run to run, so a few runs give their medians;
+/// one in three keeps them to about a third of the time.
+pub const RECORD_EVERY: usize = 3;
 
 /// Most rounds run when `-n` is not given.
 pub const DEFAULT_MAX_ROUNDS: usize = 10;
@@ -59,6 +74,9 @@ pub struct RunRecord {
     pub round: usize,
     /// Whether this was a warm-up run (not in the statistics).
     pub warmup: bool,
+    /// Whether this run was recorded (its counts and allocator time are
+    /// figures; its times are not, see the module docs) or a timing run.
+    pub recorded: bool,
     /// The allocator.
     pub allocator: Backend,
     /// Wall time around the run.
@@ -69,11 +87,13 @@ pub struct RunRecord {
     pub sys_ns: u64,
     /// Peak resident set size of the main process (the kernel's).
     pub max_rss_bytes: u64,
-    /// Allocation calls (malloc, calloc, realloc, ...) of all processes.
+    /// Allocation calls (malloc, calloc, realloc, ...) of all processes
+    /// (recorded runs only).
     pub allocation_calls: u64,
-    /// Estimated time inside the allocator, all processes.
+    /// Estimated time inside the allocator, all processes (recorded runs
+    /// only).
     pub allocator_ns: u64,
-    /// The processes' profiles, for the timeline plot.
+    /// The processes' profiles, for the timeline plot (recorded runs only).
     pub profiles: Vec<ProcessProfile>,
 }
 
@@ -81,6 +101,12 @@ impl RunRecord {
     /// Share of the CPU time spent in the allocator.
     pub fn allocator_share(&self) -> f64 {
         crate::report::share(self.allocator_ns, self.user_ns + self.sys_ns)
+    }
+
+    /// Whether this run gives figure `f`: a timing run gives times and
+    /// memory, a recorded run what only recording measures.
+    pub fn gives(&self, f: Figure) -> bool {
+        self.recorded == f.from_recorded_runs()
     }
 
     /// The value of one figure.
@@ -176,35 +202,44 @@ pub fn run(mut opts: Options) -> Result<Comparison> {
     while round < opts.warmup + rounds {
         round += 1;
         let warmup = round <= opts.warmup;
-        for &alloc in &opts.allocators {
-            bar.set_message(if warmup {
-                format!("warm-up, {}", alloc.name())
-            } else {
-                format!(
-                    "round {} of {rounds}, {}",
-                    round - opts.warmup,
-                    alloc.name()
-                )
-            });
-            let rec = run_once(&opts, alloc, round, warmup);
-            bar.inc(1);
-            match rec {
-                Ok(r) => cmp.runs.push(r),
-                Err(e) => {
-                    bar.finish_and_clear();
-                    return Err(e);
+        let measured = round.saturating_sub(opts.warmup);
+        let record = !warmup && (measured - 1) % RECORD_EVERY == 0;
+        let kinds: &[bool] = if record { &[false, true] } else { &[false] };
+        for &recorded in kinds {
+            for &alloc in &opts.allocators {
+                bar.set_message(match (warmup, recorded) {
+                    (true, _) => format!("warm-up, {}", alloc.name()),
+                    (false, false) => format!("round {measured} of {rounds}, {}", alloc.name()),
+                    (false, true) => {
+                        format!("round {measured} of {rounds}, {} recorded", alloc.name())
+                    }
+                });
+                let rec = run_once(&opts, alloc, round, warmup, recorded);
+                bar.inc(1);
+                match rec {
+                    Ok(r) => cmp.runs.push(r),
+                    Err(e) => {
+                        bar.finish_and_clear();
+                        return Err(e);
+                    }
                 }
             }
         }
         if round == 1 && opts.rounds.is_none() {
-            let took: u64 = cmp.runs.iter().map(|r| r.wall_ns).sum();
+            // The timing runs of the round; recorded ones come in a third
+            // of the rounds, at a cost the budget leaves room for.
+            let took: u64 = cmp
+                .runs
+                .iter()
+                .filter(|r| !r.recorded)
+                .map(|r| r.wall_ns)
+                .sum();
             rounds = default_rounds(took);
             bar.set_length(((opts.warmup + rounds) * per_round) as u64);
         }
         if opts.stop_early {
             cmp.level = looks_level(rounds);
         }
-        let measured = round.saturating_sub(opts.warmup);
         if opts.stop_early
             && measured >= FIRST_LOOK
             && measured < rounds
@@ -219,7 +254,13 @@ pub fn run(mut opts: Options) -> Result<Comparison> {
     Ok(cmp)
 }
 
-fn run_once(opts: &Options, alloc: Backend, round: usize, warmup: bool) -> Result<RunRecord> {
+fn run_once(
+    opts: &Options,
+    alloc: Backend,
+    round: usize,
+    warmup: bool,
+    recorded: bool,
+) -> Result<RunRecord> {
     // Warm-up rounds count 1..=warmup, measured rounds from 1 again.
     let round = if warmup { round } else { round - opts.warmup };
     let output = match &opts.log {
@@ -227,10 +268,11 @@ fn run_once(opts: &Options, alloc: Backend, round: usize, warmup: bool) -> Resul
             let mut f = f.try_clone().context("writing the log")?;
             writeln!(
                 f,
-                "==> allocmux compare: {} round {round}{} under {}",
+                "==> allocmux compare: {} round {round}{} under {}{}",
                 shell_words(&opts.command),
                 if warmup { " (warm-up)" } else { "" },
-                alloc.name()
+                alloc.name(),
+                if recorded { ", recorded" } else { "" }
             )
             .context("writing the log")?;
             Output::Log(f)
@@ -240,8 +282,13 @@ fn run_once(opts: &Options, alloc: Backend, round: usize, warmup: bool) -> Resul
     let out = launch::launch(&Launch {
         command: &opts.command,
         allocator: alloc,
+        record: recorded,
         output,
-        env: opts.env.clone(),
+        env: if recorded {
+            opts.env.clone()
+        } else {
+            Vec::new()
+        },
     })?;
     if out.exit.code != Some(0) {
         let how = match (out.exit.code, out.exit.signal) {
@@ -255,11 +302,27 @@ fn run_once(opts: &Options, alloc: Backend, round: usize, warmup: bool) -> Resul
             "pass --log FILE to keep its output, or run it with `allocmux run`"
         };
         bail!(
-            "`{}` failed under {} in {} {round} ({how}); the comparison stopped ({see})",
+            "`{}` failed under {} in {} {round}{} ({how}); the comparison stopped ({see})",
             shell_words(&opts.command),
             alloc.name(),
             if warmup { "warm-up round" } else { "round" },
+            if recorded { ", recorded" } else { "" },
         );
+    }
+    if !recorded {
+        return Ok(RunRecord {
+            round,
+            warmup,
+            recorded,
+            allocator: alloc,
+            wall_ns: out.wall_ns,
+            user_ns: out.exit.user_ns,
+            sys_ns: out.exit.sys_ns,
+            max_rss_bytes: out.exit.max_rss_bytes,
+            allocation_calls: 0,
+            allocator_ns: 0,
+            profiles: Vec::new(),
+        });
     }
     out.check_recorded()?;
     let report = out.report(&opts.command, alloc.name());
@@ -267,6 +330,7 @@ fn run_once(opts: &Options, alloc: Backend, round: usize, warmup: bool) -> Resul
     Ok(RunRecord {
         round,
         warmup,
+        recorded,
         allocator: alloc,
         wall_ns: out.wall_ns,
         user_ns: out.exit.user_ns,

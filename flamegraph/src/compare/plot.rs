@@ -65,9 +65,9 @@ pub fn svg(cmp: &Comparison, s: &Summary, title: &str) -> Result<String> {
     Ok(out)
 }
 
-/// Per allocator, the timeline of the main process of its median run by
-/// wall time (the lower middle one for an even count): a typical run, not
-/// the luckiest or the unluckiest.
+/// Per allocator, the timeline of the main process of its median recorded
+/// run by wall time (the lower middle one for an even count): a typical
+/// run, not the luckiest or the unluckiest.
 fn median_timelines(cmp: &Comparison) -> Vec<(Backend, &Timeline)> {
     cmp.allocators
         .iter()
@@ -75,7 +75,7 @@ fn median_timelines(cmp: &Comparison) -> Vec<(Backend, &Timeline)> {
             let mut runs: Vec<_> = cmp
                 .runs
                 .iter()
-                .filter(|r| !r.warmup && r.allocator == a)
+                .filter(|r| !r.warmup && r.recorded && r.allocator == a)
                 .collect();
             runs.sort_by_key(|r| r.wall_ns);
             let run = runs.get(runs.len().saturating_sub(1) / 2)?;
@@ -132,7 +132,7 @@ fn panel<DB: DrawingBackend>(
 where
     DB::ErrorType: 'static,
 {
-    let measured = || cmp.runs.iter().filter(|r| !r.warmup);
+    let measured = || cmp.runs.iter().filter(|r| !r.warmup && r.gives(figure));
     let values: Vec<f64> = measured().map(|r| r.figure(figure)).collect();
     let max = values.iter().copied().fold(0.0, f64::max).max(1.0);
     // Ticks fall on round numbers of a unit that fits the data.

@@ -13,7 +13,8 @@ use allocmux::Backend;
 /// called too noisy to resolve the differences allocators usually make.
 pub const NOISY_WIDTH: f64 = 1.10;
 
-/// A measure taken on every run.
+/// A measure of a run: of every timing run, or of every recorded one
+/// ([`Figure::from_recorded_runs`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Figure {
     /// Wall time.
@@ -44,6 +45,15 @@ impl Figure {
         Figure::AllocatorShare,
     ];
 
+    /// Whether recorded runs give it (else the timing runs do, which
+    /// record nothing: see `compare`'s module docs).
+    pub fn from_recorded_runs(self) -> bool {
+        matches!(
+            self,
+            Figure::AllocationCalls | Figure::AllocatorTime | Figure::AllocatorShare
+        )
+    }
+
     /// Its JSON key (the names `allocmux run --json` uses).
     pub fn key(self) -> &'static str {
         match self {
@@ -63,9 +73,12 @@ impl Figure {
 pub struct AllocatorSummary {
     /// The allocator.
     pub allocator: Backend,
-    /// Measured runs.
+    /// Measured timing runs.
     pub runs: usize,
-    /// Median and spread of every figure, in [`Figure::ALL`] order.
+    /// Measured recorded runs.
+    pub recorded_runs: usize,
+    /// Median and spread of every figure, in [`Figure::ALL`] order (each
+    /// over the runs that give it).
     pub figures: Vec<(Figure, Spread)>,
     /// How many times faster than the baseline (wall time); `None` for the
     /// baseline itself or with fewer than two rounds.
@@ -126,23 +139,29 @@ impl Summary {
     /// Summarises the measured rounds of `cmp`.
     pub fn new(cmp: &Comparison) -> Summary {
         let level = cmp.level;
-        let by_alloc: Vec<Vec<&RunRecord>> = cmp
-            .allocators
-            .iter()
-            .map(|&a| {
-                let mut runs: Vec<&RunRecord> = cmp
-                    .runs
-                    .iter()
-                    .filter(|r| !r.warmup && r.allocator == a)
-                    .collect();
-                runs.sort_by_key(|r| r.round);
-                runs
-            })
-            .collect();
+        let measured = |a: Backend, recorded: bool| -> Vec<&RunRecord> {
+            let mut runs: Vec<&RunRecord> = cmp
+                .runs
+                .iter()
+                .filter(|r| !r.warmup && r.allocator == a && r.recorded == recorded)
+                .collect();
+            runs.sort_by_key(|r| r.round);
+            runs
+        };
+        let by_alloc: Vec<Vec<&RunRecord>> =
+            cmp.allocators.iter().map(|&a| measured(a, false)).collect();
+        let recorded: Vec<Vec<&RunRecord>> =
+            cmp.allocators.iter().map(|&a| measured(a, true)).collect();
         // Only complete rounds pair up (every round is complete unless a run failed).
         let rounds = by_alloc.iter().map(Vec::len).min().unwrap_or(0);
+        let recorded_rounds = recorded.iter().map(Vec::len).min().unwrap_or(0);
         let values = |i: usize, f: Figure| -> Vec<f64> {
-            by_alloc[i][..rounds].iter().map(|r| r.figure(f)).collect()
+            let (runs, n) = if f.from_recorded_runs() {
+                (&recorded[i], recorded_rounds)
+            } else {
+                (&by_alloc[i], rounds)
+            };
+            runs[..n].iter().map(|r| r.figure(f)).collect()
         };
         // faster[i][j]: how many times faster allocator i is than j.
         let n = cmp.allocators.len();
@@ -164,9 +183,10 @@ impl Summary {
             .map(|(i, &allocator)| AllocatorSummary {
                 allocator,
                 runs: rounds,
+                recorded_runs: recorded_rounds,
                 figures: Figure::ALL
                     .iter()
-                    .filter(|_| rounds > 0)
+                    .filter(|f| rounds > 0 && (recorded_rounds > 0 || !f.from_recorded_runs()))
                     .map(|&f| (f, Spread::of(&values(i, f))))
                     .collect(),
                 speedup: faster[i][0],
@@ -331,11 +351,19 @@ pub fn write_human(cmp: &Comparison, s: &Summary, w: &mut dyn Write) -> io::Resu
     writeln!(
         w,
         "  {} round{}{stopped} after {} warm-up round{}, the allocators interleaved in each; \
-         medians, wall time with its interquartile range\n",
+         medians, wall time with its interquartile range",
         s.rounds,
         if s.rounds == 1 { "" } else { "s" },
         cmp.warmup,
         if cmp.warmup == 1 { "" } else { "s" },
+    )?;
+    let recorded = s.per_allocator.first().map_or(0, |a| a.recorded_runs);
+    writeln!(
+        w,
+        "  wall, user, sys, max RSS: runs that record nothing; allocations, alloc time, share: \
+         {recorded} recorded run{} of each (1 round in {})\n",
+        if recorded == 1 { "" } else { "s" },
+        super::RECORD_EVERY,
     )?;
     writeln!(
         w,
@@ -407,27 +435,38 @@ mod tests {
     use super::*;
     use crate::compare::LEVEL;
 
-    /// A comparison whose wall times are `base` scaled per allocator, with
-    /// the same per-round drift for all.
+    /// A comparison whose timing runs' wall times are `base` scaled per
+    /// allocator, with the same per-round drift for all; its recorded runs
+    /// (as `compare` schedules them) take longer, in another ratio, as
+    /// recording costs each allocator differently, and count 1,000,000
+    /// allocations.
     fn comparison(factors: &[(Backend, f64)], rounds: usize) -> Comparison {
         let mut runs = Vec::new();
         for round in 1..=rounds {
             let drift = 1.0 + 0.05 * ((round * 7 % 5) as f64 - 2.0);
-            for (k, &(allocator, f)) in factors.iter().enumerate() {
-                // A little independent noise, different per allocator.
-                let noise = 1.0 + 0.002 * (((round + k) * 3 % 5) as f64 - 2.0);
-                runs.push(RunRecord {
-                    round,
-                    warmup: false,
-                    allocator,
-                    wall_ns: (1e9 * f * drift * noise) as u64,
-                    user_ns: (9e8 * f) as u64,
-                    sys_ns: 1e7 as u64,
-                    max_rss_bytes: 50 << 20,
-                    allocation_calls: 1_000_000,
-                    allocator_ns: (1e8 * f) as u64,
-                    profiles: vec![],
-                });
+            let recorded_round = (round - 1) % crate::compare::RECORD_EVERY == 0;
+            for recorded in [false, true] {
+                if recorded && !recorded_round {
+                    continue;
+                }
+                for (k, &(allocator, f)) in factors.iter().enumerate() {
+                    // A little independent noise, different per allocator.
+                    let noise = 1.0 + 0.002 * (((round + k) * 3 % 5) as f64 - 2.0);
+                    let cost = if recorded { 1.5 + k as f64 } else { 1.0 };
+                    runs.push(RunRecord {
+                        round,
+                        warmup: false,
+                        recorded,
+                        allocator,
+                        wall_ns: (1e9 * f * drift * noise * cost) as u64,
+                        user_ns: (9e8 * f * cost) as u64,
+                        sys_ns: 1e7 as u64,
+                        max_rss_bytes: if recorded { 60 << 20 } else { 50 << 20 },
+                        allocation_calls: if recorded { 1_000_000 } else { 0 },
+                        allocator_ns: if recorded { (1e8 * f) as u64 } else { 0 },
+                        profiles: vec![],
+                    });
+                }
             }
         }
         Comparison {
@@ -531,7 +570,13 @@ mod tests {
         let cmp = comparison(&[(System, 1.0), (Jemalloc, 0.8)], 6);
         let s = Summary::new(&cmp);
         let v = serde_json::to_value(crate::json::CompareJson::new(&cmp, &s)).unwrap();
-        assert_eq!(v["runs"].as_array().unwrap().len(), 12);
+        // 6 rounds of 2 timing runs, and 2 recorded runs in rounds 1 and 4.
+        assert_eq!(v["runs"].as_array().unwrap().len(), 16);
+        for run in v["runs"].as_array().unwrap() {
+            let recorded = run["recorded"].as_bool().unwrap();
+            assert!(run["wall_ns"].as_u64().unwrap() > 0, "{run}");
+            assert_eq!(run.get("allocation_calls").is_some(), recorded, "{run}");
+        }
         assert_eq!(v["verdict"]["winner"], "jemalloc");
         let j = &v["allocators"][1];
         assert!(j["figures"]["wall_ns"]["median"].as_f64().unwrap() > 0.0);
@@ -545,5 +590,40 @@ mod tests {
         let text = String::from_utf8(out).unwrap();
         assert!(text.contains("jemalloc is fastest"), "{text}");
         assert!(text.contains("1.25× faster"), "{text}");
+        assert!(text.contains("2 recorded runs of each"), "{text}");
+    }
+
+    /// Times and memory come from the timing runs alone, counts and the
+    /// allocator's time from the recorded runs alone, whose times (slower,
+    /// and in another ratio) change no figure.
+    #[test]
+    fn each_figure_comes_from_the_runs_that_give_it() {
+        let cmp = comparison(&[(System, 1.0), (Mimalloc, 0.8)], 7);
+        let s = Summary::new(&cmp);
+        let mi = &s.per_allocator[1];
+        assert_eq!((mi.runs, mi.recorded_runs), (7, 3));
+        assert_eq!(mi.spread(Figure::MaxRss).median, (50u64 << 20) as f64);
+        assert_eq!(mi.spread(Figure::AllocationCalls).median, 1e6);
+        assert_eq!(mi.spread(Figure::AllocatorTime).median, 8e7);
+        let speedup = mi.speedup.unwrap();
+        assert!((speedup.estimate - 1.25).abs() < 0.01, "{speedup:?}");
+        let timing_medians: Vec<f64> = [System, Mimalloc]
+            .iter()
+            .map(|&a| {
+                let mut w: Vec<f64> = cmp
+                    .runs
+                    .iter()
+                    .filter(|r| r.allocator == a && !r.recorded)
+                    .map(|r| r.wall_ns as f64)
+                    .collect();
+                w.sort_by(f64::total_cmp);
+                w[w.len() / 2]
+            })
+            .collect();
+        assert_eq!(
+            s.per_allocator[0].spread(Figure::Wall).median,
+            timing_medians[0]
+        );
+        assert_eq!(mi.spread(Figure::Wall).median, timing_medians[1]);
     }
 }

@@ -8,11 +8,13 @@
 //! marker at its first call and takes the table's backend and mode.
 //!
 //! The tables with a direct shim are default recording and sampled stacks
-//! under glibc and jemalloc. mimalloc has none: its hooks are chosen at run
-//! time, after checking that its block layout is the one the shim reads
-//! sizes from, which an export fixed in the file cannot follow. Exact mode
-//! has none: a call there costs thousands of instructions, and one jump
-//! is nothing to them.
+//! under glibc and jemalloc, and forwarding without recording under
+//! jemalloc and mimalloc (the forwarders: under glibc the CLI preloads
+//! nothing instead). mimalloc's recorded hooks have none: they are chosen
+//! at run time, after checking that its block layout is the one the shim
+//! reads sizes from, which an export fixed in the file cannot follow.
+//! Exact mode has none: a call there costs thousands of instructions, and
+//! one jump is nothing to them.
 
 use crate::Backend;
 use crate::profile::StackMode;
@@ -29,6 +31,8 @@ pub struct DirectTable {
     pub backend: Backend,
     /// Whether its hooks sample stacks (else stacks are off).
     pub sampled: bool,
+    /// Whether its hooks record at all (else they only forward).
+    pub recorded: bool,
 }
 
 /// The marker's value in the library as built: no table's exports.
@@ -38,30 +42,48 @@ pub const UNIVERSAL: u8 = 0xa5;
 pub const MARKER: &str = "allocmux_direct_table";
 
 /// Every table with a direct shim.
-pub const TABLES: [DirectTable; 4] = [
+pub const TABLES: [DirectTable; 6] = [
     DirectTable {
         name: "system",
         code: 1,
         backend: Backend::System,
         sampled: false,
+        recorded: true,
     },
     DirectTable {
         name: "system_sampled",
         code: 2,
         backend: Backend::System,
         sampled: true,
+        recorded: true,
     },
     DirectTable {
         name: "jemalloc",
         code: 3,
         backend: Backend::Jemalloc,
         sampled: false,
+        recorded: true,
     },
     DirectTable {
         name: "jemalloc_sampled",
         code: 4,
         backend: Backend::Jemalloc,
         sampled: true,
+        recorded: true,
+    },
+    DirectTable {
+        name: "jemalloc_forward",
+        code: 5,
+        backend: Backend::Jemalloc,
+        sampled: false,
+        recorded: false,
+    },
+    DirectTable {
+        name: "mimalloc_forward",
+        code: 6,
+        backend: Backend::Mimalloc,
+        sampled: false,
+        recorded: false,
     },
 ];
 
@@ -81,7 +103,15 @@ impl DirectTable {
         };
         TABLES
             .into_iter()
-            .find(|t| t.backend == backend && t.sampled == sampled)
+            .find(|t| t.recorded && t.backend == backend && t.sampled == sampled)
+    }
+
+    /// The forwarder of `backend`: its table that records nothing (glibc
+    /// has none: running without the shim is its forwarder).
+    pub fn forwarding(backend: Backend) -> Option<DirectTable> {
+        TABLES
+            .into_iter()
+            .find(|t| !t.recorded && t.backend == backend)
     }
 }
 

@@ -24,6 +24,8 @@ pub const TIME_SAMPLE: &str = "ALLOCMUX_TIME_SAMPLE";
 pub const OUTPUT: &str = "ALLOCMUX_OUTPUT";
 /// `ADDR:PORT` of the live `/debug/pprof` endpoint (port 0: any free one).
 pub const HTTP: &str = "ALLOCMUX_HTTP";
+/// `off`: the shim only forwards to the allocator, recording nothing.
+pub const RECORD: &str = "ALLOCMUX_RECORD";
 
 /// Mean bytes between sampled allocations when `ALLOCMUX_SAMPLE_BYTES` does
 /// not say: jemalloc's `lg_prof_sample` default.
@@ -70,6 +72,17 @@ pub fn shim_stack_mode<'a>(var: impl Fn(&str) -> Option<&'a [u8]>) -> StackMode 
     var(STACKS)
         .and_then(|v| StackMode::from_env_value(v, mean_bytes))
         .unwrap_or(default)
+}
+
+/// Whether the shim records, from the value of `ALLOCMUX_RECORD`: only
+/// `off` turns recording off (`None` for a value that is neither `on` nor
+/// `off`, which records, as unset does, with a warning).
+pub fn parse_record(value: &[u8]) -> Option<bool> {
+    match value.trim_ascii() {
+        b"on" => Some(true),
+        b"off" => Some(false),
+        _ => None,
+    }
 }
 
 /// The shim's mean bytes between samples from the value of
