@@ -6,11 +6,12 @@
 # the /debug/pprof endpoint served; and with Debian's libjemalloc and
 # libmimalloc preloaded alone, for reference. A run still going after 20 s
 # is a hang; a configuration stops at its fifth. Usage:
-# bash scripts/fork_hangs.sh [RUNS] [BACKEND...]
-# (defaults: 1000 runs; mimalloc jemalloc system).
+# FORKS=N bash scripts/fork_hangs.sh [RUNS] [BACKEND...]
+# (defaults: 1000 runs of `mallocfork 100`; mimalloc jemalloc system).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 runs=${1:-1000}
+forks=${FORKS:-100}
 shift || true
 backends=("$@")
 [ $# -gt 0 ] || backends=(mimalloc jemalloc system)
@@ -44,19 +45,19 @@ hangs() {
     printf '| %s | %d | %d hung, %d failed |\n' "$label" "$i" "$hung" "$failed"
 }
 
-echo "| configuration | runs of \`mallocfork 100\` | result |"
+echo "| configuration | runs of \`mallocfork $forks\` | result |"
 echo "|---|---|---|"
-hangs "glibc alone" "$tmp/mallocfork" 100
+hangs "glibc alone" "$tmp/mallocfork" "$forks"
 for lib in /usr/lib/x86_64-linux-gnu/libmimalloc.so.2 /usr/lib/x86_64-linux-gnu/libjemalloc.so.2; do
-    [ -e "$lib" ] && hangs "$(basename "$lib") alone" env LD_PRELOAD="$lib" "$tmp/mallocfork" 100
+    [ -e "$lib" ] && hangs "$(basename "$lib") alone" env LD_PRELOAD="$lib" "$tmp/mallocfork" "$forks"
 done
 for backend in "${backends[@]}"; do
     for stacks in off sample exact; do
         hangs "shim, $backend, stacks $stacks, profile written" \
             env LD_PRELOAD="$shim" ALLOCMUX_ALLOCATOR="$backend" ALLOCMUX_STACKS="$stacks" \
-            ALLOCMUX_OUTPUT="$tmp/out/%p.prof" "$tmp/mallocfork" 100
+            ALLOCMUX_OUTPUT="$tmp/out/%p.prof" "$tmp/mallocfork" "$forks"
         hangs "shim, $backend, stacks $stacks, endpoint served" \
             env LD_PRELOAD="$shim" ALLOCMUX_ALLOCATOR="$backend" ALLOCMUX_STACKS="$stacks" \
-            ALLOCMUX_HTTP=127.0.0.1:0 "$tmp/mallocfork" 100
+            ALLOCMUX_HTTP=127.0.0.1:0 "$tmp/mallocfork" "$forks"
     done
 done
