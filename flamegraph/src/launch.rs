@@ -235,9 +235,6 @@ pub fn launch(l: &Launch<'_>) -> Result<Outcome> {
         .context("creating a temporary directory for the profiles")?;
     let mut cmd = Command::new(&program);
     cmd.arg0(&l.command[0]).args(&l.command[1..]);
-    // Told to every run, preloaded or not, so that a script can say which
-    // allocator it runs under.
-    let allocator = (env::ALLOCATOR, l.allocator.name());
     if l.record {
         cmd.env(env::OUTPUT, dir.path().join("%p.prof"));
     } else {
@@ -253,7 +250,9 @@ pub fn launch(l: &Launch<'_>) -> Result<Outcome> {
             cmd.env(env::RECORD, "off");
         }
     }
-    cmd.env(allocator.0, allocator.1);
+    // Told to every run, preloaded or not, so that a script can say which
+    // allocator it runs under.
+    cmd.env(env::ALLOCATOR, l.allocator.name());
     if let Some(shim) = &shim {
         let mut preload = shim.path.as_os_str().to_owned();
         if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {

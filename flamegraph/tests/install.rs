@@ -177,7 +177,8 @@ fn cargo_install_from_the_packaged_crates_gives_an_allocmux_that_works_anywhere(
         .collect();
     // The embedded shim for mimalloc, the direct shims of glibc and
     // jemalloc for stacks off and glibc's for sampled stacks (the demo's
-    // stacks run).
+    // stacks run), and the forwarders of jemalloc and mimalloc (the
+    // comparison's timing runs).
     let mut names: Vec<String> = cached
         .iter()
         .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
@@ -195,7 +196,14 @@ fn cargo_install_from_the_packaged_crates_gives_an_allocmux_that_works_anywhere(
         .collect();
     assert_eq!(
         kinds,
-        ["embedded", "jemalloc", "system", "system_sampled"],
+        [
+            "embedded",
+            "jemalloc",
+            "jemalloc_forward",
+            "mimalloc_forward",
+            "system",
+            "system_sampled"
+        ],
         "the shims in the cache: {names:?}"
     );
     for path in &cached {

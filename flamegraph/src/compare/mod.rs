@@ -309,25 +309,7 @@ fn run_once(
             if recorded { ", recorded" } else { "" },
         );
     }
-    if !recorded {
-        return Ok(RunRecord {
-            round,
-            warmup,
-            recorded,
-            allocator: alloc,
-            wall_ns: out.wall_ns,
-            user_ns: out.exit.user_ns,
-            sys_ns: out.exit.sys_ns,
-            max_rss_bytes: out.exit.max_rss_bytes,
-            allocation_calls: 0,
-            allocator_ns: 0,
-            profiles: Vec::new(),
-        });
-    }
-    out.check_recorded()?;
-    let report = out.report(&opts.command, alloc.name());
-    let t = report.total();
-    Ok(RunRecord {
+    let mut rec = RunRecord {
         round,
         warmup,
         recorded,
@@ -336,10 +318,19 @@ fn run_once(
         user_ns: out.exit.user_ns,
         sys_ns: out.exit.sys_ns,
         max_rss_bytes: out.exit.max_rss_bytes,
-        allocation_calls: t.totals.allocation_calls(),
-        allocator_ns: t.allocator_ns,
-        profiles: report.processes.into_iter().map(|p| p.profile).collect(),
-    })
+        allocation_calls: 0,
+        allocator_ns: 0,
+        profiles: Vec::new(),
+    };
+    if recorded {
+        out.check_recorded()?;
+        let report = out.report(&opts.command, alloc.name());
+        let t = report.total();
+        rec.allocation_calls = t.totals.allocation_calls();
+        rec.allocator_ns = t.allocator_ns;
+        rec.profiles = report.processes.into_iter().map(|p| p.profile).collect();
+    }
+    Ok(rec)
 }
 
 #[cfg(test)]
