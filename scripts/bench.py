@@ -283,8 +283,8 @@ def part_compare(a, R, out, charts):
         plain["mimalloc"] = R.env(DEBIAN_MIMALLOC)
     out += [
         "## Which allocator: `compare` against plain runs", "",
-        f"For each workload, `allocmux compare -n {rounds} --warmup 1 --json FILE -- PROG SIZE` (the shim, stacks off, "
-        f"under each allocator), then {rounds} rounds of plain runs, interleaved, with the allocator preloaded "
+        f"For each workload, `allocmux compare -n {rounds} --warmup 1 --json FILE -- PROG SIZE` (its timing runs under "
+        f"each allocator's forwarder, glibc's with no preload), then {rounds} rounds of plain runs, interleaved, with the allocator preloaded "
         f"directly: glibc with no preload, `LD_PRELOAD={DEBIAN_JEMALLOC}`"
         + (f", `LD_PRELOAD={DEBIAN_MIMALLOC}`." if "mimalloc" in plain else " (Debian's libmimalloc2.0 is not installed: no plain mimalloc runs).")
         + " Debian's builds are not the shim's: jemalloc 5.3.0 against the shim's 5.3.1 snapshot (tikv-jemalloc-sys), "
@@ -722,6 +722,9 @@ def write_report(a, started, load_before, body, charts, results, done):
 # What other scripts measure, copied from their results files into
 # BENCHMARKS.md so that every figure is in one place: (title, command, file).
 OTHER_SCRIPTS = [
+    ("`compare` against the forwarders run by hand and against in-code switching",
+     "python3 scripts/compare_fidelity.py --rounds 15 --divisor 1 --out scripts/results/compare-fidelity.md",
+     "compare-fidelity.md"),
     ("The recording-cost goals, in one run",
      "python3 scripts/cost_goals.py --out scripts/results/cost-goals.md", "cost-goals.md"),
     ("Default recording and sampled stacks per backend, against the bare, preloaded and in-code allocator",

@@ -1,27 +1,31 @@
 #!/usr/bin/env python3
 """Does `allocmux compare` measure the allocators, and not allocmux?
 
-For each workload (the suite's, and the C malloc/free churn), in one run:
+For each workload (the suite's, and the C malloc/free churn), R rounds, and
+in each round, one right after the other:
 
-  compare     `allocmux compare -n R --warmup 1 --json FILE -- PROG SIZE`,
+  compare     `allocmux compare -n 1 --warmup 0 --json FILE -- PROG SIZE`,
               as a user runs it (the embedded shim: its timing runs preload
-              each allocator's forwarder, glibc's none); its speedups over
-              glibc are the Hodges-Lehmann estimates in the JSON
-  forwarder   R rounds of plain runs, interleaved, with the same forwarders
-              preloaded by hand (glibc: no preload): what compare's
-              machinery (launching, interleaving, the CLI) should reproduce
-  in-code     (Rust workloads) R rounds with the allocator linked in as
+              each allocator's forwarder, glibc's none; its recorded runs
+              are left out here), giving one timing run per allocator
+  forwarder   one run per allocator with the same forwarders preloaded by
+              hand (glibc: no preload): what compare's machinery
+              (launching, interleaving, the CLI) should reproduce
+  in-code     (Rust workloads) one run per allocator with it linked in as
               #[global_allocator] (scripts/incode-allocators, the crates and
               versions the shim links): what switching in code gives
 
-and reports each speedup, compare's error against the forwarder runs (goal:
-within 1%) and against in-code switching (goal: within 3% on the
-allocation-bound workloads), and whether compare and the forwarder runs name
-the same winner (compare's rule, recomputed here: the allocator whose 95%
-interval against every other one is below 1).
+Speedups over glibc are Hodges-Lehmann estimates over the rounds (compare's
+method). compare's error against the forwarder runs (goal: within 1%) is
+estimated per round, as the ratio of the two speedups in the same round,
+with its 95% interval, so that a drift of the machine between rounds
+cancels; against in-code switching (goal: within 3% on the
+allocation-bound workloads) likewise. Winners by compare's rule (the
+allocator whose 95% interval against every other one is below 1), from
+compare's timing runs and from the forwarder runs.
 
 Usage:
-  python3 scripts/compare_fidelity.py [--rounds 10] [--divisor 4]
+  python3 scripts/compare_fidelity.py [--rounds 15] [--divisor 1]
       [--workloads NAME,...] [--out FILE.md]
 
 Writes Markdown (default scripts/results/compare-fidelity.md) and its chart
@@ -41,6 +45,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import bench_svg  # noqa: E402
 from bench import WORKLOADS, paired_ratio, winner  # noqa: E402
+from shim_overhead import timed  # noqa: E402
 
 ALLOCATORS = ["system", "jemalloc", "mimalloc"]
 INCODE = {"system": "glibc", "jemalloc": "jemalloc", "mimalloc": "mimalloc"}
@@ -59,13 +64,9 @@ def clean_env():
     return {k: v for k, v in os.environ.items() if not k.startswith(("LD_PRELOAD", "ALLOCMUX_"))}
 
 
-def timed(cmd, env):
-    start = time.perf_counter()
-    r = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    t = time.perf_counter() - start
-    if r.returncode != 0:
-        sys.exit(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr.decode(errors='replace')[-2000:]}")
-    return t
+def wall(cmd, env):
+    """Wall time of one run of `cmd`, which must succeed."""
+    return timed(cmd, env)[0]
 
 
 def forwarder(name):
@@ -83,10 +84,25 @@ def speedups(times):
     return {a: paired_ratio(times["system"], times[a])[:3] for a in ALLOCATORS[1:]}
 
 
+def error(ours, theirs, al):
+    """How much larger `ours`'s speedup of `al` over glibc is than
+    `theirs`'s, from the two in the same rounds: the Hodges-Lehmann
+    estimate of (ours_glibc / ours_al) / (theirs_glibc / theirs_al) with
+    its 95% interval, (estimate, low, high)."""
+    x = [a * d for a, d in zip(ours["system"], theirs[al])]
+    y = [b * c for b, c in zip(ours[al], theirs["system"])]
+    return paired_ratio(x, y)[:3]
+
+
+def fmt_error(e):
+    est, lo, hi = e
+    return f"{est - 1:+.1%} [{lo - 1:+.1%}, {hi - 1:+.1%}]"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=10)
-    ap.add_argument("--divisor", type=int, default=4, help="sizes are the suite's (scripts/bench.py) over this")
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--divisor", type=int, default=1, help="sizes are the suite's (scripts/bench.py) over this")
     ap.add_argument("--workloads", help="comma-separated (default: the suite's and churn)")
     ap.add_argument("--out", default=os.path.join(ROOT, "scripts", "results", "compare-fidelity.md"))
     a = ap.parse_args()
@@ -100,6 +116,10 @@ def main():
     allocmux = os.path.join(release, "allocmux")
     started, load_before = time.time(), os.getloadavg()
     env = clean_env()
+    # The forwarders, written to the cache as compare writes them.
+    for al in ALLOCATORS[1:]:
+        subprocess.run([allocmux, "run", "--record", "off", "-a", al, "--", "true"], env=env, check=True,
+                       stderr=subprocess.DEVNULL)
     rows, chart_rows, tallies = [], [], {"same": 0, "different": 0, "one names none": 0, "neither": 0}
     worst = {"forwarder": 0.0, "in-code": 0.0}
     with tempfile.TemporaryDirectory() as tmp:
@@ -114,34 +134,39 @@ def main():
                 size = WORKLOADS[name][0] // a.divisor
                 plain = [os.path.join(release, name), str(size)]
                 incode = {al: [os.path.join(release, f"workload-{INCODE[al]}"), name, str(size)] for al in ALLOCATORS}
-            log(f"{name}: compare")
+            log(f"{name}: {a.rounds} rounds")
             js = os.path.join(tmp, f"{name}.json")
-            r = subprocess.run([allocmux, "compare", "-n", str(a.rounds), "--warmup", "1", "--json", js, "--force",
-                                "--", *plain], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            if r.returncode != 0:
-                sys.exit(f"compare on {name} failed: {r.stderr[-2000:]}")
-            with open(js) as f:
-                c = json.load(f)
-            comp = {s["allocator"]: tuple(s["speedup_vs_baseline"][k] for k in ("estimate", "low", "high"))
-                    for s in c["allocators"][1:]}
-            comp_winner = c["verdict"]["winner"]
-            configs = {"system": (plain, env)}
+            hand = {"system": (plain, env)}
             for al in ALLOCATORS[1:]:
-                configs[al] = (plain, dict(env, LD_PRELOAD=forwarder(al)))
-            if incode:
-                for al in ALLOCATORS:
-                    configs[f"in-code {al}"] = (incode[al], env)
-            log(f"{name}: {a.rounds} plain rounds")
-            times = {k: [] for k in configs}
-            keys = list(configs)
-            for rnd in range(a.rounds):
-                # Each round starts one configuration later, as compare's own
-                # rounds do not (a drift then touches each alike).
-                for k in keys[rnd % len(keys):] + keys[:rnd % len(keys)]:
-                    times[k].append(timed(*configs[k]))
-            fwd = speedups({al: times[al] for al in ALLOCATORS})
-            ic = speedups({al: times[f"in-code {al}"] for al in ALLOCATORS}) if incode else None
-            plain_winner = winner({al: times[al] for al in ALLOCATORS})
+                hand[al] = (plain, dict(env, LD_PRELOAD=forwarder(al)))
+            times = {f"{kind} {al}": [] for kind in ("compare", "forwarder", "in-code") for al in ALLOCATORS}
+            # Round 0 warms the caches and is left out.
+            for rnd in range(a.rounds + 1):
+                if rnd == 1:
+                    times = {k: [] for k in times}
+                r = subprocess.run([allocmux, "compare", "-n", "1", "--warmup", "0", "--json", js, "--force",
+                                    "--", *plain], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                if r.returncode != 0:
+                    sys.exit(f"compare on {name} failed: {r.stderr[-2000:]}")
+                with open(js) as f:
+                    for run in json.load(f)["runs"]:
+                        if not run["recorded"]:
+                            times[f"compare {run['allocator']}"].append(run["wall_ns"] / 1e9)
+                # The hand runs in another order each round, so none
+                # always follows compare's.
+                order = ALLOCATORS[rnd % 3:] + ALLOCATORS[:rnd % 3]
+                for al in order:
+                    times[f"forwarder {al}"].append(wall(*hand[al]))
+                if incode:
+                    for al in order:
+                        times[f"in-code {al}"].append(wall(incode[al], env))
+            series = {kind: {al: times[f"{kind} {al}"] for al in ALLOCATORS}
+                      for kind in ("compare", "forwarder", "in-code")}
+            comp = speedups(series["compare"])
+            fwd = speedups(series["forwarder"])
+            ic = speedups(series["in-code"]) if incode else None
+            comp_winner = winner(series["compare"])
+            plain_winner = winner(series["forwarder"])
             if comp_winner and plain_winner:
                 agree = "yes" if comp_winner == plain_winner else "**no**"
                 tallies["same" if comp_winner == plain_winner else "different"] += 1
@@ -154,14 +179,14 @@ def main():
             cells = []
             chart = {}
             for al in ALLOCATORS[1:]:
-                e_fwd = comp[al][0] / fwd[al][0] - 1
-                worst["forwarder"] = max(worst["forwarder"], abs(e_fwd))
-                cell = f"{comp[al][0]:.3f} | {fwd[al][0]:.3f} | {e_fwd:+.1%}"
+                e_fwd = error(series["compare"], series["forwarder"], al)
+                worst["forwarder"] = max(worst["forwarder"], abs(e_fwd[0] - 1))
+                cell = f"{comp[al][0]:.3f} | {fwd[al][0]:.3f} | {fmt_error(e_fwd)}"
                 if ic:
-                    e_ic = comp[al][0] / ic[al][0] - 1
+                    e_ic = error(series["compare"], series["in-code"], al)
                     if name in ALLOCATION_BOUND:
-                        worst["in-code"] = max(worst["in-code"], abs(e_ic))
-                    cell += f" | {ic[al][0]:.3f} | {e_ic:+.1%}"
+                        worst["in-code"] = max(worst["in-code"], abs(e_ic[0] - 1))
+                    cell += f" | {ic[al][0]:.3f} | {fmt_error(e_ic)}"
                     chart[f"in-code {al}"] = ic[al]
                 else:
                     cell += " | n/a (C) | "
@@ -187,9 +212,10 @@ def main():
         f"{platform.node()}, {os.cpu_count()} cores, {took / 60:.0f} min, load average "
         f"{load_before[0]:.2f} at the start and {load_after[0]:.2f} at the end.",
         "",
-        "Speed-up over glibc (Hodges–Lehmann estimate of the per-round ratio): compare's, the forwarders' run "
-        "by hand, compare's error against them; the in-code allocator's, compare's error against it. Winners "
-        "by compare's rule (95% intervals against every other allocator below 1).",
+        "Speed-up over glibc (Hodges–Lehmann estimate over the rounds): compare's timing runs', the forwarders' "
+        "run by hand in the same rounds, and compare's error against them with its 95% interval (per round, "
+        "compare's speed-up over theirs); the in-code allocator's, and compare's error against it. Winners by "
+        "compare's rule (95% intervals against every other allocator below 1), from the same runs.",
         "",
         "| workload | compare jemalloc | forwarder | error | in-code | error | compare mimalloc | forwarder | error "
         "| in-code | error | compare's winner | forwarders' winner | same? |",

@@ -209,6 +209,12 @@ pub fn after_failed_exec(written: bool) {
     }
 }
 
+/// Registers the `fork` handlers below (once per process image).
+fn register_fork_handlers() {
+    // SAFETY: the handlers are allocation-free functions of this library.
+    unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child)) };
+}
+
 /// `fork` handlers. None takes a lock of the shim's: a lock held across
 /// `fork` is one the program's other threads can wait on while they hold
 /// the program's own locks, which the forking thread waits for inside
@@ -228,11 +234,6 @@ pub fn after_failed_exec(written: bool) {
 /// own take of the list lock is a recursive one by the same thread. glibc
 /// releases it once after the `fork` in the parent (the parent handler
 /// releases the other), and resets it in the child.
-fn register_fork_handlers() {
-    // SAFETY: the handlers are allocation-free functions of this library.
-    unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child)) };
-}
-
 extern "C" fn fork_prepare() {
     if let Some(b) = backend_locks() {
         // SAFETY: glibc's recursive stdio list lock, released in
