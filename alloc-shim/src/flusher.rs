@@ -51,8 +51,8 @@ const FLUSH_DUTY: u64 = 20;
 /// reads are system calls that add about a tenth to a sample's cost.)
 const SAMPLE_DUTY: u64 = 100;
 /// A flush reads the allocator's statistics only once this many times as
-/// long as the last read took has passed since it: a jemalloc read takes
-/// 11–16 µs (every flush), but glibc's `mallinfo2` walks the free lists
+/// long as the last read took has passed since it: a mimalloc read takes
+/// 1 µs (every flush), but glibc's `mallinfo2` walks the free lists
 /// under each arena's lock, 0.5–2 ms with 50 000 free small blocks
 /// (`cargo bench -p allocmux --bench allocator_stats`), so such a glibc
 /// heap is read every 0.5–2 s, and its allocating threads wait on the read
