@@ -229,13 +229,18 @@ pub fn launch(l: &Launch<'_>) -> Result<Outcome> {
             eprintln!("allocmux: {note}");
         }
     }
-    let dir = tempfile::Builder::new()
-        .prefix("allocmux-")
-        .tempdir()
-        .context("creating a temporary directory for the profiles")?;
+    let dir = l
+        .record
+        .then(|| {
+            tempfile::Builder::new()
+                .prefix("allocmux-")
+                .tempdir()
+                .context("creating a temporary directory for the profiles")
+        })
+        .transpose()?;
     let mut cmd = Command::new(&program);
     cmd.arg0(&l.command[0]).args(&l.command[1..]);
-    if l.record {
+    if let Some(dir) = &dir {
         cmd.env(env::OUTPUT, dir.path().join("%p.prof"));
     } else {
         // What a user's environment asks of the shim is not for a run
@@ -289,7 +294,10 @@ pub fn launch(l: &Launch<'_>) -> Result<Outcome> {
         sys::wait_child(child.id()).context("waiting for the program")?
     };
     let wall_ns = start.elapsed().as_nanos() as u64;
-    let (profiles, unreadable) = gather(dir.path(), Instant::now() + STRAGGLER_WAIT)?;
+    let (profiles, unreadable) = match &dir {
+        Some(dir) => gather(dir.path(), Instant::now() + STRAGGLER_WAIT)?,
+        None => (Vec::new(), Vec::new()),
+    };
     Ok(Outcome {
         exit,
         wall_ns,

@@ -200,11 +200,7 @@ impl Report {
         let t = self.total();
         match &self.run {
             Some(r) => {
-                let how = match (r.exit.code, r.exit.signal) {
-                    (Some(c), _) => format!("exited with status {c}"),
-                    (None, Some(s)) => format!("was killed by signal {s} ({})", signal_name(s)),
-                    _ => "ended".to_string(),
-                };
+                let how = how_it_ended(&r.exit);
                 writeln!(
                     w,
                     "allocmux: `{}` under {} {how}",
@@ -414,6 +410,16 @@ fn truncate(s: &str, n: usize) -> String {
         s.to_string()
     } else {
         s.chars().take(n - 1).chain(['…']).collect()
+    }
+}
+
+/// How a program ended, as `run` says it: "exited with status 3", "was
+/// killed by signal 9 (SIGKILL)".
+pub fn how_it_ended(exit: &ChildExit) -> String {
+    match (exit.code, exit.signal) {
+        (Some(c), _) => format!("exited with status {c}"),
+        (None, Some(s)) => format!("was killed by signal {s} ({})", signal_name(s)),
+        _ => "ended".to_string(),
     }
 }
 

@@ -87,14 +87,7 @@ fn run_unrecorded(o: &RunOptions) -> Result<i32> {
         env: Vec::new(),
     })?;
     let e = outcome.exit;
-    let how = match (e.code, e.signal) {
-        (Some(c), _) => format!("exited with status {c}"),
-        (None, Some(s)) => format!(
-            "was killed by signal {s} ({})",
-            crate::report::signal_name(s)
-        ),
-        _ => "ended".to_string(),
-    };
+    let how = crate::report::how_it_ended(&e);
     let mut err = std::io::stderr().lock();
     writeln!(
         err,
