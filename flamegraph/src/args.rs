@@ -117,6 +117,10 @@ struct CompareArgs {
     /// Keep the programs' output (hidden otherwise) in FILE.
     #[arg(long, value_name = "FILE")]
     log: Option<PathBuf>,
+    /// Feed FILE to every run as its stdin (`-`: read stdin once and feed that); without it
+    /// every run reads an empty stdin.
+    #[arg(long, value_name = "FILE")]
+    input: Option<PathBuf>,
     /// Overwrite the output files if they exist.
     #[arg(long)]
     force: bool,
@@ -314,6 +318,7 @@ impl Cli {
                 json: a.json,
                 plot: a.plot,
                 log: a.log,
+                input: a.input,
                 force: a.force,
                 command: a.command,
             }),

@@ -16,6 +16,7 @@ pub mod error;
 pub mod export;
 pub mod json;
 pub mod launch;
+pub mod launcher;
 pub mod output;
 pub mod plot;
 pub mod pprof;

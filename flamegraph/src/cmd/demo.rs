@@ -101,6 +101,7 @@ pub fn run(opts: &DemoOptions) -> Result<i32> {
         warmup: 1,
         stop_early: false,
         log: None,
+        input: None,
         env: vec![],
     })?;
     let summary = Summary::new(&cmp);
@@ -115,6 +116,7 @@ pub fn run(opts: &DemoOptions) -> Result<i32> {
         allocator: Backend::System,
         record: true,
         output: Output::Discard,
+        input: None,
         env: launch::stack_env(StackMode::Sample {
             mean_bytes: SAMPLE_BYTES,
         }),
