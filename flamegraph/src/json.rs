@@ -139,6 +139,9 @@ pub struct ProcessJson {
     pub allocator: String,
     /// `exited`, or `running` when the profile was written before the end.
     pub state: &'static str,
+    /// False when the process ended before the shim's first periodic
+    /// write, so its zero counters are not figures (killed early).
+    pub figures_known: bool,
     /// Estimated time inside the allocator.
     pub allocator_ns: u64,
     /// Half the width of its 95% confidence interval (null for a profile
@@ -279,6 +282,7 @@ impl From<&ProcessFigures> for ProcessJson {
             } else {
                 "running"
             },
+            figures_known: !p.figures_unknown(),
             allocator_ns: p.allocator_ns,
             allocator_ns_margin: p.allocator_ns_margin,
             allocator_time_share: p.allocator_share(),

@@ -32,7 +32,23 @@ impl ProcessFigures {
     pub fn program(&self) -> String {
         program_name(&self.profile)
     }
+
+    /// Whether nothing is known of what the process did: it ended (killed,
+    /// or still running when the run ended) with only the profile the shim
+    /// writes as it starts, before its first periodic write. Its zeros are
+    /// not figures.
+    pub fn figures_unknown(&self) -> bool {
+        let p = &self.profile;
+        let covered_ns = p.clock_end.mono_ns.saturating_sub(p.clock_start.mono_ns);
+        p.state == State::Running
+            && p.totals.total_calls() == 0
+            && covered_ns < FIRST_PERIODIC_WRITE_NS
+    }
 }
+
+/// When the shim's first periodic write comes, after its start-up one
+/// (the flusher's interval, `alloc-shim/src/flusher.rs`).
+const FIRST_PERIODIC_WRITE_NS: u64 = 500_000_000;
 
 /// A process's short program name: the last part of `argv[0]`, or of the
 /// executable's path when there are no arguments.
@@ -255,6 +271,23 @@ impl Report {
         for p in order.iter().take(SHOWN) {
             let tt = &p.profile.totals;
             let mut name = p.program();
+            if p.figures_unknown() {
+                name.push('?');
+                writeln!(
+                    w,
+                    "  {:<8} {:<16} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>6}",
+                    p.profile.pid,
+                    truncate(&name, 16),
+                    "?",
+                    "?",
+                    "?",
+                    "?",
+                    "?",
+                    "?",
+                    "?"
+                )?;
+                continue;
+            }
             if p.profile.state == State::Running {
                 name.push('*');
             }
@@ -329,10 +362,16 @@ impl Report {
                 Count(t.totals.failed_calls)
             )?;
         }
+        if self.processes.iter().any(ProcessFigures::figures_unknown) {
+            writeln!(
+                w,
+                "  ? ended before its first periodic write (killed early, or its output cut off): what it allocated is unknown"
+            )?;
+        }
         if self
             .processes
             .iter()
-            .any(|p| p.profile.state == State::Running)
+            .any(|p| p.profile.state == State::Running && !p.figures_unknown())
         {
             writeln!(
                 w,

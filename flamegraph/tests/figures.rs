@@ -304,3 +304,34 @@ fn run_says_when_recorded_stacks_are_thrown_away() {
         .args(["--", "true"])));
     assert!(!text(&out.stderr).contains("thrown away"));
 }
+
+/// A process killed before the shim's first periodic write left only its
+/// start-up profile: its figures are unknown, not zero.
+#[test]
+fn a_process_killed_before_its_first_write_is_unknown_not_zero() {
+    let out = ok(run(allocmux().args([
+        "run",
+        "--json",
+        "-",
+        "--",
+        "sh",
+        "-c",
+        "seq 1 10000000 | head -1",
+    ])));
+    let doc = json_of(&out.stdout);
+    let procs = doc["processes"].as_array().unwrap();
+    let seq = procs
+        .iter()
+        .find(|p| p["argv"][0] == "seq")
+        .unwrap_or_else(|| panic!("no seq in {doc}"));
+    assert_eq!(seq["figures_known"], false, "{seq}");
+    let head = procs.iter().find(|p| p["argv"][0] == "head").unwrap();
+    assert_eq!(head["figures_known"], true, "{head}");
+    let err = text(&out.stderr);
+    let row = err
+        .lines()
+        .find(|l| l.contains("seq?"))
+        .unwrap_or_else(|| panic!("no seq? row in {err}"));
+    assert!(!row.contains(" 0 "), "no zeros for what is unknown: {row}");
+    assert!(err.contains("what it allocated is unknown"), "{err}");
+}
