@@ -405,7 +405,17 @@ fn write_allocator_stats(
     };
     writeln!(w, "  {prefix}{}", r.stats)?;
     let at = Dur(r.t_ns);
+    let peak = p.totals.peak_live_bytes;
     match (r.stats.held_bytes(), r.overhead()) {
+        // Read at the end, what the allocator holds over the little that
+        // is left says more of what the program freed than of the heap.
+        (Some(_), Some(_)) if r.live_bytes < peak / 2 => writeln!(
+            w,
+            "  {indent}heap overhead: not measured: the allocator was read with {} live (at {at}), \
+             under half the peak of {} (it is read every 0.5 s and at exit)",
+            Bytes(r.live_bytes),
+            Bytes(peak)
+        ),
         (Some(held), Some(x)) => {
             let what = match r.stats {
                 AllocatorStats::Jemalloc(_) => "resident",
@@ -609,6 +619,29 @@ mod tests {
         );
         assert!(out.contains("\n      heap overhead 1.67x"), "{out}");
         assert!(!out.contains("pid 8 :"), "{out}");
+    }
+
+    /// Read at exit with little left live, the ratio is not shown: it
+    /// would say more of what the program freed than of the allocator.
+    #[test]
+    fn heap_overhead_far_from_the_peak_is_not_shown() {
+        let text = "allocmux-profile 1\nprocess\npid 7\nallocator jemalloc\nstate exited\n\
+                    bytes_allocated 60000000\nbytes_freed 59999448\npeak_live_bytes 53582912\n\
+                    allocator_stats 1120000000 552\nallocator_stat allocated 552\n\
+                    allocator_stat active 4096\nallocator_stat resident 2035712\n\
+                    allocator_stat mapped 33554432\nallocator_stat retained 0\nend\n";
+        let p = allocmux::profile::parse(text).unwrap().remove(0);
+        let mut out = Vec::new();
+        Report::new(vec![p], None).write_human(&mut out).unwrap();
+        let out = String::from_utf8(out).unwrap();
+        assert!(!out.contains("heap overhead 3"), "{out}");
+        assert!(
+            out.contains(
+                "heap overhead: not measured: the allocator was read with 552 B live (at 1.12 s), \
+                 under half the peak of 51.1 MiB"
+            ),
+            "{out}"
+        );
     }
 
     #[test]
