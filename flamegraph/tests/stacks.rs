@@ -528,27 +528,111 @@ fn report_lists_top_stacks_per_weight_in_order() {
             .map(String::from)
             .collect()
     };
-    let count = section("top 2 stacks by allocations");
-    assert_eq!(count.len(), 2, "{s}");
-    assert!(count[0].contains("leaf ← middle ← main"), "{s}");
-    assert!(count[0].contains("90.1%"), "{s}");
-    let bytes = section("top 2 stacks by bytes allocated");
-    assert!(
-        bytes[0].contains("leaf ← inlined_helper (inlined) ← outer ← main"),
-        "{s}"
-    );
-    assert!(bytes[1].contains("leaf ← middle ← main"), "{s}");
-
     let out = ok(run(allocmux()
         .args(["report", "--json", "--top", "1"])
         .arg(&prof)));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     let top = &v["top_stacks"];
+    // Each frame at the file and line the JSON gives it.
+    let line_of = |frames: &Value| -> String {
+        frames
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| {
+                let inlined = if f["inlined"].as_bool().unwrap() {
+                    "inlined, "
+                } else {
+                    ""
+                };
+                let (function, line) = (f["function"].as_str().unwrap(), &f["line"]);
+                format!("{function} ({inlined}stacks.c:{line})")
+            })
+            .collect::<Vec<_>>()
+            .join(" ← ")
+    };
+    let (middle, outer) = (
+        line_of(&top["count"][0]["frames"]),
+        line_of(&top["bytes"][0]["frames"]),
+    );
+    assert!(
+        middle.starts_with("leaf (stacks.c:")
+            && middle.contains(" ← middle (stacks.c:")
+            && middle.contains(" ← main (stacks.c:"),
+        "{middle}"
+    );
+    let count = section("top 2 stacks by allocations");
+    assert_eq!(count.len(), 2, "{s}");
+    assert!(count[0].ends_with(&format!("90.1%  {middle}")), "{s}");
+    let bytes = section("top 2 stacks by bytes allocated");
+    assert!(bytes[0].ends_with(&outer), "{s}");
+    assert!(
+        outer.contains(" ← inlined_helper (inlined, stacks.c:"),
+        "{outer}"
+    );
+    assert!(bytes[1].ends_with(&middle), "{s}");
+
     assert_eq!(top["count"][0]["value"], 100);
     assert_eq!(top["bytes"][0]["value"], 5000);
     assert_eq!(top["bytes"][0]["frames"][2]["function"], "outer");
     assert_eq!(top["leaked"].as_array().unwrap().len(), 0);
     assert!(!s.contains("warning"), "{s}");
+}
+
+/// A Rust program (allocmux's bundled workload, built with debug info):
+/// `report --top` spends each line on the program's own functions, named
+/// whole without their crate and module path, at their file and line, with
+/// the standard library's allocation plumbing, iterator adapters and
+/// start-up code counted as `[N std frames]`.
+#[test]
+fn report_lines_of_a_rust_program_show_its_own_functions_at_their_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let prof = dir.path().join("workload.prof");
+    ok(run(allocmux()
+        .args(["run", "--stacks", "exact", "-o"])
+        .arg(&prof)
+        .arg("--")
+        .arg(env!("CARGO_BIN_EXE_allocmux"))
+        .args(["__workload", "edit-distance", "2000"])));
+    let out = ok(run(allocmux().args(["report", "--top", "3"]).arg(&prof)));
+    let s = text(&out.stdout);
+    let lines: Vec<&str> = s
+        .split("top 3 stacks by allocations")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no top stacks in {s}"))
+        .lines()
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .collect();
+    assert_eq!(lines.len(), 3, "{s}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.split("%  ").nth(1).is_some_and(|stack| {
+                stack.starts_with('[')
+                    && stack.contains(
+                        " std frames] ← edit_distance::levenshtein_naive (edit_distance.rs:",
+                    )
+            })),
+        "the allocating function, whole, at its line: {s}"
+    );
+    for line in &lines {
+        for hidden in [
+            "allocmux_workloads::",
+            "core::iter",
+            "std::rt",
+            "__libc_start",
+            "_start",
+        ] {
+            assert!(!line.contains(hidden), "{hidden:?} in {line}");
+        }
+        // `…` only counts the frames left out; no name is cut.
+        assert_eq!(
+            line.matches('…').count(),
+            line.matches("… (").count(),
+            "{line}"
+        );
+    }
 }
 
 /// Stacks recorded short of memory: `report` says so in one line, and the
