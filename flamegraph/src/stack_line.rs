@@ -15,9 +15,14 @@ use crate::symbolize::Frame;
 /// The program's frames shown before `… (N more)`.
 const FRAMES_SHOWN: usize = 5;
 
-/// `leaf ← caller ← …`.
+/// `leaf ← caller ← …`, after `program: ` when the stacks come from
+/// several programs (then each stack names the one that made it).
 pub fn stack_line(s: &MergedStack) -> String {
-    frames_line(&s.frames)
+    let frames = frames_line(&s.frames);
+    match &s.program {
+        Some(program) => format!("{program}: {frames}"),
+        None => frames,
+    }
 }
 
 /// Frames listed leaf first, as `leaf ← caller ← …`: runs of
@@ -282,6 +287,7 @@ mod tests {
     fn line_of(frames: Vec<Frame>) -> String {
         stack_line(&MergedStack {
             frames,
+            program: None,
             values: Values::default(),
         })
     }
@@ -455,6 +461,16 @@ mod tests {
         assert!(
             line_of(deep).ends_with("← workload::run (workload.rs:13) ← … (11 more)"),
             "five of the program's frames, then a count"
+        );
+        // The program first, when the stacks come from several.
+        let line = stack_line(&MergedStack {
+            frames: demo_stack(),
+            program: Some("cc1".into()),
+            values: Values::default(),
+        });
+        assert!(
+            line.starts_with("cc1: [3 std frames] ← edit_distance::"),
+            "{line}"
         );
         // A C main is the program's; an inlined frame says so.
         let mut helper = frame("inlined_helper", Some(("/src/stacks.c", 33)));
