@@ -315,6 +315,10 @@ fn allocator_stats(p: &ProcessProfile) -> Option<AllocatorStatsJson> {
 pub struct StackJson {
     /// Frames, leaf first (see [`Frame`] for the keys).
     pub frames: Vec<Frame>,
+    /// The program that made the stack, when the stacks come from several
+    /// (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub program: Option<String>,
     /// Per weight name (`count`, `bytes`, `time`, `peak`, `leaked`), the
     /// stack's value, in allocations, bytes, ns, bytes, bytes.
     pub values: BTreeMap<&'static str, u64>,
@@ -324,6 +328,7 @@ impl From<&MergedStack> for StackJson {
     fn from(s: &MergedStack) -> StackJson {
         StackJson {
             frames: s.frames.clone(),
+            program: s.program.clone(),
             values: Weight::ALL
                 .iter()
                 .map(|w| (w.name(), w.of(&s.values)))
@@ -525,6 +530,7 @@ mod tests {
                 line: Some(3),
                 module: Some("/lib/m.so".into()),
             }],
+            program: Some("cc1".into()),
             values: Weight::ALL.iter().map(|w| (w.name(), 1)).collect(),
         }];
         assert_eq!(to_pretty_declared(&doc), to_pretty(&doc));

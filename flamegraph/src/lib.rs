@@ -23,6 +23,7 @@ pub mod pprof;
 pub mod render;
 pub mod report;
 pub mod shim;
+pub mod stack_line;
 pub mod stacks;
 pub mod stats;
 pub mod symbolize;

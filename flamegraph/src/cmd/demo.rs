@@ -150,7 +150,7 @@ pub fn run(opts: &DemoOptions) -> Result<i32> {
             let share = 100.0 * s.values.allocs as f64 / set.total().allocs.max(1) as f64;
             format!(
                 "The top stack by count, {share:.0}% of the calls, is\n    {}",
-                crate::top::stack_line(&s)
+                crate::stack_line::stack_line(&s)
             )
         })
         .unwrap_or_default();

@@ -31,8 +31,15 @@ pub fn run(o: &DiffOptions) -> Result<i32> {
     let base = profiles::load(std::slice::from_ref(&o.base))?;
     let new = profiles::load(std::slice::from_ref(&o.new))?;
     let mut sym = Symbolizer::new();
-    let base_set = profiles::stack_set(&base, &mut sym, &o.base.display().to_string())?;
-    let new_set = profiles::stack_set(&new, &mut sym, &o.new.display().to_string())?;
+    let mut base_set = profiles::stack_set(&base, &mut sym, &o.base.display().to_string())?;
+    let mut new_set = profiles::stack_set(&new, &mut sym, &o.new.display().to_string())?;
+    // Stacks compare only when rooted alike: if either profile's come from
+    // several programs, both are rooted by program; two profiles of one
+    // program (renamed or not) are compared function by function.
+    if base_set.rooted_by_program() || new_set.rooted_by_program() {
+        base_set.root_by_program();
+        new_set.root_by_program();
+    }
     let w = o.weight;
     let title = format!(
         "{} → {} — {} — total {} → {}",
