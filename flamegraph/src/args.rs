@@ -160,7 +160,7 @@ struct FlameArgs {
 /// Stack recording for `flame` (off would leave nothing to draw).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum FlameStacks {
-    /// A sample of allocations, one per --sample-bytes allocated on average, counts scaled up.
+    /// A sample of allocations, one per --sample-bytes requested on average, counts scaled up.
     Sample,
     /// Every allocation's stack.
     Exact,
@@ -269,7 +269,7 @@ fn stacks_parser() -> impl TypedValueParser<Value = StackMode> {
     let values = [
         PossibleValue::new("off").help("No stacks"),
         PossibleValue::new("sample").help(
-            "A sample of allocations, one per --sample-bytes allocated on average, counts scaled up",
+            "A sample of allocations, one per --sample-bytes requested on average, counts scaled up",
         ),
         PossibleValue::new("exact").help("Every allocation's stack"),
     ];

@@ -75,10 +75,10 @@ impl Weight {
     pub fn describe(self) -> &'static str {
         match self {
             Weight::Count => "allocations",
-            Weight::Bytes => "bytes allocated",
+            Weight::Bytes => "bytes requested",
             Weight::Time => "time in the allocator",
-            Weight::Peak => "bytes live at the peak",
-            Weight::Leaked => "bytes live at exit",
+            Weight::Peak => "requested bytes live at the peak",
+            Weight::Leaked => "requested bytes live at exit",
         }
     }
 

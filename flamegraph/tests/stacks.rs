@@ -494,7 +494,7 @@ fn svg_export_is_xml_with_the_functions_and_the_title() {
         .collect::<Vec<_>>()
         .join("\n");
     assert!(
-        all_text.contains("stacks — jemalloc — bytes allocated (every allocation) — total 4.1 KiB"),
+        all_text.contains("stacks — jemalloc — bytes requested (every allocation) — total 4.1 KiB"),
         "{all_text}"
     );
     let titles = frame_titles(&doc);
@@ -566,7 +566,7 @@ fn diff_draws_a_differential_flamegraph() {
         "the leaf under outer shrank: {leaves:?}"
     );
     assert!(svg.contains("base.prof → "), "title names both profiles");
-    assert!(svg.contains("new.prof — bytes allocated — total 2.0 KiB → 3.4 KiB"));
+    assert!(svg.contains("new.prof — bytes requested — total 2.0 KiB → 3.4 KiB"));
     assert!(
         !titles.iter().any(|t| t.starts_with('[')),
         "one program: no root frame: {titles:?}"
@@ -685,7 +685,7 @@ fn report_lists_top_stacks_per_weight_in_order() {
     let count = section("top 2 stacks by allocations");
     assert_eq!(count.len(), 2, "{s}");
     assert!(count[0].ends_with(&format!("90.1%  {middle}")), "{s}");
-    let bytes = section("top 2 stacks by bytes allocated");
+    let bytes = section("top 2 stacks by bytes requested");
     assert!(bytes[0].ends_with(&outer), "{s}");
     assert!(
         outer.contains(" ← inlined_helper (inlined, stacks.c:"),

@@ -59,7 +59,7 @@ pub fn run(o: &FlameOptions) -> Result<i32> {
     if folded.trim().is_empty() && matches!(o.stacks, StackMode::Sample { .. }) {
         anyhow::bail!(
             "nothing to draw: no allocation was sampled (about one is taken per \
-             --sample-bytes bytes allocated, 512 KiB unless set); record every \
+             --sample-bytes bytes requested, 512 KiB unless set); record every \
              allocation with --exact, or sample more often with --sample-bytes N"
         );
     }
