@@ -534,9 +534,25 @@ impl<'a> StackSet<'a> {
         d
     }
 
-    /// A value of `w` in its unit, for people.
+    /// A value of `w` in its unit, for people, marked `≈` when it is an
+    /// estimate: any figure of sampled stacks (scaled up from the
+    /// samples), and allocator time always (from timed calls).
     pub fn show(&self, w: Weight, v: u64) -> String {
-        show_value(w, v, self.time_unit())
+        let shown = show_value(w, v, self.time_unit());
+        if self.estimates(w) {
+            format!("≈{shown}")
+        } else {
+            shown
+        }
+    }
+
+    /// Whether the figures of `w` are estimates rather than counts.
+    pub fn estimates(&self, w: Weight) -> bool {
+        w == Weight::Time
+            || self
+                .profiles
+                .iter()
+                .any(|p| matches!(p.stacks.mode, StackMode::Sample { .. }))
     }
 }
 

@@ -335,3 +335,58 @@ fn a_process_killed_before_its_first_write_is_unknown_not_zero() {
     assert!(!row.contains(" 0 "), "no zeros for what is unknown: {row}");
     assert!(err.contains("what it allocated is unknown"), "{err}");
 }
+
+/// Figures scaled up from sampled stacks are marked as estimates (`≈`),
+/// exact ones are not; `diff`'s legend says what its percentages are.
+#[test]
+fn sampled_figures_are_marked_as_estimates() {
+    let dir = tempfile::tempdir().unwrap();
+    let prof = |name: &str, stacks: &[&str]| {
+        let path = dir.path().join(name);
+        ok(run(allocmux()
+            .arg("run")
+            .args(stacks)
+            .arg("-o")
+            .arg(&path)
+            .args([
+                "--",
+                "sh",
+                "-c",
+                "seq 1 30000 | sort -n > /dev/null",
+            ])));
+        path
+    };
+    let sampled = prof("s.prof", &["--stacks", "sample", "--sample-bytes", "1024"]);
+    let exact = prof("e.prof", &["--stacks", "exact"]);
+    // The heading and the lines of `report`'s section for `heading`.
+    let section = |p: &Path, heading: &str| -> Vec<String> {
+        let out = ok(run(allocmux().args(["report", "--top", "3"]).arg(p)));
+        let out = text(&out.stdout);
+        let lines: Vec<String> = out
+            .lines()
+            .skip_while(|l| !l.contains(&format!("top 3 stacks by {heading} ")))
+            .take_while(|l| !l.trim().is_empty())
+            .map(str::to_string)
+            .collect();
+        assert!(lines.len() >= 2, "no {heading} section in {out}");
+        lines
+    };
+    let s = section(&sampled, "allocations");
+    assert!(s[0].contains("(total ≈"), "{s:?}");
+    assert!(s[1..].iter().all(|l| l.trim().starts_with('≈')), "{s:?}");
+    let e = section(&exact, "allocations");
+    assert!(!e.concat().contains('≈'), "exact counts are counts: {e:?}");
+    // Allocator time is an estimate in every mode.
+    let t = section(&exact, "time in the allocator");
+    assert!(t[0].contains("(total ≈"), "{t:?}");
+
+    let svg = dir.path().join("d.svg");
+    ok(run(allocmux()
+        .arg("diff")
+        .arg(&exact)
+        .arg(&sampled)
+        .arg("-o")
+        .arg(&svg)));
+    let svg = fs::read_to_string(&svg).unwrap();
+    assert!(svg.contains("as a share of the new total, not its own growth"));
+}

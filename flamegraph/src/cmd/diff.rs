@@ -52,7 +52,9 @@ pub fn run(o: &DiffOptions) -> Result<i32> {
     let labels = Labels {
         title,
         subtitle: Some(
-            "widths as in the new profile; red: grew, blue: shrank against the base".into(),
+            "widths as in the new profile; red: grew, blue: shrank against the base; a frame's \
+             ±% is its change (new − base) as a share of the new total, not its own growth"
+                .into(),
         ),
         count_name: w.unit(new_set.time_unit()).to_string(),
     };
