@@ -332,9 +332,11 @@ impl Report {
             .filter(|&&f| t.totals.calls_of(f) > 0)
             .map(|&f| format!("{} {}", f.name(), Count(t.totals.calls_of(f))))
             .collect();
-        writeln!(w, "\n  calls: {}", calls.join(", "))?;
-        if let Some(m) = t.allocator_ns_margin {
-            let timed = t.totals.timed_calls + t.totals.exact_calls;
+        if !calls.is_empty() {
+            writeln!(w, "\n  calls: {}", calls.join(", "))?;
+        }
+        let timed = t.totals.timed_calls + t.totals.exact_calls;
+        if let Some(m) = t.allocator_ns_margin.filter(|_| timed > 0) {
             writeln!(
                 w,
                 "  allocator time: {} ± {} (95% interval, from {} timed calls)",

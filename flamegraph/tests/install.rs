@@ -268,7 +268,18 @@ fn vendor(workspace: &Path, dir: &Path) {
 /// Unpacks a `.crate` file into `dir` as a crate of a directory source:
 /// its files and a checksum file naming the package's checksum (the one
 /// the packaged lock files record), with no per-file sums to check.
+///
+/// `cargo package` stamps every file with one fixed old time, and the
+/// packaged CLI's build script builds the shim against this directory as a
+/// path dependency, which cargo judges by file times: so when the package
+/// changed since the last run, its files are stamped now, or the kept
+/// build would go on using the old `allocmux` crate.
 fn unpack(file: &Path, dir: &Path) {
+    let sum = ok(run(Command::new("sha256sum").arg(file)));
+    let sum = text(&sum.stdout);
+    let sum = sum.split_whitespace().next().unwrap();
+    let checksum_file = dir.join(".cargo-checksum.json");
+    let unchanged = fs::read_to_string(&checksum_file).is_ok_and(|old| old.contains(sum));
     if dir.exists() {
         fs::remove_dir_all(dir).unwrap();
     }
@@ -280,11 +291,14 @@ fn unpack(file: &Path, dir: &Path) {
         .arg("-C")
         .arg(dir));
     assert!(untar.status.success(), "tar: {}", text(&untar.stderr));
-    let sum = ok(run(Command::new("sha256sum").arg(file)));
-    let sum = text(&sum.stdout);
-    let sum = sum.split_whitespace().next().unwrap();
+    if !unchanged {
+        let touched = run(Command::new("find")
+            .arg(dir)
+            .args(["-type", "f", "-exec", "touch", "{}", "+"]));
+        assert!(touched.status.success(), "touch: {}", text(&touched.stderr));
+    }
     fs::write(
-        dir.join(".cargo-checksum.json"),
+        &checksum_file,
         format!("{{\"files\":{{}},\"package\":\"{sum}\"}}"),
     )
     .unwrap();
