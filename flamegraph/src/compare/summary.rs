@@ -4,9 +4,9 @@
 
 use std::io::{self, Write};
 
-use super::{Comparison, FIRST_LOOK, RunRecord};
+use super::{Comparison, RunRecord};
 use crate::report::{Bytes, Count, Dur, shell_words};
-use crate::stats::{Interval, Spread, paired_ratio};
+use crate::stats::{Interval, Spread, fewest_pairs, paired_ratio};
 use allocmux::Backend;
 
 /// Width of a speed interval (high over low) above which the runs are
@@ -204,10 +204,9 @@ impl Summary {
         let reached = |iv: &Interval| iv.confidence >= level - 1e-9;
         let clearly_faster =
             |i: usize, j: usize| faster[i][j].is_some_and(|iv| reached(&iv) && iv.above(1.0));
-        let reachable = 1.0 - 2f64.powi(1 - rounds as i32);
         let verdict = if n < 2 {
             Verdict::Alone
-        } else if rounds < 2 || reachable < level - 1e-9 {
+        } else if rounds < fewest_pairs(level) {
             Verdict::TooFewRounds
         } else if let Some(w) = (0..n).find(|&i| (0..n).all(|j| j == i || clearly_faster(i, j))) {
             Verdict::Winner {
@@ -227,9 +226,7 @@ impl Summary {
         };
         let mut warnings = Vec::new();
         if verdict == Verdict::TooFewRounds {
-            let need = (2..)
-                .find(|&k| 1.0 - 2f64.powi(1 - k) >= level - 1e-9)
-                .unwrap_or(FIRST_LOOK as i32);
+            let need = fewest_pairs(level);
             warnings.push(format!(
                 "{rounds} round{} cannot give {:.0}% intervals; run at least {need} (-n {need})",
                 if rounds == 1 { "" } else { "s" },
