@@ -1,6 +1,6 @@
-//! `allocmux compare` end to end: the table, the JSON, the chart, early
-//! stopping, hidden and logged output, the runs that stop it and the
-//! rounds it refuses.
+//! `allocmux compare` end to end: the table, the JSON, the chart, the
+//! pairs a verdict rests on, early stopping, hidden and logged output, the
+//! runs that stop it and the rounds it refuses.
 
 use std::fs;
 
@@ -139,6 +139,29 @@ fn compare_reports_every_allocator_with_intervals_and_a_verdict() {
             assert!(0.0 < lo && lo <= est && est <= hi, "{key}: {iv}");
             assert!(iv["confidence"].as_f64().unwrap() >= 0.95, "{iv}");
         }
+    }
+    let pairs = v["pairs"].as_array().unwrap();
+    let names: Vec<(&str, &str)> = pairs
+        .iter()
+        .map(|p| (p["a"].as_str().unwrap(), p["b"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("jemalloc", "system"),
+            ("mimalloc", "system"),
+            ("mimalloc", "jemalloc")
+        ]
+    );
+    for p in pairs {
+        assert_eq!(p["figure"], "wall_ns");
+        let (lo, ratio, hi) = (
+            p["low"].as_f64().unwrap(),
+            p["ratio"].as_f64().unwrap(),
+            p["high"].as_f64().unwrap(),
+        );
+        assert!(0.0 < lo && lo <= ratio && ratio <= hi, "{p}");
+        assert!(p["clear"].is_boolean(), "{p}");
     }
     let verdict = &v["verdict"];
     let text_line = verdict["text"].as_str().unwrap();
@@ -341,6 +364,75 @@ fn fewer_rounds_than_a_95_percent_interval_needs_are_refused() {
         assert!(out.stdout.is_empty(), "{args:?}");
         assert!(!ran.exists(), "{args:?} ran the program");
     }
+}
+
+/// The reported case: jemalloc and mimalloc each tie with the baseline
+/// (each is faster in some rounds, slower in others), but mimalloc is
+/// faster than jemalloc in every round. The verdict says jemalloc is
+/// clearly slower than mimalloc, and that pair's interval, which the table
+/// against the baseline does not have, is printed under it and is in the
+/// JSON.
+#[test]
+fn the_verdict_prints_the_pairs_it_rests_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("cmp.json");
+    // Each allocator counts its runs; in its timing runs of rounds 3 and
+    // 6 (its 4th and 8th runs, after the recorded runs of rounds 1 and 4)
+    // mimalloc and jemalloc are slower than system, in the others faster,
+    // and mimalloc 0.1 s faster than jemalloc every time.
+    let script = r#"f="$1/$ALLOCMUX_ALLOCATOR"; echo >> "$f"; n=$(wc -l < "$f")
+        slow=$(( n % 4 == 0 ))
+        case "$ALLOCMUX_ALLOCATOR" in
+          system) sleep 0.3 ;;
+          mimalloc) if [ $slow = 1 ]; then sleep 0.5; else sleep 0.1; fi ;;
+          jemalloc) if [ $slow = 1 ]; then sleep 0.6; else sleep 0.2; fi ;;
+        esac"#;
+    let out = ok(run(allocmux()
+        .args(["compare", "-n", "6", "--warmup", "0", "--json"])
+        .arg(&json)
+        .args(["--", "sh", "-c", script, "sh"])
+        .arg(dir.path())));
+    let table = text(&out.stdout);
+    assert!(
+        table.contains(
+            "verdict: no clear winner between system and mimalloc: their 95% interval \
+             includes 1; jemalloc is clearly slower than mimalloc\n"
+        ),
+        "{table}"
+    );
+    let v = json_file(&json);
+    let pairs = v["pairs"].as_array().unwrap();
+    assert_eq!(pairs.len(), 3, "{pairs:?}");
+    let after_verdict = table.split("verdict: ").nth(1).unwrap();
+    for p in pairs {
+        let (a, b) = (p["a"].as_str().unwrap(), p["b"].as_str().unwrap());
+        let (ratio, low, high) = (
+            p["ratio"].as_f64().unwrap(),
+            p["low"].as_f64().unwrap(),
+            p["high"].as_f64().unwrap(),
+        );
+        assert!(p["confidence"].as_f64().unwrap() >= 0.95, "{p}");
+        assert_eq!(p["clear"], (a, b) == ("mimalloc", "jemalloc"), "{p}");
+        // Printed under the verdict as faster or slower, as in the table.
+        let words = if ratio >= 1.0 {
+            format!("{ratio:.2}× faster ({low:.2}–{high:.2})")
+        } else {
+            format!(
+                "{:.2}× slower ({:.2}–{:.2})",
+                1.0 / ratio,
+                1.0 / high,
+                1.0 / low
+            )
+        };
+        let line = format!("    {:<21} {words}\n", format!("{a} vs {b}"));
+        assert!(after_verdict.contains(&line), "{line:?} in {table}");
+    }
+    let clear = pairs.iter().find(|p| p["clear"] == true).unwrap();
+    assert!(clear["low"].as_f64().unwrap() > 1.0, "{clear}");
+    assert_eq!(
+        v["verdict"]["leaders"],
+        serde_json::json!(["system", "mimalloc"])
+    );
 }
 
 #[test]

@@ -25,7 +25,7 @@ use allocmux::profile::ProcessProfile;
 use crate::launch::{self, Launch, Output};
 use crate::report::shell_words;
 
-pub use summary::{AllocatorSummary, Figure, Summary, Verdict, write_human};
+pub use summary::{AllocatorSummary, Figure, Pair, Summary, Verdict, write_human};
 
 /// The confidence level of the reported intervals.
 pub const LEVEL: f64 = 0.95;
