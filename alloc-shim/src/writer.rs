@@ -194,11 +194,14 @@ pub fn sample_timeline(w: &mut Writer) {
     let t_ns = recorder::monotonic_ns().saturating_sub(w.process.clock_start.mono_ns);
     let live_bytes = recorder::live_bytes();
     let rss_bytes = procfs::rss_bytes();
-    w.timeline.push(TimelinePoint {
-        t_ns,
-        live_bytes,
-        rss_bytes,
-    });
+    w.timeline.push_sample(
+        TimelinePoint {
+            t_ns,
+            live_bytes,
+            rss_bytes,
+        },
+        recorder::peak_live_bytes(),
+    );
 }
 
 /// A reading of the backend's own statistics (jemalloc's `stats.*`,
@@ -248,13 +251,16 @@ pub fn write_profile(w: &mut Writer, state: State, exiting_thread: bool) {
     let clock_end = ClockPair::now();
     if state == State::Exited {
         // The last point, with the live bytes of the exit profile itself.
-        w.timeline.push(TimelinePoint {
-            t_ns: clock_end
-                .mono_ns
-                .saturating_sub(w.process.clock_start.mono_ns),
-            live_bytes: totals.live_bytes(),
-            rss_bytes: procfs::rss_bytes(),
-        });
+        w.timeline.push_sample(
+            TimelinePoint {
+                t_ns: clock_end
+                    .mono_ns
+                    .saturating_sub(w.process.clock_start.mono_ns),
+                live_bytes: totals.live_bytes(),
+                rss_bytes: procfs::rss_bytes(),
+            },
+            totals.peak_live_bytes,
+        );
     }
     let header = Header {
         pid: w.process.pid,

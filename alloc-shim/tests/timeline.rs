@@ -208,6 +208,27 @@ fn fork_child_has_its_own_timeline(backend: &str) {
     );
 }
 
+/// A peak far shorter than the sampling interval (16 MiB held for
+/// microseconds) is on the timeline all the same: the timeline's top is
+/// the profile's peak, under every backend.
+#[test]
+fn a_peak_between_samples_is_on_the_timeline() {
+    for backend in ["system", "jemalloc", "mimalloc"] {
+        let files = run_fixture(backend, &["blip"], "blip done");
+        let p = &files[0].1;
+        check_shape("timeline blip", p);
+        let top = p.timeline.points.iter().map(|q| q.live_bytes).max();
+        let peak = p.totals.peak_live_bytes;
+        assert!(peak >= 16 * MIB, "{backend}: peak {peak}");
+        assert_eq!(
+            top,
+            Some(peak),
+            "{backend}: the timeline tops out at the profile's peak\n{}",
+            show(&p.timeline)
+        );
+    }
+}
+
 /// A process that ends before the first 10 ms sample still has a point at
 /// its start-up and one at its exit.
 #[test]

@@ -118,6 +118,10 @@ struct CompareArgs {
     /// Keep the programs' output (hidden otherwise) in FILE.
     #[arg(long, value_name = "FILE")]
     log: Option<PathBuf>,
+    /// Feed FILE to every run as its stdin (`-`: read stdin once and feed that); without it
+    /// every run reads an empty stdin.
+    #[arg(long, value_name = "FILE")]
+    input: Option<PathBuf>,
     /// Overwrite the output files if they exist.
     #[arg(long)]
     force: bool,
@@ -157,7 +161,7 @@ struct FlameArgs {
 /// Stack recording for `flame` (off would leave nothing to draw).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum FlameStacks {
-    /// A sample of allocations, one per --sample-bytes allocated on average, counts scaled up.
+    /// A sample of allocations, one per --sample-bytes requested on average, counts scaled up.
     Sample,
     /// Every allocation's stack.
     Exact,
@@ -274,7 +278,7 @@ fn stacks_parser() -> impl TypedValueParser<Value = StackMode> {
     let values = [
         PossibleValue::new("off").help("No stacks"),
         PossibleValue::new("sample").help(
-            "A sample of allocations, one per --sample-bytes allocated on average, counts scaled up",
+            "A sample of allocations, one per --sample-bytes requested on average, counts scaled up",
         ),
         PossibleValue::new("exact").help("Every allocation's stack"),
     ];
@@ -323,6 +327,7 @@ impl Cli {
                 json: a.json,
                 plot: a.plot,
                 log: a.log,
+                input: a.input,
                 force: a.force,
                 command: a.command,
             }),

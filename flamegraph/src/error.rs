@@ -1,6 +1,7 @@
 //! The error a command ends with, and the exit status it maps to.
 
 use std::fmt;
+use std::io::Write;
 
 use crate::target::TargetError;
 
@@ -80,4 +81,26 @@ impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         Some(self.source.as_ref())
     }
+}
+
+/// Writes `allocmux: ` and `line` on stderr. A stderr that cannot take it
+/// (closed, full) is no reason to fail or panic: the line is dropped, and
+/// whatever the command ends with (a program's exit status above all)
+/// stands.
+pub fn say(line: impl fmt::Display) {
+    let _ = writeln!(std::io::stderr(), "allocmux: {line}");
+}
+
+/// What a run command ends with once its program has run: the program's
+/// exit status, whatever became of the report. A report that could not be
+/// written is said on stderr if it can be (a closed stream, as in
+/// `allocmux run -- prog 2>&1 | head`, is not worth a word).
+pub fn after_run(status: i32, report: anyhow::Result<()>) -> i32 {
+    if let Err(e) = report {
+        let e = Error::from(e);
+        if e.kind() != ErrorKind::BrokenPipe {
+            say(format_args!("the program ran, but {e}"));
+        }
+    }
+    status
 }

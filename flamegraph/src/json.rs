@@ -139,6 +139,9 @@ pub struct ProcessJson {
     pub allocator: String,
     /// `exited`, or `running` when the profile was written before the end.
     pub state: &'static str,
+    /// False when the process ended before the shim's first periodic
+    /// write, so its zero counters are not figures (killed early).
+    pub figures_known: bool,
     /// Estimated time inside the allocator.
     pub allocator_ns: u64,
     /// Half the width of its 95% confidence interval (null for a profile
@@ -279,6 +282,7 @@ impl From<&ProcessFigures> for ProcessJson {
             } else {
                 "running"
             },
+            figures_known: !p.figures_unknown(),
             allocator_ns: p.allocator_ns,
             allocator_ns_margin: p.allocator_ns_margin,
             allocator_time_share: p.allocator_share(),
@@ -311,6 +315,10 @@ fn allocator_stats(p: &ProcessProfile) -> Option<AllocatorStatsJson> {
 pub struct StackJson {
     /// Frames, leaf first (see [`Frame`] for the keys).
     pub frames: Vec<Frame>,
+    /// The program that made the stack, when the stacks come from several
+    /// (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub program: Option<String>,
     /// Per weight name (`count`, `bytes`, `time`, `peak`, `leaked`), the
     /// stack's value, in allocations, bytes, ns, bytes, bytes.
     pub values: BTreeMap<&'static str, u64>,
@@ -320,6 +328,7 @@ impl From<&MergedStack> for StackJson {
     fn from(s: &MergedStack) -> StackJson {
         StackJson {
             frames: s.frames.clone(),
+            program: s.program.clone(),
             values: Weight::ALL
                 .iter()
                 .map(|w| (w.name(), w.of(&s.values)))
@@ -564,6 +573,7 @@ mod tests {
                 line: Some(3),
                 module: Some("/lib/m.so".into()),
             }],
+            program: Some("cc1".into()),
             values: Weight::ALL.iter().map(|w| (w.name(), 1)).collect(),
         }];
         assert_eq!(to_pretty_declared(&doc), to_pretty(&doc));

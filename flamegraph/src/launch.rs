@@ -3,9 +3,8 @@
 
 use std::fs;
 use std::os::unix::ffi::OsStringExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use allocmux::Backend;
@@ -14,7 +13,7 @@ use allocmux::recorder::env;
 use anyhow::{Context, Result, bail};
 
 use crate::shim::{Origin, Probe, Shim};
-use crate::sys::{self, ChildExit, IgnoreInterrupts};
+use crate::sys::{self, ChildExit};
 use crate::target;
 
 /// The shim's stack settings as environment variables.
@@ -39,6 +38,9 @@ pub struct Launch<'a> {
     pub record: bool,
     /// Where the program's standard streams go.
     pub output: Output,
+    /// A file each run reads as its stdin from the start, over what
+    /// `output` gives it.
+    pub input: Option<&'a Path>,
     /// Extra environment for the program.
     pub env: Vec<(String, String)>,
 }
@@ -70,6 +72,9 @@ impl Launch<'_> {
 pub enum Output {
     /// The program keeps this process's stdin, stdout and stderr (`run`).
     Inherit,
+    /// The program keeps stdin and stderr, and its stdout goes to this
+    /// process's stderr (`run --json -`, whose stdout is the JSON's).
+    StdoutToStderr,
     /// stdin is empty, stdout and stderr are discarded (as hyperfine does).
     Discard,
     /// stdin is empty, stdout and stderr are appended to this file.
@@ -102,10 +107,10 @@ impl Outcome {
     /// figures then leave those processes out).
     pub fn warn_unreadable(&self) {
         for (path, why) in &self.unreadable {
-            eprintln!(
-                "allocmux: skipped unreadable profile {}: {why}",
+            crate::error::say(format_args!(
+                "skipped unreadable profile {}: {why}",
                 path.display()
-            );
+            ));
         }
     }
 
@@ -195,18 +200,21 @@ impl Outcome {
 const STRAGGLER_WAIT: Duration = Duration::from_secs(2);
 
 /// Runs the command under the shim in the foreground, as `run` and `flame`
-/// do: it keeps this process's standard streams, and profiles that could
-/// not be read are named on stderr.
+/// do: it keeps this process's standard streams (`output` is
+/// [`Output::Inherit`] or [`Output::StdoutToStderr`]), and profiles that
+/// could not be read are named on stderr.
 pub fn in_foreground(
     command: &[String],
     allocator: Backend,
     env: Vec<(String, String)>,
+    output: Output,
 ) -> Result<Outcome> {
     let outcome = launch(&Launch {
         command,
         allocator,
         record: true,
-        output: Output::Inherit,
+        output,
+        input: None,
         env,
     })?;
     outcome.warn_unreadable();
@@ -226,7 +234,7 @@ pub fn launch(l: &Launch<'_>) -> Result<Outcome> {
         let runs = target::check_preloadable(&program)?;
         shim.check_fits(runs.as_ref())?;
         if let Some(note) = shim.note() {
-            eprintln!("allocmux: {note}");
+            crate::error::say(note);
         }
     }
     let dir = l
@@ -238,8 +246,21 @@ pub fn launch(l: &Launch<'_>) -> Result<Outcome> {
                 .context("creating a temporary directory for the profiles")
         })
         .transpose()?;
-    let mut cmd = Command::new(&program);
-    cmd.arg0(&l.command[0]).args(&l.command[1..]);
+    let preload = shim.as_ref().map(|shim| {
+        let mut preload = shim.path.as_os_str().to_owned();
+        if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
+            preload.push(":");
+            preload.push(old);
+        }
+        preload
+    });
+    let mut start = crate::launcher::start(
+        preload.or_else(|| std::env::var_os("LD_PRELOAD")).as_ref(),
+        &program,
+        &l.command[0],
+        &l.command[1..],
+    )?;
+    let cmd = &mut start.cmd;
     if let Some(dir) = &dir {
         cmd.env(env::OUTPUT, dir.path().join("%p.prof"));
     } else {
@@ -258,17 +279,12 @@ pub fn launch(l: &Launch<'_>) -> Result<Outcome> {
     // Told to every run, preloaded or not, so that a script can say which
     // allocator it runs under.
     cmd.env(env::ALLOCATOR, l.allocator.name());
-    if let Some(shim) = &shim {
-        let mut preload = shim.path.as_os_str().to_owned();
-        if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
-            preload.push(":");
-            preload.push(old);
-        }
-        cmd.env("LD_PRELOAD", preload);
-    }
     cmd.envs(l.env.iter().map(|(k, v)| (k, v)));
     match &l.output {
         Output::Inherit => {}
+        Output::StdoutToStderr => {
+            cmd.stdout(std::io::stderr());
+        }
         Output::Discard => {
             cmd.stdin(Stdio::null())
                 .stdout(Stdio::null())
@@ -284,16 +300,15 @@ pub fn launch(l: &Launch<'_>) -> Result<Outcome> {
             cmd.stdin(Stdio::null()).stdout(out).stderr(err);
         }
     }
-    let start = Instant::now();
-    let child = cmd
-        .spawn()
+    if let Some(input) = l.input {
+        let f = fs::File::open(input)
+            .with_context(|| format!("opening the input {}", input.display()))?;
+        cmd.stdin(f);
+    }
+    let launched = start
+        .wait()
         .with_context(|| format!("starting {}", program.display()))?;
-    let main_pid = child.id();
-    let exit = {
-        let _ignore = IgnoreInterrupts::new();
-        sys::wait_child(child.id()).context("waiting for the program")?
-    };
-    let wall_ns = start.elapsed().as_nanos() as u64;
+    let (exit, wall_ns, main_pid) = (launched.exit, launched.wall_ns, launched.pid);
     let (profiles, unreadable) = match &dir {
         Some(dir) => gather(dir.path(), Instant::now() + STRAGGLER_WAIT)?,
         None => (Vec::new(), Vec::new()),

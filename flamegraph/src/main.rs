@@ -1,12 +1,18 @@
 //! `allocmux`: parse, run, and turn errors into an exit status and one line
 //! on stderr.
 
+use std::io::Write;
+
 use clap::Parser;
 
 use allocmux_cli::ErrorKind;
 use allocmux_cli::args::Cli;
 
 fn main() {
+    // Before anything grows this process: see the launcher's docs.
+    if let Some(code) = allocmux_cli::launcher::serve_if_asked() {
+        std::process::exit(code);
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => usage_error(e),
@@ -20,7 +26,7 @@ fn main() {
         Err(e) => {
             // A closed stdout (`allocmux report x | head`) is not an error.
             if e.kind() != ErrorKind::BrokenPipe {
-                eprintln!("allocmux: {e}");
+                allocmux_cli::error::say(&e);
             }
             std::process::exit(e.exit_code());
         }
@@ -41,9 +47,7 @@ fn usage_error(e: clap::Error) -> ! {
         e.exit();
     }
     let first_arg = std::env::args().nth(1);
-    eprintln!(
-        "{}",
-        allocmux_cli::args::usage_line(&e, first_arg.as_deref())
-    );
+    let line = allocmux_cli::args::usage_line(&e, first_arg.as_deref());
+    let _ = writeln!(std::io::stderr(), "{line}");
     std::process::exit(2);
 }

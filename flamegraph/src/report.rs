@@ -32,7 +32,23 @@ impl ProcessFigures {
     pub fn program(&self) -> String {
         program_name(&self.profile)
     }
+
+    /// Whether nothing is known of what the process did: it ended (killed,
+    /// or still running when the run ended) with only the profile the shim
+    /// writes as it starts, before its first periodic write. Its zeros are
+    /// not figures.
+    pub fn figures_unknown(&self) -> bool {
+        let p = &self.profile;
+        let covered_ns = p.clock_end.mono_ns.saturating_sub(p.clock_start.mono_ns);
+        p.state == State::Running
+            && p.totals.total_calls() == 0
+            && covered_ns < FIRST_PERIODIC_WRITE_NS
+    }
 }
+
+/// When the shim's first periodic write comes, after its start-up one
+/// (the flusher's interval, `alloc-shim/src/flusher.rs`).
+const FIRST_PERIODIC_WRITE_NS: u64 = 500_000_000;
 
 /// A process's short program name: the last part of `argv[0]`, or of the
 /// executable's path when there are no arguments.
@@ -255,6 +271,23 @@ impl Report {
         for p in order.iter().take(SHOWN) {
             let tt = &p.profile.totals;
             let mut name = p.program();
+            if p.figures_unknown() {
+                name.push('?');
+                writeln!(
+                    w,
+                    "  {:<8} {:<16} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>6}",
+                    p.profile.pid,
+                    truncate(&name, 16),
+                    "?",
+                    "?",
+                    "?",
+                    "?",
+                    "?",
+                    "?",
+                    "?"
+                )?;
+                continue;
+            }
             if p.profile.state == State::Running {
                 name.push('*');
             }
@@ -329,10 +362,16 @@ impl Report {
                 Count(t.totals.failed_calls)
             )?;
         }
+        if self.processes.iter().any(ProcessFigures::figures_unknown) {
+            writeln!(
+                w,
+                "  ? ended before its first periodic write (killed early, or its output cut off): what it allocated is unknown"
+            )?;
+        }
         if self
             .processes
             .iter()
-            .any(|p| p.profile.state == State::Running)
+            .any(|p| p.profile.state == State::Running && !p.figures_unknown())
         {
             writeln!(
                 w,
@@ -366,7 +405,17 @@ fn write_allocator_stats(
     };
     writeln!(w, "  {prefix}{}", r.stats)?;
     let at = Dur(r.t_ns);
+    let peak = p.totals.peak_live_bytes;
     match (r.stats.held_bytes(), r.overhead()) {
+        // Read at the end, what the allocator holds over the little that
+        // is left says more of what the program freed than of the heap.
+        (Some(_), Some(_)) if r.live_bytes < peak / 2 => writeln!(
+            w,
+            "  {indent}heap overhead: not measured: the allocator was read with {} live (at {at}), \
+             under half the peak of {} (it is read every 0.5 s and at exit)",
+            Bytes(r.live_bytes),
+            Bytes(peak)
+        ),
         (Some(held), Some(x)) => {
             let what = match r.stats {
                 AllocatorStats::Jemalloc(_) => "resident",
@@ -570,6 +619,29 @@ mod tests {
         );
         assert!(out.contains("\n      heap overhead 1.67x"), "{out}");
         assert!(!out.contains("pid 8 :"), "{out}");
+    }
+
+    /// Read at exit with little left live, the ratio is not shown: it
+    /// would say more of what the program freed than of the allocator.
+    #[test]
+    fn heap_overhead_far_from_the_peak_is_not_shown() {
+        let text = "allocmux-profile 1\nprocess\npid 7\nallocator jemalloc\nstate exited\n\
+                    bytes_allocated 60000000\nbytes_freed 59999448\npeak_live_bytes 53582912\n\
+                    allocator_stats 1120000000 552\nallocator_stat allocated 552\n\
+                    allocator_stat active 4096\nallocator_stat resident 2035712\n\
+                    allocator_stat mapped 33554432\nallocator_stat retained 0\nend\n";
+        let p = allocmux::profile::parse(text).unwrap().remove(0);
+        let mut out = Vec::new();
+        Report::new(vec![p], None).write_human(&mut out).unwrap();
+        let out = String::from_utf8(out).unwrap();
+        assert!(!out.contains("heap overhead 3"), "{out}");
+        assert!(
+            out.contains(
+                "heap overhead: not measured: the allocator was read with 552 B live (at 1.12 s), \
+                 under half the peak of 51.1 MiB"
+            ),
+            "{out}"
+        );
     }
 
     #[test]

@@ -8,6 +8,11 @@
 //! per-process, per-address stacks stay available (pprof keeps addresses),
 //! and [`StackSet::merged`] joins the stacks whose frames are identical,
 //! across processes and addresses, for flamegraphs, tables and JSON.
+//!
+//! Stacks from more than one program (`cc -c` runs cc, cc1 and as) are
+//! rooted at the program that made them ([`StackSet::root_by_program`]):
+//! the stacks of different programs are not merged, folded lines start
+//! with a `[cc1]` frame, and merged stacks name their program.
 
 use std::cmp::Ordering;
 use std::fmt::Write as _;
@@ -17,7 +22,7 @@ use allocmux::profile::{ProcessProfile, StackMode, State};
 use allocmux::stats::SiteCounts;
 use rustc_hash::FxHashMap;
 
-use crate::report::{Bytes, Count, Dur};
+use crate::report::{Bytes, Count, Dur, program_name};
 use crate::symbolize::{Frame, Resolved, Symbolizer};
 
 /// What a stack is weighed by.
@@ -70,10 +75,10 @@ impl Weight {
     pub fn describe(self) -> &'static str {
         match self {
             Weight::Count => "allocations",
-            Weight::Bytes => "bytes allocated",
+            Weight::Bytes => "bytes requested",
             Weight::Time => "time in the allocator",
-            Weight::Peak => "bytes live at the peak",
-            Weight::Leaked => "bytes live at exit",
+            Weight::Peak => "requested bytes live at the peak",
+            Weight::Leaked => "requested bytes live at exit",
         }
     }
 
@@ -165,11 +170,15 @@ impl ProcStack {
     }
 }
 
-/// A stack after merging: identical frames from any process or address.
+/// A stack after merging: identical frames from any process or address
+/// (of one program, when the stacks are rooted by program).
 #[derive(Clone, Debug)]
 pub struct MergedStack {
     /// Frames, leaf first.
     pub frames: Vec<Frame>,
+    /// The program whose processes made it, when the stacks are rooted by
+    /// program ([`StackSet::root_by_program`]).
+    pub program: Option<String>,
     /// Summed figures.
     pub values: Values,
 }
@@ -197,6 +206,9 @@ pub struct StackSet<'a> {
     pub stacks: Vec<ProcStack>,
     /// TSC ticks per ns used for `time`, if any process could measure it.
     pub ticks_per_ns: Option<f64>,
+    /// Per process (as in `profiles`), the name of the program its stacks
+    /// are rooted at; empty when they are not rooted.
+    programs: Vec<String>,
 }
 
 impl<'a> StackSet<'a> {
@@ -264,11 +276,39 @@ impl<'a> StackSet<'a> {
                 });
             }
         }
-        Ok(StackSet {
+        let mut set = StackSet {
             profiles,
             stacks,
             ticks_per_ns,
-        })
+            programs: Vec::new(),
+        };
+        if set.has_several_programs() {
+            set.root_by_program();
+        }
+        Ok(set)
+    }
+
+    /// Whether the stacks come from more than one program, by name (the
+    /// processes of one program, forked or run again, are one).
+    fn has_several_programs(&self) -> bool {
+        let mut processes: Vec<usize> = self.stacks.iter().map(|s| s.process).collect();
+        processes.dedup();
+        let mut names = processes.iter().map(|&i| program_name(&self.profiles[i]));
+        let first = names.next();
+        names.any(|n| Some(n) != first)
+    }
+
+    /// Roots each stack at the program that made it, so that programs are
+    /// told apart: [`StackSet::build`] does when the stacks come from more
+    /// than one program; `diff` does for both profiles when either's are,
+    /// so that their stacks line up.
+    pub fn root_by_program(&mut self) {
+        self.programs = self.profiles.iter().map(program_name).collect();
+    }
+
+    /// Whether the stacks are rooted by program.
+    pub fn rooted_by_program(&self) -> bool {
+        !self.programs.is_empty()
     }
 
     /// The unit of [`Values::ns`]: "ns", or "ticks" if no process ran long
@@ -298,6 +338,24 @@ impl<'a> StackSet<'a> {
     /// a deep profile's stacks share most of their frames.
     pub fn merged(&self, order: Weight) -> Vec<MergedStack> {
         let mut frames: FrameIndex<'_, &Frame> = FrameIndex::new(|f| f);
+        // When rooted, a stack's key ends (at the root) with its program,
+        // as the index of the program's name in `program_names`: the
+        // processes of one program share it.
+        let mut program_names: Vec<&str> = Vec::new();
+        let program_of: Vec<u32> = self
+            .programs
+            .iter()
+            .map(|name| {
+                let i = program_names
+                    .iter()
+                    .position(|p| p == name)
+                    .unwrap_or_else(|| {
+                        program_names.push(name);
+                        program_names.len() - 1
+                    });
+                i as u32
+            })
+            .collect();
         let mut by_frames: FxHashMap<Box<[u32]>, Values> = FxHashMap::default();
         let mut key: Vec<u32> = Vec::new();
         for s in &self.stacks {
@@ -305,6 +363,7 @@ impl<'a> StackSet<'a> {
             for (_, r) in &s.locations {
                 key.extend_from_slice(frames.of_location(r));
             }
+            key.extend(program_of.get(s.process));
             // Leaf first: the plumbing trimmed from the front.
             let key = &key[s.trimmed..];
             match by_frames.get_mut(key) {
@@ -317,11 +376,18 @@ impl<'a> StackSet<'a> {
         let mut out: Vec<(String, MergedStack)> = by_frames
             .into_iter()
             .map(|(key, values)| {
+                let (key, program) = match key.split_last() {
+                    Some((&p, rest)) if self.rooted_by_program() => {
+                        (rest, Some(program_names[p as usize].to_string()))
+                    }
+                    _ => (&key[..], None),
+                };
                 let stack: Vec<Frame> = key.iter().map(|&i| (*frames.key(i)).clone()).collect();
                 (
                     folded_names(&stack),
                     MergedStack {
                         frames: stack,
+                        program,
                         values,
                     },
                 )
@@ -331,6 +397,7 @@ impl<'a> StackSet<'a> {
             order
                 .of(&b.values)
                 .cmp(&order.of(&a.values))
+                .then_with(|| a.program.cmp(&b.program))
                 .then_with(|| a_names.cmp(b_names))
         });
         out.into_iter().map(|(_, stack)| stack).collect()
@@ -346,6 +413,16 @@ impl<'a> StackSet<'a> {
     /// written as text.
     pub fn folded(&self, weight: Weight) -> String {
         let mut names = FrameIndex::new(folded_name);
+        // Per process, its program's root frame, when rooted: `[cc1]`.
+        let roots: Vec<u32> = self
+            .programs
+            .iter()
+            .map(|p| {
+                let mut root = String::new();
+                push_escaped(&mut root, &format!("[{p}]"));
+                names.intern(root)
+            })
+            .collect();
         let mut lines: FxHashMap<Box<[u32]>, u64> = FxHashMap::default();
         let mut key: Vec<u32> = Vec::new();
         for s in &self.stacks {
@@ -353,9 +430,11 @@ impl<'a> StackSet<'a> {
             if v == 0 {
                 continue;
             }
-            // Root first: the locations and their inlined frames reversed,
-            // then the trimmed plumbing (at the leaf end) dropped.
+            // Root first: the program, the locations and their inlined
+            // frames reversed, then the trimmed plumbing (at the leaf end)
+            // dropped.
             key.clear();
+            key.extend(roots.get(s.process));
             for (_, r) in s.locations.iter().rev() {
                 key.extend(names.of_location(r).iter().rev());
             }
@@ -455,9 +534,25 @@ impl<'a> StackSet<'a> {
         d
     }
 
-    /// A value of `w` in its unit, for people.
+    /// A value of `w` in its unit, for people, marked `≈` when it is an
+    /// estimate: any figure of sampled stacks (scaled up from the
+    /// samples), and allocator time always (from timed calls).
     pub fn show(&self, w: Weight, v: u64) -> String {
-        show_value(w, v, self.time_unit())
+        let shown = show_value(w, v, self.time_unit());
+        if self.estimates(w) {
+            format!("≈{shown}")
+        } else {
+            shown
+        }
+    }
+
+    /// Whether the figures of `w` are estimates rather than counts.
+    pub fn estimates(&self, w: Weight) -> bool {
+        w == Weight::Time
+            || self
+                .profiles
+                .iter()
+                .any(|p| matches!(p.stacks.mode, StackMode::Sample { .. }))
     }
 }
 
@@ -472,12 +567,20 @@ pub fn show_value(w: Weight, v: u64, time_unit: &str) -> String {
     }
 }
 
-/// Appends a frame's name as a folded line shows it: `;` (the separator)
-/// as `:`, line breaks as spaces, and inferno's `_[i]` on inlined frames.
-/// Most names need no escaping and are copied whole: a profile of deep
-/// stacks has hundreds of thousands of frames to fold.
+/// Appends a frame's name as a folded line shows it ([`push_escaped`]),
+/// with inferno's `_[i]` on inlined frames.
 fn push_folded_name(out: &mut String, f: &Frame) {
-    let name = &f.function;
+    push_escaped(out, &f.function);
+    if f.inlined {
+        out.push_str("_[i]");
+    }
+}
+
+/// Appends a name as a folded line holds it: `;` (the separator) as `:`,
+/// line breaks as spaces. Most names need no escaping and are copied
+/// whole: a profile of deep stacks has hundreds of thousands of frames to
+/// fold.
+fn push_escaped(out: &mut String, name: &str) {
     if name.bytes().any(|b| matches!(b, b';' | b'\n' | b'\r')) {
         out.extend(name.chars().map(|c| match c {
             ';' => ':',
@@ -486,9 +589,6 @@ fn push_folded_name(out: &mut String, f: &Frame) {
         }));
     } else {
         out.push_str(name);
-    }
-    if f.inlined {
-        out.push_str("_[i]");
     }
 }
 
@@ -561,21 +661,29 @@ impl<'s, K: Clone + Eq + std::hash::Hash> FrameIndex<'s, K> {
         } = self;
         locations
             .entry(Rc::as_ptr(r).cast::<Frame>())
-            .or_insert_with(|| {
-                r.iter()
-                    .map(|f| {
-                        *index.entry(key_of(f)).or_insert_with_key(|k| {
-                            keys.push(k.clone());
-                            (keys.len() - 1) as u32
-                        })
-                    })
-                    .collect()
-            })
+            .or_insert_with(|| r.iter().map(|f| intern(keys, index, key_of(f))).collect())
+    }
+
+    /// The index of a key that no location gives (a program's root frame).
+    fn intern(&mut self, key: K) -> u32 {
+        intern(&mut self.keys, &mut self.index, key)
     }
 
     fn key(&self, i: u32) -> &K {
         &self.keys[i as usize]
     }
+}
+
+/// The index of `key` in `keys`, which `index` maps; added if new.
+fn intern<K: Clone + Eq + std::hash::Hash>(
+    keys: &mut Vec<K>,
+    index: &mut FxHashMap<K, u32>,
+    key: K,
+) -> u32 {
+    *index.entry(key).or_insert_with_key(|k| {
+        keys.push(k.clone());
+        (keys.len() - 1) as u32
+    })
 }
 
 /// A frame's name as a folded line shows it ([`push_folded_name`]): the
@@ -715,7 +823,7 @@ mod tests {
                     }
                 })
                 .collect();
-            let set = StackSet { profiles: &[], stacks, ticks_per_ns: None };
+            let set = StackSet { profiles: &[], stacks, ticks_per_ns: None, programs: Vec::new() };
             proptest::prop_assert_eq!(set.folded(Weight::Count), folded_by_text(&set, Weight::Count));
 
             // Merged by frames: the same sums as merging clones of every

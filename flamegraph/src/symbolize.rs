@@ -187,7 +187,7 @@ impl Symbolizer {
     fn warn_once(&mut self, key: &str, message: String) {
         if self.warned.insert(key.to_string()) {
             if !self.quiet {
-                eprintln!("allocmux: warning: {message}");
+                crate::error::say(format_args!("warning: {message}"));
             }
             self.warnings.push(message);
         }

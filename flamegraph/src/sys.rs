@@ -4,6 +4,8 @@
 #![allow(unsafe_code)]
 
 use std::io;
+use std::os::unix::process::CommandExt;
+use std::process::Command;
 
 /// How a waited-for child ended, with its resource usage (its own plus that
 /// of the descendants it reaped).
@@ -107,4 +109,63 @@ pub fn process_alive(pid: u32) -> bool {
     // process exists and may be signalled.
     let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
     r == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+/// Starts `cmd` with a real `fork` and waits for it, ignoring SIGINT and
+/// SIGQUIT meanwhile (as [`IgnoreInterrupts`]) while the child gets back
+/// the dispositions this process had. Returns its pid and how it ended.
+///
+/// A real `fork`, not the `vfork` behind `posix_spawn`: a child that
+/// shares this process's memory starts its program with this process's
+/// peak RSS as its own, while a forked one starts from the pages it
+/// copied. std forks (rather than spawning) whenever a `pre_exec` hook is
+/// set, which restoring the signals needs anyway.
+pub fn spawn_and_wait(cmd: &mut Command) -> io::Result<(u32, ChildExit)> {
+    let ignore = IgnoreInterrupts::new();
+    let (old_int, old_quit) = (ignore.old_int, ignore.old_quit);
+    // SAFETY: the hook runs in the forked child before `exec`, where only
+    // async-signal-safe calls are allowed; `signal` is one, and it
+    // restores dispositions `signal` itself returned.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::signal(libc::SIGINT, old_int);
+            libc::signal(libc::SIGQUIT, old_quit);
+            Ok(())
+        });
+    }
+    let child = cmd.spawn()?;
+    let exit = wait_child(child.id())?;
+    drop(ignore);
+    Ok((child.id(), exit))
+}
+
+/// What this process's stdin is, as far as a command that does not pass
+/// it on cares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StdinKind {
+    /// A regular file of this many bytes.
+    File { len: u64 },
+    /// A pipe or socket.
+    Pipe,
+    /// A terminal, `/dev/null` or another device, or closed.
+    Other,
+}
+
+/// What stdin is (`fstat` of descriptor 0).
+pub fn stdin_kind() -> StdinKind {
+    // SAFETY: `stat` is plain integers, so all-zero is a valid value for
+    // `fstat` to overwrite.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: the out-pointer points at a live local of the right type;
+    // a closed descriptor 0 only makes fstat fail.
+    if unsafe { libc::fstat(0, &mut st) } != 0 {
+        return StdinKind::Other;
+    }
+    match st.st_mode & libc::S_IFMT {
+        libc::S_IFREG => StdinKind::File {
+            len: st.st_size.max(0) as u64,
+        },
+        libc::S_IFIFO | libc::S_IFSOCK => StdinKind::Pipe,
+        _ => StdinKind::Other,
+    }
 }

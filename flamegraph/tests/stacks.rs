@@ -180,6 +180,74 @@ fn identical_stacks_merge_across_processes_and_addresses() {
     assert_eq!(export(&prof, "folded", "count"), "main;middle;leaf 7\n");
 }
 
+/// Stacks of several programs in one profile (one run of `cc`, which runs
+/// cc1 and as): each program's stacks are rooted at `[name]` in the folded
+/// lines, merged only with its own, and named in `report --top` and the
+/// JSON. The processes of one program are one.
+#[test]
+fn stacks_of_several_programs_are_rooted_at_their_program() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = fixture();
+    let procs = [
+        process(
+            1,
+            "cc1",
+            vec![fixture_module()],
+            vec![stack(&f.middle, counts(3, 30, 0, 0, 0))],
+        ),
+        process(
+            2,
+            "as",
+            vec![fixture_module()],
+            vec![
+                stack(&f.middle, counts(4, 40, 0, 0, 0)),
+                stack(&f.outer, counts(1, 10, 0, 0, 0)),
+            ],
+        ),
+        process(
+            3,
+            "/usr/lib/gcc/x86_64-linux-gnu/12/cc1",
+            vec![fixture_module()],
+            vec![stack(&f.middle, counts(2, 20, 0, 0, 0))],
+        ),
+    ];
+    let prof = write_profile(dir.path(), "cc.prof", &procs);
+    assert_eq!(
+        export(&prof, "folded", "count"),
+        "[as];main;middle;leaf 4\n\
+         [as];main;outer;inlined_helper_[i];leaf 1\n\
+         [cc1];main;middle;leaf 5\n"
+    );
+    let v: Value = serde_json::from_str(&export(&prof, "json", "count")).unwrap();
+    let programs: Vec<(&str, u64)> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["program"].as_str().unwrap(),
+                s["values"]["count"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(programs, [("cc1", 5), ("as", 4), ("as", 1)]);
+    let out = ok(run(allocmux().args(["report", "--top", "3"]).arg(&prof)));
+    let s = text(&out.stdout);
+    let count: Vec<&str> = s
+        .split("top 3 stacks by allocations")
+        .nth(1)
+        .unwrap()
+        .lines()
+        .skip(1)
+        .take(3)
+        .map(|l| l.split("%  ").nth(1).unwrap())
+        .collect();
+    assert!(count[0].starts_with("cc1: leaf (stacks.c:"), "{s}");
+    assert!(count[1].starts_with("as: leaf (stacks.c:"), "{s}");
+    assert!(count[2].starts_with("as: leaf (stacks.c:"), "{s}");
+    assert!(count[2].contains("inlined_helper"), "{s}");
+}
+
 #[test]
 fn shim_frames_are_trimmed_from_the_leaf_end() {
     let dir = tempfile::tempdir().unwrap();
@@ -426,7 +494,7 @@ fn svg_export_is_xml_with_the_functions_and_the_title() {
         .collect::<Vec<_>>()
         .join("\n");
     assert!(
-        all_text.contains("stacks — jemalloc — bytes allocated (every allocation) — total 4.1 KiB"),
+        all_text.contains("stacks — jemalloc — bytes requested (every allocation) — total 4.1 KiB"),
         "{all_text}"
     );
     let titles = frame_titles(&doc);
@@ -498,7 +566,60 @@ fn diff_draws_a_differential_flamegraph() {
         "the leaf under outer shrank: {leaves:?}"
     );
     assert!(svg.contains("base.prof → "), "title names both profiles");
-    assert!(svg.contains("new.prof — bytes allocated — total 2.0 KiB → 3.4 KiB"));
+    assert!(svg.contains("new.prof — bytes requested — total 2.0 KiB → 3.4 KiB"));
+    assert!(
+        !titles.iter().any(|t| t.starts_with('[')),
+        "one program: no root frame: {titles:?}"
+    );
+}
+
+/// A profile of one program against one where it also ran a helper: both
+/// are rooted by program, so the program's own stacks still line up.
+#[test]
+fn diff_roots_both_profiles_when_either_has_several_programs() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = fixture();
+    let stacks = || {
+        process(
+            1,
+            "stacks",
+            vec![fixture_module()],
+            vec![stack(&f.middle, counts(1, 1000, 0, 0, 0))],
+        )
+    };
+    let base = write_profile(dir.path(), "base.prof", &[stacks()]);
+    let helper = process(
+        2,
+        "helper",
+        vec![fixture_module()],
+        vec![stack(&f.outer, counts(1, 500, 0, 0, 0))],
+    );
+    let new = write_profile(dir.path(), "new.prof", &[stacks(), helper]);
+    let svg = dir.path().join("d.svg");
+    ok(run(allocmux()
+        .arg("diff")
+        .arg(&base)
+        .arg(&new)
+        .arg("-o")
+        .arg(&svg)));
+    let titles = frame_titles(&parse_svg(&fs::read_to_string(&svg).unwrap()));
+    let title = |name: &str| {
+        titles
+            .iter()
+            .find(|t| t.starts_with(&format!("{name} (")))
+            .unwrap_or_else(|| panic!("no {name} in {titles:?}"))
+            .clone()
+    };
+    // The program's stack is the same in both: no change on its frames.
+    assert!(
+        title("[stacks]").starts_with("[stacks] (1,000 bytes"),
+        "{titles:?}"
+    );
+    assert!(!title("middle").contains("; +"), "{titles:?}");
+    assert!(
+        title("[helper]").starts_with("[helper] (500 bytes"),
+        "{titles:?}"
+    );
 }
 
 #[test]
@@ -528,27 +649,111 @@ fn report_lists_top_stacks_per_weight_in_order() {
             .map(String::from)
             .collect()
     };
-    let count = section("top 2 stacks by allocations");
-    assert_eq!(count.len(), 2, "{s}");
-    assert!(count[0].contains("leaf ← middle ← main"), "{s}");
-    assert!(count[0].contains("90.1%"), "{s}");
-    let bytes = section("top 2 stacks by bytes allocated");
-    assert!(
-        bytes[0].contains("leaf ← inlined_helper (inlined) ← outer ← main"),
-        "{s}"
-    );
-    assert!(bytes[1].contains("leaf ← middle ← main"), "{s}");
-
     let out = ok(run(allocmux()
         .args(["report", "--json", "--top", "1"])
         .arg(&prof)));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     let top = &v["top_stacks"];
+    // Each frame at the file and line the JSON gives it.
+    let line_of = |frames: &Value| -> String {
+        frames
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| {
+                let inlined = if f["inlined"].as_bool().unwrap() {
+                    "inlined, "
+                } else {
+                    ""
+                };
+                let (function, line) = (f["function"].as_str().unwrap(), &f["line"]);
+                format!("{function} ({inlined}stacks.c:{line})")
+            })
+            .collect::<Vec<_>>()
+            .join(" ← ")
+    };
+    let (middle, outer) = (
+        line_of(&top["count"][0]["frames"]),
+        line_of(&top["bytes"][0]["frames"]),
+    );
+    assert!(
+        middle.starts_with("leaf (stacks.c:")
+            && middle.contains(" ← middle (stacks.c:")
+            && middle.contains(" ← main (stacks.c:"),
+        "{middle}"
+    );
+    let count = section("top 2 stacks by allocations");
+    assert_eq!(count.len(), 2, "{s}");
+    assert!(count[0].ends_with(&format!("90.1%  {middle}")), "{s}");
+    let bytes = section("top 2 stacks by bytes requested");
+    assert!(bytes[0].ends_with(&outer), "{s}");
+    assert!(
+        outer.contains(" ← inlined_helper (inlined, stacks.c:"),
+        "{outer}"
+    );
+    assert!(bytes[1].ends_with(&middle), "{s}");
+
     assert_eq!(top["count"][0]["value"], 100);
     assert_eq!(top["bytes"][0]["value"], 5000);
     assert_eq!(top["bytes"][0]["frames"][2]["function"], "outer");
     assert_eq!(top["leaked"].as_array().unwrap().len(), 0);
     assert!(!s.contains("warning"), "{s}");
+}
+
+/// A Rust program (allocmux's bundled workload, built with debug info):
+/// `report --top` spends each line on the program's own functions, named
+/// whole without their crate and module path, at their file and line, with
+/// the standard library's allocation plumbing, iterator adapters and
+/// start-up code counted as `[N std frames]`.
+#[test]
+fn report_lines_of_a_rust_program_show_its_own_functions_at_their_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let prof = dir.path().join("workload.prof");
+    ok(run(allocmux()
+        .args(["run", "--stacks", "exact", "-o"])
+        .arg(&prof)
+        .arg("--")
+        .arg(env!("CARGO_BIN_EXE_allocmux"))
+        .args(["__workload", "edit-distance", "2000"])));
+    let out = ok(run(allocmux().args(["report", "--top", "3"]).arg(&prof)));
+    let s = text(&out.stdout);
+    let lines: Vec<&str> = s
+        .split("top 3 stacks by allocations")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no top stacks in {s}"))
+        .lines()
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .collect();
+    assert_eq!(lines.len(), 3, "{s}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.split("%  ").nth(1).is_some_and(|stack| {
+                stack.starts_with('[')
+                    && stack.contains(
+                        " std frames] ← edit_distance::levenshtein_naive (edit_distance.rs:",
+                    )
+            })),
+        "the allocating function, whole, at its line: {s}"
+    );
+    for line in &lines {
+        for hidden in [
+            "allocmux_workloads::",
+            "core::iter",
+            "std::rt",
+            "__libc_start",
+            "_start",
+        ] {
+            assert!(!line.contains(hidden), "{hidden:?} in {line}");
+        }
+        // `…` only counts the frames left out; no name is cut.
+        assert_eq!(
+            line.matches('…').count(),
+            line.matches("… (").count(),
+            "{line}"
+        );
+    }
 }
 
 /// Stacks recorded short of memory: `report` says so in one line, and the
@@ -792,7 +997,62 @@ fn flame_runs_the_program_and_draws_its_stacks() {
             "{f}: {titles:?}"
         );
     }
+    assert!(
+        !titles.iter().any(|t| t.starts_with('[')),
+        "one program: no root frame: {titles:?}"
+    );
     assert!(svg.contains("— mimalloc — allocations (every allocation) — total"));
+}
+
+/// `cc -c` runs three programs (the driver, cc1, as): the flamegraph roots
+/// each one's stacks at its name, and `report --top` says which program
+/// each stack is from.
+#[test]
+fn a_compilers_programs_are_told_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("x.c");
+    fs::write(&src, "int twice(int x) { return 2 * x; }\n").unwrap();
+    let cc = |args: &[&str], object: &str| {
+        let mut c = allocmux();
+        c.args(args)
+            .args(["--", "cc", "-c"])
+            .arg(&src)
+            .arg("-o")
+            .arg(dir.path().join(object));
+        ok(run(&mut c))
+    };
+    let svg = dir.path().join("cc.svg");
+    cc(
+        &[
+            "flame",
+            "--exact",
+            "--weight",
+            "count",
+            "-o",
+            svg.to_str().unwrap(),
+        ],
+        "a.o",
+    );
+    let titles = frame_titles(&parse_svg(&fs::read_to_string(&svg).unwrap()));
+    for root in ["[cc1] (", "[as] ("] {
+        assert!(
+            titles.iter().any(|t| t.starts_with(root)),
+            "{root}: {titles:?}"
+        );
+    }
+    let prof = dir.path().join("cc.prof");
+    cc(
+        &["run", "--stacks", "exact", "-o", prof.to_str().unwrap()],
+        "b.o",
+    );
+    for line in export(&prof, "folded", "count").lines() {
+        assert!(line.starts_with('['), "every stack has its program: {line}");
+    }
+    let out = ok(run(allocmux().args(["report", "--top", "20"]).arg(&prof)));
+    let s = text(&out.stdout);
+    let count = s.split("stacks by allocations").nth(1).unwrap();
+    assert!(count.contains("%  cc1: "), "{s}");
+    assert!(count.contains("%  as: "), "{s}");
 }
 
 /// A real interpreter: python3's flamegraph reaches into its allocating

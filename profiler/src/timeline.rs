@@ -89,6 +89,9 @@ pub struct TimelineBuffer<const N: usize = CAPACITY> {
     points: [TimelinePoint; N],
     len: usize,
     interval_ns: u64,
+    /// The most live bytes of any point so far (merging keeps maxima, so
+    /// it is the points' maximum).
+    top_live: u64,
 }
 
 impl<const N: usize> Default for TimelineBuffer<N> {
@@ -110,6 +113,7 @@ impl<const N: usize> TimelineBuffer<N> {
             }; N],
             len: 0,
             interval_ns: BASE_INTERVAL_NS,
+            top_live: 0,
         }
     }
 
@@ -118,6 +122,26 @@ impl<const N: usize> TimelineBuffer<N> {
     pub fn clear(&mut self) {
         self.len = 0;
         self.interval_ns = BASE_INTERVAL_NS;
+        self.top_live = 0;
+    }
+
+    /// Adds a sampled point, after a point for the peak of live bytes
+    /// (`peak_live`, the recorder's high-water mark) when the peak came
+    /// and went between two samples: samples alone miss a peak shorter
+    /// than their interval, and the timeline would top out below the
+    /// profile's peak. Its time is unknown within the interval, so it
+    /// stands halfway (off by at most half the interval), with the
+    /// resident size read now.
+    pub fn push_sample(&mut self, p: TimelinePoint, peak_live: u64) {
+        if peak_live > self.top_live && peak_live > p.live_bytes {
+            let before = self.points().last().map_or(0, |l| l.t_ns);
+            self.push(TimelinePoint {
+                t_ns: before + p.t_ns.saturating_sub(before) / 2,
+                live_bytes: peak_live,
+                rss_bytes: p.rss_bytes,
+            });
+        }
+        self.push(p);
     }
 
     /// The interval at which points should now be taken, in ns.
@@ -143,6 +167,7 @@ impl<const N: usize> TimelineBuffer<N> {
         }
         self.points[self.len] = p;
         self.len += 1;
+        self.top_live = self.top_live.max(p.live_bytes);
     }
 
     /// Merges neighbouring pairs of the full (even-sized) buffer: half the
@@ -167,6 +192,24 @@ mod tests {
             live_bytes: live,
             rss_bytes: rss,
         }
+    }
+
+    #[test]
+    fn a_peak_between_samples_gets_its_point() {
+        let mut b = TimelineBuffer::<8>::new();
+        b.push_sample(pt(0, 10, 1), 10);
+        // The peak (50) came and went before the sample at 100.
+        b.push_sample(pt(100, 20, 2), 50);
+        assert_eq!(b.points(), &[pt(0, 10, 1), pt(50, 50, 2), pt(100, 20, 2)]);
+        // Already on the timeline: no second point.
+        b.push_sample(pt(200, 30, 3), 50);
+        assert_eq!(b.points().len(), 4);
+        // A peak the sample itself shows needs none either.
+        b.push_sample(pt(300, 60, 3), 60);
+        assert_eq!(b.points().len(), 5);
+        b.clear();
+        b.push_sample(pt(0, 0, 0), 5);
+        assert_eq!(b.points(), &[pt(0, 5, 0), pt(0, 0, 0)]);
     }
 
     #[test]

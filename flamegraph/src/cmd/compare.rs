@@ -3,9 +3,9 @@
 //! writes the table, the chart and the JSON.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use anyhow::Result;
+use anyhow::{Context, Result, bail};
 
 use crate::compare;
 use crate::json::CompareJson;
@@ -32,6 +32,9 @@ pub struct CompareOptions {
     pub plot: Option<PathBuf>,
     /// Where to keep the programs' output (discarded otherwise).
     pub log: Option<PathBuf>,
+    /// The file every run reads as its stdin (`-`: this process's stdin,
+    /// read once and fed to every run).
+    pub input: Option<PathBuf>,
     /// Overwrite the output files if they exist.
     pub force: bool,
     /// The command and its arguments.
@@ -53,6 +56,7 @@ pub fn run(o: &CompareOptions) -> Result<i32> {
         .as_deref()
         .map(|p| OutputFile::claim(p, o.force, "chart"))
         .transpose()?;
+    let input = Input::choose(o.input.as_deref())?;
     let log = match &o.log {
         Some(p) => Some(OutputFile::claim(p, o.force, "log")?.into_file()?),
         None => None,
@@ -64,6 +68,7 @@ pub fn run(o: &CompareOptions) -> Result<i32> {
         warmup: o.warmup,
         stop_early: o.stop_early,
         log,
+        input: input.path(),
         env: vec![],
     })?;
     let summary = compare::Summary::new(&cmp);
@@ -84,4 +89,65 @@ pub fn run(o: &CompareOptions) -> Result<i32> {
         json.write(&CompareJson::new(&cmp, &summary))?;
     }
     Ok(0)
+}
+
+/// What every run of the comparison reads as its stdin.
+enum Input {
+    /// Nothing (`/dev/null`).
+    Empty,
+    /// A file named by `--input`.
+    File(PathBuf),
+    /// This process's stdin, read once into a temporary file (`--input -`).
+    Saved(tempfile::NamedTempFile),
+}
+
+impl Input {
+    /// The input `--input` names; without one, refuses a regular file on
+    /// stdin (`compare -- sort < nums.txt`, whose runs would all read
+    /// nothing) and warns of a pipe, which may be an empty one a CI
+    /// runner gives.
+    fn choose(input: Option<&Path>) -> Result<Input> {
+        match input {
+            Some(p) if p == Path::new("-") => {
+                let mut saved = tempfile::NamedTempFile::with_prefix("allocmux-input-")
+                    .context("creating a temporary file for stdin")?;
+                std::io::copy(&mut std::io::stdin().lock(), saved.as_file_mut())
+                    .context("reading stdin for --input -")?;
+                Ok(Input::Saved(saved))
+            }
+            Some(p) => {
+                let m = std::fs::metadata(p)
+                    .with_context(|| format!("cannot read the input {}", p.display()))?;
+                if m.is_dir() {
+                    bail!("the input {} is a directory; name a file", p.display());
+                }
+                std::fs::File::open(p)
+                    .with_context(|| format!("cannot read the input {}", p.display()))?;
+                Ok(Input::File(p.to_path_buf()))
+            }
+            None => {
+                match crate::sys::stdin_kind() {
+                    crate::sys::StdinKind::File { len } if len > 0 => bail!(
+                        "stdin is a file, which compare does not pass on (every run reads an \
+                         empty stdin); pass it with --input FILE"
+                    ),
+                    crate::sys::StdinKind::Pipe => crate::error::say(
+                        "warning: stdin is a pipe, which compare does not pass on: every run \
+                         reads an empty stdin (pass --input - to feed what it holds to every run)",
+                    ),
+                    _ => {}
+                }
+                Ok(Input::Empty)
+            }
+        }
+    }
+
+    /// The file the runs read, if any.
+    fn path(&self) -> Option<PathBuf> {
+        match self {
+            Input::Empty => None,
+            Input::File(p) => Some(p.clone()),
+            Input::Saved(f) => Some(f.path().to_path_buf()),
+        }
+    }
 }

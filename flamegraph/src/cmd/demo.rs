@@ -101,6 +101,7 @@ pub fn run(opts: &DemoOptions) -> Result<i32> {
         warmup: 1,
         stop_early: false,
         log: None,
+        input: None,
         env: vec![],
     })?;
     let summary = Summary::new(&cmp);
@@ -115,6 +116,7 @@ pub fn run(opts: &DemoOptions) -> Result<i32> {
         allocator: Backend::System,
         record: true,
         output: Output::Discard,
+        input: None,
         env: launch::stack_env(StackMode::Sample {
             mean_bytes: SAMPLE_BYTES,
         }),
@@ -148,7 +150,7 @@ pub fn run(opts: &DemoOptions) -> Result<i32> {
             let share = 100.0 * s.values.allocs as f64 / set.total().allocs.max(1) as f64;
             format!(
                 "The top stack by count, {share:.0}% of the calls, is\n    {}",
-                crate::top::stack_line(&s)
+                crate::stack_line::stack_line(&s)
             )
         })
         .unwrap_or_default();

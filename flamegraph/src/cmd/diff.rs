@@ -31,8 +31,15 @@ pub fn run(o: &DiffOptions) -> Result<i32> {
     let base = profiles::load(std::slice::from_ref(&o.base))?;
     let new = profiles::load(std::slice::from_ref(&o.new))?;
     let mut sym = Symbolizer::new();
-    let base_set = profiles::stack_set(&base, &mut sym, &o.base.display().to_string())?;
-    let new_set = profiles::stack_set(&new, &mut sym, &o.new.display().to_string())?;
+    let mut base_set = profiles::stack_set(&base, &mut sym, &o.base.display().to_string())?;
+    let mut new_set = profiles::stack_set(&new, &mut sym, &o.new.display().to_string())?;
+    // Stacks compare only when rooted alike: if either profile's come from
+    // several programs, both are rooted by program; two profiles of one
+    // program (renamed or not) are compared function by function.
+    if base_set.rooted_by_program() || new_set.rooted_by_program() {
+        base_set.root_by_program();
+        new_set.root_by_program();
+    }
     let w = o.weight;
     let title = format!(
         "{} → {} — {} — total {} → {}",
@@ -45,7 +52,9 @@ pub fn run(o: &DiffOptions) -> Result<i32> {
     let labels = Labels {
         title,
         subtitle: Some(
-            "widths as in the new profile; red: grew, blue: shrank against the base".into(),
+            "widths as in the new profile; red: grew, blue: shrank against the base; a frame's \
+             ±% is its change (new − base) as a share of the new total, not its own growth"
+                .into(),
         ),
         count_name: w.unit(new_set.time_unit()).to_string(),
     };

@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 use allocmux::Backend;
 use allocmux::profile::StackMode;
@@ -37,18 +37,21 @@ pub struct FlameOptions {
 /// status, as a shell would report it.
 pub fn run(o: &FlameOptions) -> Result<i32> {
     let out = OutputFile::claim(&o.output, o.force, "flamegraph")?;
-    let outcome = launch::in_foreground(&o.command, o.allocator, stack_env(o.stacks))?;
+    let outcome = launch::in_foreground(
+        &o.command,
+        o.allocator,
+        stack_env(o.stacks),
+        launch::Output::Inherit,
+    )?;
     if let Err(e) = outcome.check_recorded() {
         if outcome.profiles.is_empty() {
             return Err(e.context("cannot draw a flamegraph"));
         }
-        eprintln!("allocmux: {e:#}");
+        crate::error::say(format_args!("{e:#}"));
     }
     let report = outcome.report(&o.command, o.allocator.name());
-    let mut err = std::io::stderr().lock();
-    report
-        .write_human(&mut err)
-        .context("writing the summary")?;
+    // A stderr that cannot take the summary is no reason not to draw.
+    let _ = report.write_human(&mut std::io::stderr().lock());
     let mut sym = Symbolizer::new();
     let set = StackSet::build(&outcome.profiles, &mut sym)
         .map_err(|e| anyhow::anyhow!("cannot draw a flamegraph: {e}"))?;
@@ -56,18 +59,21 @@ pub fn run(o: &FlameOptions) -> Result<i32> {
     if folded.trim().is_empty() && matches!(o.stacks, StackMode::Sample { .. }) {
         anyhow::bail!(
             "nothing to draw: no allocation was sampled (about one is taken per \
-             --sample-bytes bytes allocated, 512 KiB unless set); record every \
+             --sample-bytes bytes requested, 512 KiB unless set); record every \
              allocation with --exact, or sample more often with --sample-bytes N"
         );
     }
     let title = format!("{} — {}", shell_words(&o.command), o.allocator.name());
     let svg = crate::render::flamegraph(&folded, &crate::render::labels(&set, o.weight, title))?;
     out.write(&svg)?;
-    writeln!(
-        err,
+    let said = writeln!(
+        std::io::stderr(),
         "  flamegraph of {} written to {}",
         o.weight.describe(),
         out.path().display()
-    )?;
-    Ok(outcome.exit.shell_status())
+    );
+    Ok(crate::error::after_run(
+        outcome.exit.shell_status(),
+        said.map_err(Into::into),
+    ))
 }

@@ -72,7 +72,11 @@ pub fn run(o: &ReportOptions) -> Result<i32> {
         }
     }
     if let (Some(out), Some((_, note))) = (&plot_out, &plot) {
-        eprintln!("  {note} written to {}", out.path().display());
+        let _ = writeln!(
+            std::io::stderr(),
+            "  {note} written to {}",
+            out.path().display()
+        );
     }
     Ok(0)
 }

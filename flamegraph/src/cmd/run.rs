@@ -47,22 +47,50 @@ pub fn run(o: &RunOptions) -> Result<i32> {
         .as_deref()
         .map(|p| OutputFile::claim(p, o.force, "profile"))
         .transpose()?;
+    if o.stacks.is_some_and(|s| s != StackMode::Off) && o.profile.is_none() {
+        crate::error::say(
+            "warning: call stacks are recorded but thrown away: pass -o PROFILE to keep \
+             them (for report, export and diff), or draw them with `allocmux flame`",
+        );
+    }
     let env = o.stacks.map(stack_env).unwrap_or_default();
-    let outcome = launch::in_foreground(&o.command, o.allocator, env)?;
-    // The program ran, so `run` still exits as it did (as `time` would);
-    // but an empty report or profile would pass for a program that does
-    // not allocate, so none is written (the claimed files go with the
-    // claims).
+    // `--json -` owns stdout: the program's goes to stderr.
+    let output = match json {
+        Some(JsonOut::Stdout) => launch::Output::StdoutToStderr,
+        _ => launch::Output::Inherit,
+    };
+    let outcome = launch::in_foreground(&o.command, o.allocator, env, output)?;
+    let status = outcome.exit.shell_status();
+    // The program ran, so `run` exits as it did (as `time` would),
+    // whatever becomes of the report.
+    Ok(crate::error::after_run(
+        status,
+        write_report(o, &outcome, json, profile_out),
+    ))
+}
+
+/// The summary on stderr, and the profile and JSON report where asked.
+fn write_report(
+    o: &RunOptions,
+    outcome: &launch::Outcome,
+    json: Option<JsonOut>,
+    profile_out: Option<OutputFile>,
+) -> Result<()> {
+    // An empty report or profile would pass for a program that does not
+    // allocate, so none is written (the claimed files go with the claims).
     if let Err(e) = outcome.check_recorded() {
-        eprintln!("allocmux: {e:#}");
         if outcome.profiles.is_empty() {
-            return Ok(outcome.exit.shell_status());
+            return Err(e);
         }
+        crate::error::say(format_args!("{e:#}"));
     }
     if let Some(out) = &profile_out {
         out.write(allocmux::profile::to_string(&outcome.profiles).as_bytes())?;
     }
     let report = outcome.report(&o.command, o.allocator.name());
+    if let Some(json) = json {
+        json.write(&report.to_json())?;
+    }
     let mut err = std::io::stderr().lock();
     report
         .write_human(&mut err)
@@ -70,10 +98,7 @@ pub fn run(o: &RunOptions) -> Result<i32> {
     if let Some(out) = &profile_out {
         writeln!(err, "  profile saved to {}", out.path().display())?;
     }
-    if let Some(json) = json {
-        json.write(&report.to_json())?;
-    }
-    Ok(outcome.exit.shell_status())
+    Ok(())
 }
 
 /// `run --record off`: the program under the allocator's forwarder (no
@@ -84,8 +109,16 @@ fn run_unrecorded(o: &RunOptions) -> Result<i32> {
         allocator: o.allocator,
         record: false,
         output: launch::Output::Inherit,
+        input: None,
         env: Vec::new(),
     })?;
+    let e = outcome.exit;
+    let status = e.shell_status();
+    Ok(crate::error::after_run(status, write_times(o, &outcome)))
+}
+
+/// What `time` would say of an unrecorded run, on stderr.
+fn write_times(o: &RunOptions, outcome: &launch::Outcome) -> Result<()> {
     let e = outcome.exit;
     let how = crate::report::how_it_ended(&e);
     let mut err = std::io::stderr().lock();
@@ -104,5 +137,5 @@ fn run_unrecorded(o: &RunOptions) -> Result<i32> {
         crate::report::Dur(e.sys_ns),
         crate::report::Bytes(e.max_rss_bytes),
     )?;
-    Ok(e.shell_status())
+    Ok(())
 }

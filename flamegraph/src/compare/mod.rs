@@ -68,6 +68,8 @@ pub struct Options {
     pub stop_early: bool,
     /// Append the programs' output to this file instead of discarding it.
     pub log: Option<std::fs::File>,
+    /// The file every run reads as its stdin (else an empty stdin).
+    pub input: Option<std::path::PathBuf>,
     /// Extra environment for the program (stack recording, for example).
     pub env: Vec<(String, String)>,
 }
@@ -311,6 +313,7 @@ fn run_once(
         allocator: alloc,
         record: recorded,
         output,
+        input: opts.input.as_deref(),
         env: if recorded {
             opts.env.clone()
         } else {

@@ -56,8 +56,9 @@ pub use lock::{AtFork, SpinLock};
 pub use switchable::Switchable;
 pub use thread::{
     Body, DEFAULT_TIME_SAMPLE_MEAN, EXACT_TIMING_BYTES, MAX_SAMPLED_TICKS, OwnState, PUBLISH_BYTES,
-    Paused, Scope, ThreadState, after_fork_child, enter, live_bytes, prepare_thread_key,
-    retire_thread, set_time_sample_mean, snapshot, threads_seen, time_sample_mean,
+    Paused, Scope, ThreadState, after_fork_child, enter, live_bytes, peak_live_bytes,
+    prepare_thread_key, retire_thread, set_time_sample_mean, snapshot, threads_seen,
+    time_sample_mean,
 };
 #[cfg(target_arch = "x86_64")]
 pub use thread::{FsState, TlsBlock, enter_fs};

@@ -1691,6 +1691,12 @@ pub fn snapshot(current: Option<&ThreadState>) -> Totals {
     tot
 }
 
+/// The process's high-water mark of live heap bytes so far, as the
+/// profile's `peak_live_bytes` has it (without the calls in flight).
+pub fn peak_live_bytes() -> u64 {
+    GLOBAL_PEAK.load(Relaxed).max(0) as u64
+}
+
 /// The process's live heap bytes now: what every thread allocated minus
 /// what it freed, summed over the registry and the shared counters (0 if
 /// more was freed than allocated, as in a forked child freeing its

@@ -1,0 +1,392 @@
+//! The figures allocmux prints are the program's: its own peak RSS (not
+//! the CLI's, which Linux would carry across `exec`), its own exit status
+//! whatever becomes of the report, its own input under `compare`, and its
+//! own stdout kept out of `run --json -`.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+mod common;
+use common::*;
+
+/// A program that maps and touches `argv[1]` MiB, unmaps it, and prints
+/// its own peak RSS as `getrusage` gives it (KiB). Mapped directly, so
+/// that its resident size drops again under every allocator: the exit
+/// path (and, recorded, the shim's exit profile) touches a few more pages
+/// after the program has measured, which must stay below the peak for the
+/// two figures to be comparable.
+const SELF_RSS: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+int main(int argc, char **argv) {
+    size_t n = (size_t)atol(argc > 1 ? argv[1] : "0") << 20;
+    if (n) {
+        volatile char *p = mmap(0, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) return 2;
+        for (size_t i = 0; i < n; i += 4096) p[i] = 1;
+        munmap((void *)p, n);
+    }
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    printf("%ld\n", ru.ru_maxrss);
+    return 0;
+}
+"#;
+
+fn self_rss() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap().keep();
+        c_program(&dir, "self_rss", SELF_RSS, &["-O2"])
+    })
+}
+
+fn json_of(bytes: &[u8]) -> Value {
+    serde_json::from_slice(bytes).unwrap_or_else(|e| panic!("not JSON ({e}): {}", text(bytes)))
+}
+
+/// The program's self-measured peak (KiB) is the one `run` reports, within
+/// a page or two when recorded (the JSON's bytes) and within the printed
+/// precision when not, under every allocator. A program that maps
+/// nothing peaks far below the CLI's own size, which Linux carried into
+/// every program before.
+#[test]
+fn max_rss_is_the_programs_own() {
+    let dir = tempfile::tempdir().unwrap();
+    for allocator in ["system", "jemalloc", "mimalloc"] {
+        for record in ["on", "off"] {
+            for mib in ["0", "24"] {
+                let (own_kib, reported_kib) = rss_of_run(dir.path(), allocator, record, mib);
+                let what = format!(
+                    "{allocator}, recording {record}, {mib} MiB: the program saw {own_kib} KiB, \
+                     run says {reported_kib} KiB"
+                );
+                if mib == "0" {
+                    assert!(reported_kib < 12.0 * 1024.0, "{what}");
+                    continue;
+                }
+                let tolerance = if record == "on" { 8.0 } else { 0.06 * 1024.0 };
+                assert!((reported_kib - own_kib as f64).abs() <= tolerance, "{what}");
+            }
+        }
+    }
+}
+
+/// The program's own peak and `run`'s, in KiB.
+fn rss_of_run(dir: &Path, allocator: &str, record: &str, mib: &str) -> (u64, f64) {
+    let json = dir.join(format!("{allocator}-{record}-{mib}.json"));
+    let mut cmd = allocmux();
+    cmd.args(["run", "-a", allocator]);
+    if record == "on" {
+        cmd.arg("--json").arg(&json);
+    } else {
+        cmd.args(["--record", "off"]);
+    }
+    let out = ok(run(cmd.arg("--").arg(self_rss()).arg(mib)));
+    let own_kib: u64 = text(&out.stdout).trim().parse().unwrap();
+    if record == "on" {
+        let doc = json_of(&fs::read(&json).unwrap());
+        let bytes = doc["processes"][0]["max_rss_bytes"].as_u64().unwrap();
+        return (own_kib, bytes as f64 / 1024.0);
+    }
+    // `max RSS 23.5 MiB`: the unrecorded run's summary line.
+    let err = text(&out.stderr);
+    let figure = err
+        .split("max RSS ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no max RSS in {err}"));
+    let mut words = figure.split_whitespace();
+    let n: f64 = words.next().unwrap().parse().unwrap();
+    let kib = match words.next().unwrap() {
+        "KiB" => n,
+        "MiB" => n * 1024.0,
+        unit => panic!("unit {unit} in {err}"),
+    };
+    (own_kib, kib)
+}
+
+/// `compare`'s memory column is each allocator's own: a program that
+/// touches 24 MiB peaks above that under each, and one that touches
+/// nothing far below it (it had a floor of the CLI's size before).
+#[test]
+fn compare_memory_is_the_programs_own() {
+    let out = ok(run(allocmux()
+        .args(["compare", "-n", "1", "--warmup", "0", "--json", "-", "--"])
+        .arg(self_rss())
+        .arg("0")));
+    let doc = json_of(&out.stdout);
+    for a in doc["allocators"].as_array().unwrap() {
+        let median = a["figures"]["max_rss_bytes"]["median"].as_f64().unwrap();
+        assert!(
+            median < 12.0 * 1048576.0,
+            "{}: max RSS {median} for a program that allocates nothing",
+            a["allocator"]
+        );
+    }
+}
+
+/// The program's exit status passes through when the summary cannot be
+/// written: a closed stderr (a pipe to a program that has ended) and a
+/// full one.
+#[test]
+fn exit_status_survives_an_unwritable_report() {
+    // stderr into a pipe whose reader is gone.
+    let mut child = allocmux()
+        .args(["run", "--", "sh", "-c", "exit 5"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stderr.take());
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(5), "stderr closed");
+
+    let full = fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    for args in [
+        &["run", "--", "sh", "-c", "exit 5"][..],
+        &["run", "--record", "off", "--", "sh", "-c", "exit 5"][..],
+    ] {
+        let out = allocmux()
+            .args(args)
+            .stderr(full.try_clone().unwrap())
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(5),
+            "{args:?} with stderr on /dev/full"
+        );
+    }
+
+    // A JSON report that cannot be written is said, and the status stands.
+    let out = run(allocmux().args(["run", "--json", "/dev/full", "--", "sh", "-c", "exit 6"]));
+    assert_eq!(out.status.code(), Some(6));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("allocmux: the program ran, but"),
+        "the failure is said: {err}"
+    );
+}
+
+/// `run --json -`: stdout holds the JSON alone; the program's stdout goes
+/// to stderr.
+#[test]
+fn run_json_to_stdout_keeps_the_programs_output_out() {
+    let out = ok(run(allocmux().args([
+        "run",
+        "--json",
+        "-",
+        "--",
+        "sh",
+        "-c",
+        "echo from-the-program",
+    ])));
+    let doc = json_of(&out.stdout);
+    assert_eq!(doc["exit_code"], 0, "{doc}");
+    assert!(
+        text(&out.stderr).contains("from-the-program"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+/// `compare --input FILE` feeds every run that file; `--input -` feeds
+/// every run what stdin held; a file on stdin without `--input` is
+/// refused, and a pipe is warned of.
+#[test]
+fn compare_feeds_each_run_its_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("lines.txt");
+    fs::write(&input, "a\nb\nc\n").unwrap();
+    let log = dir.path().join("cmp.log");
+    // Each run appends what it read to the log: every run must see it all.
+    ok(run(allocmux()
+        .args([
+            "compare",
+            "-n",
+            "1",
+            "--warmup",
+            "0",
+            "-a",
+            "system,mimalloc",
+        ])
+        .arg("--input")
+        .arg(&input)
+        .arg("--log")
+        .arg(&log)
+        .args(["--", "wc", "-l"])));
+    let logged = fs::read_to_string(&log).unwrap();
+    let counts: Vec<&str> = logged
+        .lines()
+        .filter(|l| !l.starts_with("==>"))
+        .map(str::trim)
+        .collect();
+    assert_eq!(
+        counts.len(),
+        4,
+        "two timing and two recorded runs: {logged}"
+    );
+    assert!(counts.iter().all(|c| *c == "3"), "{logged}");
+
+    let log2 = dir.path().join("cmp2.log");
+    let out = run(allocmux()
+        .args(["compare", "-n", "1", "--warmup", "0", "-a", "system"])
+        .args(["--input", "-", "--log"])
+        .arg(&log2)
+        .args(["--", "wc", "-l"])
+        .stdin(fs::File::open(&input).unwrap()));
+    ok(out);
+    let logged = fs::read_to_string(&log2).unwrap();
+    assert!(
+        logged
+            .lines()
+            .filter(|l| !l.starts_with("==>"))
+            .all(|l| l.trim() == "3"),
+        "{logged}"
+    );
+
+    let refused = allocmux()
+        .args(["compare", "-n", "1", "--", "wc", "-l"])
+        .stdin(fs::File::open(&input).unwrap())
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        text(&refused.stderr).contains("pass it with --input FILE"),
+        "{}",
+        text(&refused.stderr)
+    );
+
+    let mut piped = allocmux()
+        .args([
+            "compare", "-n", "1", "--warmup", "0", "-a", "system", "--", "true",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(piped.stdin.take());
+    let out = piped.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert!(
+        text(&out.stderr).contains("warning: stdin is a pipe"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+/// `run --stacks` without `-o` says that the stacks it records are thrown
+/// away; with `-o` it keeps them and says nothing of it.
+#[test]
+fn run_says_when_recorded_stacks_are_thrown_away() {
+    let out = ok(run(
+        allocmux().args(["run", "--stacks", "exact", "--", "true"])
+    ));
+    assert!(
+        text(&out.stderr).contains("call stacks are recorded but thrown away"),
+        "{}",
+        text(&out.stderr)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let out = ok(run(allocmux()
+        .args(["run", "--stacks", "exact", "-o"])
+        .arg(dir.path().join("kept.prof"))
+        .args(["--", "true"])));
+    assert!(!text(&out.stderr).contains("thrown away"));
+}
+
+/// A process killed before the shim's first periodic write left only its
+/// start-up profile: its figures are unknown, not zero.
+#[test]
+fn a_process_killed_before_its_first_write_is_unknown_not_zero() {
+    let out = ok(run(allocmux().args([
+        "run",
+        "--json",
+        "-",
+        "--",
+        "sh",
+        "-c",
+        "seq 1 10000000 | head -1",
+    ])));
+    let doc = json_of(&out.stdout);
+    let procs = doc["processes"].as_array().unwrap();
+    let seq = procs
+        .iter()
+        .find(|p| p["argv"][0] == "seq")
+        .unwrap_or_else(|| panic!("no seq in {doc}"));
+    assert_eq!(seq["figures_known"], false, "{seq}");
+    let head = procs.iter().find(|p| p["argv"][0] == "head").unwrap();
+    assert_eq!(head["figures_known"], true, "{head}");
+    let err = text(&out.stderr);
+    let row = err
+        .lines()
+        .find(|l| l.contains("seq?"))
+        .unwrap_or_else(|| panic!("no seq? row in {err}"));
+    assert!(!row.contains(" 0 "), "no zeros for what is unknown: {row}");
+    assert!(err.contains("what it allocated is unknown"), "{err}");
+}
+
+/// Figures scaled up from sampled stacks are marked as estimates (`≈`),
+/// exact ones are not; `diff`'s legend says what its percentages are.
+#[test]
+fn sampled_figures_are_marked_as_estimates() {
+    let dir = tempfile::tempdir().unwrap();
+    let prof = |name: &str, stacks: &[&str]| {
+        let path = dir.path().join(name);
+        ok(run(allocmux()
+            .arg("run")
+            .args(stacks)
+            .arg("-o")
+            .arg(&path)
+            .args([
+                "--",
+                "sh",
+                "-c",
+                "seq 1 30000 | sort -n > /dev/null",
+            ])));
+        path
+    };
+    let sampled = prof("s.prof", &["--stacks", "sample", "--sample-bytes", "1024"]);
+    let exact = prof("e.prof", &["--stacks", "exact"]);
+    // The heading and the lines of `report`'s section for `heading`.
+    let section = |p: &Path, heading: &str| -> Vec<String> {
+        let out = ok(run(allocmux().args(["report", "--top", "3"]).arg(p)));
+        let out = text(&out.stdout);
+        let lines: Vec<String> = out
+            .lines()
+            .skip_while(|l| !l.contains(&format!("top 3 stacks by {heading} ")))
+            .take_while(|l| !l.trim().is_empty())
+            .map(str::to_string)
+            .collect();
+        assert!(lines.len() >= 2, "no {heading} section in {out}");
+        lines
+    };
+    let s = section(&sampled, "allocations");
+    assert!(s[0].contains("(total ≈"), "{s:?}");
+    assert!(s[1..].iter().all(|l| l.trim().starts_with('≈')), "{s:?}");
+    let e = section(&exact, "allocations");
+    assert!(!e.concat().contains('≈'), "exact counts are counts: {e:?}");
+    // Allocator time is an estimate in every mode.
+    let t = section(&exact, "time in the allocator");
+    assert!(t[0].contains("(total ≈"), "{t:?}");
+
+    let svg = dir.path().join("d.svg");
+    ok(run(allocmux()
+        .arg("diff")
+        .arg(&exact)
+        .arg(&sampled)
+        .arg("-o")
+        .arg(&svg)));
+    let svg = fs::read_to_string(&svg).unwrap();
+    assert!(svg.contains("as a share of the new total, not its own growth"));
+}
