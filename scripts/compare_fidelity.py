@@ -4,10 +4,13 @@
 For each workload (the suite's, and the C malloc/free churn), R rounds, and
 in each round, one right after the other:
 
-  compare     `allocmux compare -n 1 --warmup 0 --json FILE -- PROG SIZE`,
+  compare     `allocmux compare -n 6 --warmup 0 --json FILE -- PROG SIZE`,
               as a user runs it (the embedded shim: its timing runs preload
               each allocator's forwarder, glibc's none; its recorded runs
-              are left out here), giving one timing run per allocator
+              are left out here), of which the timing runs of its first
+              round are kept: one per allocator, as a compare of one round
+              would give (compare refuses fewer than 6 rounds, which cannot
+              give a 95% interval)
   forwarder   one run per allocator with the same forwarders preloaded by
               hand (glibc: no preload): what compare's machinery
               (launching, interleaving, the CLI) should reproduce
@@ -49,6 +52,8 @@ from shim_overhead import timed  # noqa: E402
 
 ALLOCATORS = ["system", "jemalloc", "mimalloc"]
 INCODE = {"system": "glibc", "jemalloc": "jemalloc", "mimalloc": "mimalloc"}
+# Rounds of each compare: its fewest; only the first is kept.
+COMPARE_ROUNDS = 6
 # Pairs per thread of the C churn (2 threads) at divisor 1.
 CHURN_SIZE = 20_000_000
 # Where the allocator is most of the work (docs/workloads.md), and where
@@ -144,13 +149,13 @@ def main():
             for rnd in range(a.rounds + 1):
                 if rnd == 1:
                     times = {k: [] for k in times}
-                r = subprocess.run([allocmux, "compare", "-n", "1", "--warmup", "0", "--json", js, "--force",
+                r = subprocess.run([allocmux, "compare", "-n", str(COMPARE_ROUNDS), "--warmup", "0", "--json", js, "--force",
                                     "--", *plain], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                 if r.returncode != 0:
                     sys.exit(f"compare on {name} failed: {r.stderr[-2000:]}")
                 with open(js) as f:
                     for run in json.load(f)["runs"]:
-                        if not run["recorded"]:
+                        if not run["recorded"] and run["round"] == 1:
                             times[f"compare {run['allocator']}"].append(run["wall_ns"] / 1e9)
                 # The hand runs in another order each round, so none
                 # always follows compare's.

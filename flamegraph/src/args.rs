@@ -95,11 +95,12 @@ struct CompareArgs {
         default_value = "system,jemalloc,mimalloc"
     )]
     allocators: Vec<Backend>,
-    /// Measured rounds (each runs every allocator once); the most with --stop-early
-    /// [default: as many as fit in about a minute, from 6 to 10]
+    /// Measured rounds (each runs every allocator once), at least 6, the fewest that give a 95%
+    /// interval; the most with --stop-early [default: as many as fit in about a minute, from 6
+    /// to 10]
     #[arg(short = 'n', long, value_name = "RUNS",
-          allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(1..=1000))]
-    runs: Option<u64>,
+          allow_negative_numbers = true, value_parser = rounds_parser)]
+    runs: Option<usize>,
     /// Unmeasured rounds first (page cache, CPU frequency, the shim's cache).
     #[arg(long, value_name = "N", default_value_t = 1,
           allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(0..=100))]
@@ -238,8 +239,8 @@ struct DemoArgs {
     #[arg(long, hide = true)]
     size: Option<u64>,
     /// Rounds of the comparison.
-    #[arg(long, hide = true, allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(1..=1000))]
-    rounds: Option<u64>,
+    #[arg(long, hide = true, allow_negative_numbers = true, value_parser = rounds_parser)]
+    rounds: Option<usize>,
 }
 
 /// `--allocator`'s values: the names of [`Backend`], each with a word on
@@ -253,6 +254,14 @@ fn backend_parser() -> impl TypedValueParser<Value = Backend> {
         })
     });
     PossibleValuesParser::new(values).map(|name| name.parse::<Backend>().expect("a listed name"))
+}
+
+/// `compare -n` and `demo --rounds`: a count of rounds `compare` takes
+/// ([`crate::compare::check_rounds`]).
+fn rounds_parser(arg: &str) -> Result<usize, String> {
+    let rounds = arg.parse::<usize>().map_err(|e| e.to_string())?;
+    crate::compare::check_rounds(rounds)?;
+    Ok(rounds)
 }
 
 /// `run --stacks`' values, the modes of `ALLOCMUX_STACKS`; sampling starts at
@@ -312,7 +321,7 @@ impl Cli {
             }),
             Cmd::Compare(a) => Command::Compare(CompareOptions {
                 allocators: a.allocators,
-                runs: a.runs.map(|n| n as usize),
+                runs: a.runs,
                 warmup: a.warmup as usize,
                 stop_early: a.stop_early,
                 json: a.json,
@@ -363,7 +372,7 @@ impl Cli {
             Cmd::Demo(a) => Command::Demo(DemoOptions {
                 dir: a.output,
                 size: a.size,
-                rounds: a.rounds.map(|r| r as usize),
+                rounds: a.rounds,
             }),
             Cmd::Workload { name, size } => Command::Workload { name, size },
         })

@@ -358,7 +358,8 @@ pub struct TopStackJson {
     pub stack: StackJson,
 }
 
-/// A comparison: every run, the summary per allocator, and the verdict.
+/// A comparison: every run, the summary per allocator and per pair of
+/// allocators, and the verdict.
 #[derive(Debug, Serialize)]
 pub struct CompareJson {
     /// The command and its arguments.
@@ -381,6 +382,10 @@ pub struct CompareJson {
     pub runs: Vec<CompareRunJson>,
     /// Per allocator, baseline first.
     pub allocators: Vec<AllocatorSummaryJson>,
+    /// Every two allocators' wall times compared, the intervals the verdict
+    /// reads (those with the baseline are also each allocator's
+    /// `speedup_vs_baseline`); empty with fewer than two rounds.
+    pub pairs: Vec<PairJson>,
     /// Which allocator is fastest, as far as the runs can tell.
     pub verdict: VerdictJson,
     /// What makes the figures less trustworthy (noise, too few rounds).
@@ -433,6 +438,30 @@ pub struct AllocatorSummaryJson {
     pub speedup_vs_baseline: Option<Interval>,
     /// Peak RSS over the baseline's.
     pub max_rss_vs_baseline: Option<Interval>,
+}
+
+/// Two allocators compared over the paired rounds.
+#[derive(Debug, Serialize)]
+pub struct PairJson {
+    /// The later of the two in `allocators` (never the baseline).
+    pub a: &'static str,
+    /// The earlier one.
+    pub b: &'static str,
+    /// The figure compared, by its key: `wall_ns`, the one the verdict
+    /// reads.
+    pub figure: &'static str,
+    /// How many times faster `a` is than `b` (`b`'s figure over `a`'s, as
+    /// `speedup_vs_baseline`): the Hodges–Lehmann estimate.
+    pub ratio: f64,
+    /// The lower end of its interval.
+    pub low: f64,
+    /// The upper end.
+    pub high: f64,
+    /// The interval's coverage (at least `confidence_level`).
+    pub confidence: f64,
+    /// Whether the interval excludes 1, so that the verdict counts one of
+    /// the two clearly faster.
+    pub clear: bool,
 }
 
 /// The verdict of a comparison.
@@ -504,6 +533,20 @@ impl CompareJson {
                      exact Wilcoxon signed-rank confidence interval",
             runs,
             allocators,
+            pairs: s
+                .pairs
+                .iter()
+                .map(|p| PairJson {
+                    a: p.a.name(),
+                    b: p.b.name(),
+                    figure: Figure::Wall.key(),
+                    ratio: p.speedup.estimate,
+                    low: p.speedup.low,
+                    high: p.speedup.high,
+                    confidence: p.speedup.confidence,
+                    clear: p.clear(cmp.level),
+                })
+                .collect(),
             verdict: VerdictJson {
                 winner,
                 leaders,

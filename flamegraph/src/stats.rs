@@ -94,6 +94,27 @@ impl Interval {
     pub fn below(&self, x: f64) -> bool {
         self.high < x
     }
+
+    /// The same interval for the inverse ratio (`y / x` from `x / y`).
+    pub fn recip(self) -> Interval {
+        Interval {
+            estimate: 1.0 / self.estimate,
+            low: 1.0 / self.high,
+            high: 1.0 / self.low,
+            confidence: self.confidence,
+        }
+    }
+}
+
+/// The fewest pairs whose signed-rank interval can reach `level` (below 1):
+/// with n pairs even the widest interval, from the smallest Walsh average
+/// to the largest, misses the centre when all n differences fall on one
+/// side, which has probability `2^(1−n)`; so 95% needs 6 (5 reach 93.75%).
+pub fn fewest_pairs(level: f64) -> usize {
+    assert!(level < 1.0, "no sample gives a 100% interval");
+    (1..)
+        .find(|&n| 1.0 - 0.5f64.powi(n as i32 - 1) >= level - 1e-9)
+        .expect("a level below 1 is reached")
 }
 
 /// The ratio `x / y` of paired samples (`x[i]` and `y[i]` from the same
@@ -235,6 +256,35 @@ mod tests {
         // Six reach it: 1 − 2/64.
         let i = signed_rank_interval(&[0.1, 0.2, 0.3, 0.4, 0.5, 0.6], 0.95);
         assert!(close(i.confidence, 1.0 - 2.0 / 64.0));
+    }
+
+    #[test]
+    fn the_fewest_pairs_are_those_whose_widest_interval_reaches_the_level() {
+        assert_eq!(fewest_pairs(0.95), 6);
+        assert_eq!(fewest_pairs(0.99), 8);
+        for level in [0.5, 0.9, 0.95, 0.975, 0.99, 0.999] {
+            let n = fewest_pairs(level);
+            let d: Vec<f64> = (1..=n).map(|i| i as f64).collect();
+            assert!(signed_rank_interval(&d, level).confidence >= level);
+            assert!(signed_rank_interval(&d[1..], level).confidence < level);
+        }
+    }
+
+    #[test]
+    fn recip_inverts_the_ratio_and_keeps_the_confidence() {
+        let x = [1.0, 1.2, 0.9, 1.1, 1.3, 1.05];
+        let y = [2.0, 2.1, 1.9, 2.3, 2.2, 2.0];
+        let xy = paired_ratio(&x, &y, 0.95).unwrap();
+        let yx = paired_ratio(&y, &x, 0.95).unwrap();
+        let r = xy.recip();
+        for (a, b) in [
+            (r.estimate, yx.estimate),
+            (r.low, yx.low),
+            (r.high, yx.high),
+            (r.confidence, yx.confidence),
+        ] {
+            assert!((a - b).abs() < 1e-9, "{r:?} against {yx:?}");
+        }
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! `allocmux compare` end to end: the table, the JSON, the chart, early
-//! stopping, hidden and logged output, and the runs that stop it.
+//! `allocmux compare` end to end: the table, the JSON, the chart, the
+//! pairs a verdict rests on, early stopping, hidden and logged output, the
+//! runs that stop it and the rounds it refuses.
 
 use std::fs;
 
@@ -139,6 +140,29 @@ fn compare_reports_every_allocator_with_intervals_and_a_verdict() {
             assert!(iv["confidence"].as_f64().unwrap() >= 0.95, "{iv}");
         }
     }
+    let pairs = v["pairs"].as_array().unwrap();
+    let names: Vec<(&str, &str)> = pairs
+        .iter()
+        .map(|p| (p["a"].as_str().unwrap(), p["b"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("jemalloc", "system"),
+            ("mimalloc", "system"),
+            ("mimalloc", "jemalloc")
+        ]
+    );
+    for p in pairs {
+        assert_eq!(p["figure"], "wall_ns");
+        let (lo, ratio, hi) = (
+            p["low"].as_f64().unwrap(),
+            p["ratio"].as_f64().unwrap(),
+            p["high"].as_f64().unwrap(),
+        );
+        assert!(0.0 < lo && lo <= ratio && ratio <= hi, "{p}");
+        assert!(p["clear"].is_boolean(), "{p}");
+    }
     let verdict = &v["verdict"];
     let text_line = verdict["text"].as_str().unwrap();
     assert!(table.contains(text_line), "{text_line} in {table}");
@@ -232,7 +256,7 @@ fn output_is_hidden_or_logged() {
             "-a",
             "system,mimalloc",
             "-n",
-            "1",
+            "6",
             "--warmup",
             "0",
             "--log",
@@ -253,14 +277,7 @@ fn output_is_hidden_or_logged() {
         "{logged}"
     );
     assert!(logged.contains("round 1 under mimalloc"), "{logged}");
-    assert!(
-        table.contains("1 round cannot give 95% intervals; run at least 6 (-n 6)"),
-        "{table}"
-    );
-    assert!(
-        table.contains("verdict: none: 1 round cannot tell"),
-        "{table}"
-    );
+    assert!(logged.contains("round 6 under mimalloc"), "{logged}");
 }
 
 #[test]
@@ -268,7 +285,7 @@ fn a_failing_run_stops_the_comparison_naming_the_allocator() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("cmp.json");
     let out = run(allocmux()
-        .args(["compare", "-n", "2", "--json"])
+        .args(["compare", "-n", "6", "--json"])
         .arg(&json)
         .args([
             "--",
@@ -285,7 +302,7 @@ fn a_failing_run_stops_the_comparison_naming_the_allocator() {
     assert!(!err.contains("panicked"), "{err}");
     assert!(!json.exists(), "no half report is left behind");
 
-    let killed = run(allocmux().args(["compare", "-n", "1", "--", "sh", "-c", "kill -9 $$"]));
+    let killed = run(allocmux().args(["compare", "-n", "6", "--", "sh", "-c", "kill -9 $$"]));
     let err = text(&killed.stderr);
     assert!(
         err.contains("failed under system in warm-up round 1 (killed by SIGKILL (9))"),
@@ -313,6 +330,109 @@ fn unpreloadable_targets_and_bad_arguments_are_refused() {
     assert!(text(&out.stderr).contains("listed twice"));
     let out = run(allocmux().args(["compare", "-n", "0", "--", "true"]));
     assert_eq!(out.status.code(), Some(2));
+}
+
+/// Fewer rounds than give a 95% interval would print intervals of less
+/// under a 95% header: refused before anything runs, naming the fewest.
+#[test]
+fn fewer_rounds_than_a_95_percent_interval_needs_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let ran = dir.path().join("ran");
+    let program = ["--", "touch", ran.to_str().unwrap()];
+    for args in [
+        vec!["compare", "-n", "1"],
+        vec!["compare", "-n", "5"],
+        vec!["compare", "-n", "5", "--stop-early"],
+        vec!["demo", "--rounds", "5"],
+    ] {
+        let is_demo = args[0] == "demo";
+        let out = run(allocmux()
+            .current_dir(dir.path())
+            .args(&args)
+            .args(if is_demo { &[][..] } else { &program[..] }));
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = text(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        let n = args[2];
+        let s = if n == "1" { "" } else { "s" };
+        assert!(
+            err.contains(&format!(
+                "{n} round{s} cannot give a 95% interval; the fewest that can are 6"
+            )),
+            "{args:?}: {err}"
+        );
+        assert!(out.stdout.is_empty(), "{args:?}");
+        assert!(!ran.exists(), "{args:?} ran the program");
+    }
+}
+
+/// The reported case: jemalloc and mimalloc each tie with the baseline
+/// (each is faster in some rounds, slower in others), but mimalloc is
+/// faster than jemalloc in every round. The verdict says jemalloc is
+/// clearly slower than mimalloc, and that pair's interval, which the table
+/// against the baseline does not have, is printed under it and is in the
+/// JSON.
+#[test]
+fn the_verdict_prints_the_pairs_it_rests_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("cmp.json");
+    // Each allocator counts its runs; in its timing runs of rounds 3 and
+    // 6 (its 4th and 8th runs, after the recorded runs of rounds 1 and 4)
+    // mimalloc and jemalloc are slower than system, in the others faster,
+    // and mimalloc 0.1 s faster than jemalloc every time.
+    let script = r#"f="$1/$ALLOCMUX_ALLOCATOR"; echo >> "$f"; n=$(wc -l < "$f")
+        slow=$(( n % 4 == 0 ))
+        case "$ALLOCMUX_ALLOCATOR" in
+          system) sleep 0.3 ;;
+          mimalloc) if [ $slow = 1 ]; then sleep 0.5; else sleep 0.1; fi ;;
+          jemalloc) if [ $slow = 1 ]; then sleep 0.6; else sleep 0.2; fi ;;
+        esac"#;
+    let out = ok(run(allocmux()
+        .args(["compare", "-n", "6", "--warmup", "0", "--json"])
+        .arg(&json)
+        .args(["--", "sh", "-c", script, "sh"])
+        .arg(dir.path())));
+    let table = text(&out.stdout);
+    assert!(
+        table.contains(
+            "verdict: no clear winner between system and mimalloc: their 95% interval \
+             includes 1; jemalloc is clearly slower than mimalloc\n"
+        ),
+        "{table}"
+    );
+    let v = json_file(&json);
+    let pairs = v["pairs"].as_array().unwrap();
+    assert_eq!(pairs.len(), 3, "{pairs:?}");
+    let after_verdict = table.split("verdict: ").nth(1).unwrap();
+    for p in pairs {
+        let (a, b) = (p["a"].as_str().unwrap(), p["b"].as_str().unwrap());
+        let (ratio, low, high) = (
+            p["ratio"].as_f64().unwrap(),
+            p["low"].as_f64().unwrap(),
+            p["high"].as_f64().unwrap(),
+        );
+        assert!(p["confidence"].as_f64().unwrap() >= 0.95, "{p}");
+        assert_eq!(p["clear"], (a, b) == ("mimalloc", "jemalloc"), "{p}");
+        // Printed under the verdict as faster or slower, as in the table.
+        let words = if ratio >= 1.0 {
+            format!("{ratio:.2}× faster ({low:.2}–{high:.2})")
+        } else {
+            format!(
+                "{:.2}× slower ({:.2}–{:.2})",
+                1.0 / ratio,
+                1.0 / high,
+                1.0 / low
+            )
+        };
+        let line = format!("    {:<21} {words}\n", format!("{a} vs {b}"));
+        assert!(after_verdict.contains(&line), "{line:?} in {table}");
+    }
+    let clear = pairs.iter().find(|p| p["clear"] == true).unwrap();
+    assert!(clear["low"].as_f64().unwrap() > 1.0, "{clear}");
+    assert_eq!(
+        v["verdict"]["leaders"],
+        serde_json::json!(["system", "mimalloc"])
+    );
 }
 
 #[test]
@@ -345,7 +465,7 @@ fn timing_runs_preload_the_forwarder_and_recorded_runs_the_shim() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("programs.log");
     ok(run(allocmux_embedded()
-        .args(["compare", "-a", "system,mimalloc,jemalloc", "-n", "1", "--warmup", "0"])
+        .args(["compare", "-a", "system,mimalloc,jemalloc", "-n", "6", "--warmup", "0"])
         .arg("--log")
         .arg(&log)
         .args([
@@ -356,7 +476,8 @@ fn timing_runs_preload_the_forwarder_and_recorded_runs_the_shim() {
         ])));
     let logged = fs::read_to_string(&log).unwrap();
     let runs: Vec<&str> = logged.split("==> ").skip(1).collect();
-    assert_eq!(runs.len(), 6, "{logged}");
+    assert_eq!(runs.len(), 6 * 3 + 2 * 3, "{logged}");
+    // Round 1: its timing runs, then its recorded ones.
     for (run, (name, recorded)) in runs.iter().zip([
         ("system", false),
         ("mimalloc", false),

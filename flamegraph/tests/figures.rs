@@ -117,7 +117,7 @@ fn rss_of_run(dir: &Path, allocator: &str, record: &str, mib: &str) -> (u64, f64
 #[test]
 fn compare_memory_is_the_programs_own() {
     let out = ok(run(allocmux()
-        .args(["compare", "-n", "1", "--warmup", "0", "--json", "-", "--"])
+        .args(["compare", "-n", "6", "--warmup", "0", "--json", "-", "--"])
         .arg(self_rss())
         .arg("0")));
     let doc = json_of(&out.stdout);
@@ -213,7 +213,7 @@ fn compare_feeds_each_run_its_input() {
         .args([
             "compare",
             "-n",
-            "1",
+            "6",
             "--warmup",
             "0",
             "-a",
@@ -230,16 +230,13 @@ fn compare_feeds_each_run_its_input() {
         .filter(|l| !l.starts_with("==>"))
         .map(str::trim)
         .collect();
-    assert_eq!(
-        counts.len(),
-        4,
-        "two timing and two recorded runs: {logged}"
-    );
+    // Six timing runs and two recorded ones (rounds 1 and 4) of each.
+    assert_eq!(counts.len(), 16, "{logged}");
     assert!(counts.iter().all(|c| *c == "3"), "{logged}");
 
     let log2 = dir.path().join("cmp2.log");
     let out = run(allocmux()
-        .args(["compare", "-n", "1", "--warmup", "0", "-a", "system"])
+        .args(["compare", "-n", "6", "--warmup", "0", "-a", "system"])
         .args(["--input", "-", "--log"])
         .arg(&log2)
         .args(["--", "wc", "-l"])
@@ -255,7 +252,7 @@ fn compare_feeds_each_run_its_input() {
     );
 
     let refused = allocmux()
-        .args(["compare", "-n", "1", "--", "wc", "-l"])
+        .args(["compare", "-n", "6", "--", "wc", "-l"])
         .stdin(fs::File::open(&input).unwrap())
         .output()
         .unwrap();
@@ -268,7 +265,7 @@ fn compare_feeds_each_run_its_input() {
 
     let mut piped = allocmux()
         .args([
-            "compare", "-n", "1", "--warmup", "0", "-a", "system", "--", "true",
+            "compare", "-n", "6", "--warmup", "0", "-a", "system", "--", "true",
         ])
         .stdin(Stdio::piped())
         .stdout(Stdio::null())

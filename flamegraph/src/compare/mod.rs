@@ -25,14 +25,19 @@ use allocmux::profile::ProcessProfile;
 use crate::launch::{self, Launch, Output};
 use crate::report::shell_words;
 
-pub use summary::{AllocatorSummary, Figure, Summary, Verdict, write_human};
+pub use summary::{AllocatorSummary, Figure, Pair, Summary, Verdict, write_human};
 
 /// The confidence level of the reported intervals.
 pub const LEVEL: f64 = 0.95;
 
-/// Rounds before which `--stop-early` does not look: the smallest count
-/// at which a signed-rank interval can reach 95% at all.
-pub const FIRST_LOOK: usize = 6;
+/// The fewest measured rounds, those whose signed-rank interval can reach
+/// [`LEVEL`] at all ([`crate::stats::fewest_pairs`]): `-n` refuses fewer,
+/// whose intervals would fall short of the level they are printed under,
+/// and `--stop-early` first looks after this many.
+pub const MIN_ROUNDS: usize = 6;
+
+/// Most rounds `-n` takes.
+pub const MAX_ROUNDS: usize = 1000;
 
 /// Rounds with recorded runs: the first measured round and every this
 /// many after it (see the module docs). Their figures (counts, allocator
@@ -147,24 +152,44 @@ pub struct Comparison {
 }
 
 /// Rounds when none are asked for: as many as fit in about a minute
-/// after the first round took `round_ns`, at least [`FIRST_LOOK`] (the
+/// after the first round took `round_ns`, at least [`MIN_ROUNDS`] (the
 /// fewest that give a 95% interval) and at most [`DEFAULT_MAX_ROUNDS`].
 pub fn default_rounds(round_ns: u64) -> usize {
     let fit = DEFAULT_BUDGET_NS / round_ns.max(1);
-    (fit as usize).clamp(FIRST_LOOK, DEFAULT_MAX_ROUNDS)
+    (fit as usize).clamp(MIN_ROUNDS, DEFAULT_MAX_ROUNDS)
 }
 
 /// The level each look uses with `--stop-early` over at most `rounds`
 /// rounds: the 5% error is split evenly over the looks (Bonferroni), one
-/// after each round from [`FIRST_LOOK`], so looking after every round
+/// after each round from [`MIN_ROUNDS`], so looking after every round
 /// cannot turn noise into a winner more often than a single look would.
 pub fn looks_level(rounds: usize) -> f64 {
-    let looks = rounds.saturating_sub(FIRST_LOOK - 1).max(1);
+    let looks = rounds.saturating_sub(MIN_ROUNDS - 1).max(1);
     1.0 - (1.0 - LEVEL) / looks as f64
+}
+
+/// Why `rounds` measured rounds cannot be asked for, if they cannot: fewer
+/// than [`MIN_ROUNDS`] or more than [`MAX_ROUNDS`] (`-n` is refused with
+/// this message).
+pub fn check_rounds(rounds: usize) -> Result<(), String> {
+    if rounds < MIN_ROUNDS {
+        Err(format!(
+            "{rounds} round{} cannot give a {:.0}% interval; the fewest that can are {MIN_ROUNDS}",
+            if rounds == 1 { "" } else { "s" },
+            LEVEL * 100.0
+        ))
+    } else if rounds > MAX_ROUNDS {
+        Err(format!("at most {MAX_ROUNDS} rounds"))
+    } else {
+        Ok(())
+    }
 }
 
 /// Runs the comparison, with a progress bar on stderr when it is a terminal.
 pub fn run(mut opts: Options) -> Result<Comparison> {
+    if let Some(rounds) = opts.rounds {
+        check_rounds(rounds).map_err(anyhow::Error::msg)?;
+    }
     if opts.allocators.is_empty() {
         bail!("no allocator to compare; name them with -a system,jemalloc,mimalloc");
     }
@@ -242,8 +267,10 @@ pub fn run(mut opts: Options) -> Result<Comparison> {
         if opts.stop_early {
             cmp.level = looks_level(rounds);
         }
+        // Never before MIN_ROUNDS, whose intervals cannot reach the level
+        // (their summary would name no winner anyway).
         if opts.stop_early
-            && measured >= FIRST_LOOK
+            && measured >= MIN_ROUNDS
             && measured < rounds
             && matches!(Summary::new(&cmp).verdict, Verdict::Winner { .. })
         {
@@ -344,8 +371,24 @@ mod tests {
     fn default_rounds_fit_a_minute() {
         assert_eq!(default_rounds(1_000_000), DEFAULT_MAX_ROUNDS);
         assert_eq!(default_rounds(7_500_000_000), 8);
-        assert_eq!(default_rounds(30_000_000_000), FIRST_LOOK);
+        assert_eq!(default_rounds(30_000_000_000), MIN_ROUNDS);
         assert_eq!(default_rounds(0), DEFAULT_MAX_ROUNDS);
+    }
+
+    #[test]
+    fn the_fewest_rounds_reach_the_level() {
+        assert_eq!(MIN_ROUNDS, crate::stats::fewest_pairs(LEVEL));
+    }
+
+    /// With `--stop-early`, no look before [`MIN_ROUNDS`], and the last
+    /// round can always reach the stricter level of the looks: a winner
+    /// that is clear at the end is never lost to the correction.
+    #[test]
+    fn every_look_level_is_reached_by_the_last_round() {
+        for rounds in MIN_ROUNDS..=MAX_ROUNDS {
+            let need = crate::stats::fewest_pairs(looks_level(rounds));
+            assert!((MIN_ROUNDS..=rounds).contains(&need), "-n {rounds}: {need}");
+        }
     }
 
     #[test]

@@ -1,12 +1,13 @@
 //! The figures of a comparison: per allocator, the median and spread of
-//! each measure; against the baseline, intervals for speed and memory; and
-//! the verdict, as a table (as JSON: [`crate::json::CompareJson`]).
+//! each measure; against the baseline, intervals for speed and memory;
+//! between every two allocators, the interval of speed the verdict reads;
+//! and the verdict, as a table (as JSON: [`crate::json::CompareJson`]).
 
 use std::io::{self, Write};
 
-use super::{Comparison, FIRST_LOOK, RunRecord};
+use super::{Comparison, RunRecord};
 use crate::report::{Bytes, Count, Dur, shell_words};
-use crate::stats::{Interval, Spread, paired_ratio};
+use crate::stats::{Interval, Spread, fewest_pairs, paired_ratio};
 use allocmux::Backend;
 
 /// Width of a speed interval (high over low) above which the runs are
@@ -98,6 +99,32 @@ impl AllocatorSummary {
     }
 }
 
+/// Two allocators' wall times over the paired rounds: the interval the
+/// verdict reads to tell them apart.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Pair {
+    /// The later of the two in the allocators' order (so never the baseline).
+    pub a: Backend,
+    /// The earlier one.
+    pub b: Backend,
+    /// How many times faster `a` is than `b`: `b`'s wall time over `a`'s.
+    pub speedup: Interval,
+}
+
+impl Pair {
+    /// Whether the interval, at `level`, excludes 1: one of the two is
+    /// clearly faster.
+    pub fn clear(&self, level: f64) -> bool {
+        reaches(&self.speedup, level) && (self.speedup.above(1.0) || self.speedup.below(1.0))
+    }
+}
+
+/// Whether an interval has the confidence asked for (one from too few
+/// rounds has less).
+fn reaches(iv: &Interval, level: f64) -> bool {
+    iv.confidence >= level - 1e-9
+}
+
 /// Which allocator is fastest, as far as the runs can tell.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Verdict {
@@ -113,8 +140,9 @@ pub enum Verdict {
     NoClearWinner {
         /// The allocators no other one clearly beats.
         leaders: Vec<Backend>,
-        /// The allocators some other one clearly beats.
-        behind: Vec<Backend>,
+        /// The allocators some other one clearly beats, each with those
+        /// that do.
+        behind: Vec<(Backend, Vec<Backend>)>,
     },
     /// Only one allocator was run.
     Alone,
@@ -129,6 +157,10 @@ pub struct Summary {
     pub rounds: usize,
     /// Per allocator, baseline first.
     pub per_allocator: Vec<AllocatorSummary>,
+    /// Every two allocators, in the allocators' order of the later one,
+    /// then of the earlier (those with the baseline first, as in
+    /// `per_allocator`); none with fewer than two rounds.
+    pub pairs: Vec<Pair>,
     /// The verdict.
     pub verdict: Verdict,
     /// What the reader should know before trusting the verdict.
@@ -163,19 +195,26 @@ impl Summary {
             };
             runs[..n].iter().map(|r| r.figure(f)).collect()
         };
-        // faster[i][j]: how many times faster allocator i is than j.
+        // Each pair's interval, of the later allocator against the earlier
+        // as against the baseline, computed once: the verdict and the
+        // printed pairs read the same one. faster[i][j]: how many times
+        // faster allocator i is than j.
         let n = cmp.allocators.len();
-        let faster: Vec<Vec<Option<Interval>>> = (0..n)
-            .map(|i| {
-                (0..n)
-                    .map(|j| {
-                        let x = values(j, Figure::Wall);
-                        let y = values(i, Figure::Wall);
-                        (i != j).then(|| paired_ratio(&x, &y, level)).flatten()
-                    })
-                    .collect()
-            })
-            .collect();
+        let mut pairs = Vec::new();
+        let mut faster: Vec<Vec<Option<Interval>>> = vec![vec![None; n]; n];
+        for (a, b) in (1..n).flat_map(|a| (0..a).map(move |b| (a, b))) {
+            let wall = |i| values(i, Figure::Wall);
+            let Some(speedup) = paired_ratio(&wall(b), &wall(a), level) else {
+                continue;
+            };
+            faster[a][b] = Some(speedup);
+            faster[b][a] = Some(speedup.recip());
+            pairs.push(Pair {
+                a: cmp.allocators[a],
+                b: cmp.allocators[b],
+                speedup,
+            });
+        }
         let per_allocator: Vec<AllocatorSummary> = cmp
             .allocators
             .iter()
@@ -201,13 +240,12 @@ impl Summary {
                     .flatten(),
             })
             .collect();
-        let reached = |iv: &Interval| iv.confidence >= level - 1e-9;
-        let clearly_faster =
-            |i: usize, j: usize| faster[i][j].is_some_and(|iv| reached(&iv) && iv.above(1.0));
-        let reachable = 1.0 - 2f64.powi(1 - rounds as i32);
+        let clearly_faster = |i: usize, j: usize| {
+            faster[i][j].is_some_and(|iv| reaches(&iv, level) && iv.above(1.0))
+        };
         let verdict = if n < 2 {
             Verdict::Alone
-        } else if rounds < 2 || reachable < level - 1e-9 {
+        } else if rounds < fewest_pairs(level) {
             Verdict::TooFewRounds
         } else if let Some(w) = (0..n).find(|&i| (0..n).all(|j| j == i || clearly_faster(i, j))) {
             Verdict::Winner {
@@ -222,18 +260,22 @@ impl Summary {
                 (0..n).partition(|&i| !(0..n).any(|j| clearly_faster(j, i)));
             Verdict::NoClearWinner {
                 leaders: leaders.iter().map(|&i| cmp.allocators[i]).collect(),
-                behind: behind.iter().map(|&i| cmp.allocators[i]).collect(),
+                behind: behind
+                    .iter()
+                    .map(|&i| {
+                        let by = (0..n).filter(|&j| clearly_faster(j, i));
+                        (cmp.allocators[i], by.map(|j| cmp.allocators[j]).collect())
+                    })
+                    .collect(),
             }
         };
         let mut warnings = Vec::new();
         if verdict == Verdict::TooFewRounds {
-            let need = (2..)
-                .find(|&k| 1.0 - 2f64.powi(1 - k) >= level - 1e-9)
-                .unwrap_or(FIRST_LOOK as i32);
+            let need = fewest_pairs(level);
             warnings.push(format!(
-                "{rounds} round{} cannot give {:.0}% intervals; run at least {need} (-n {need})",
+                "{rounds} round{} cannot give {} intervals; run at least {need} (-n {need})",
                 if rounds == 1 { "" } else { "s" },
-                level * 100.0
+                percent(level)
             ));
         }
         // Noise that the pairing cancels (a slow round for all) does not
@@ -253,14 +295,26 @@ impl Summary {
         Summary {
             rounds,
             per_allocator,
+            pairs,
             verdict,
             warnings,
         }
     }
 
-    /// The verdict in one line.
+    /// The pairs whose intervals the verdict's words rest on, when they
+    /// are not in its line: every pair when there is no clear winner (a
+    /// winner's line has its intervals against every other allocator).
+    pub fn verdict_pairs(&self) -> &[Pair] {
+        match self.verdict {
+            Verdict::NoClearWinner { .. } => &self.pairs,
+            _ => &[],
+        }
+    }
+
+    /// The verdict in one line, at `level`: the winner with its intervals,
+    /// or which allocators tie and which are clearly slower than which.
     pub fn verdict_line(&self, level: f64) -> String {
-        let pct = format!("{:.0}%", level * 100.0);
+        let pct = percent(level);
         match &self.verdict {
             Verdict::Alone => "one allocator only: nothing to compare".to_string(),
             Verdict::TooFewRounds => format!(
@@ -291,28 +345,51 @@ impl Summary {
                 let names = |v: &[Backend]| {
                     join_and(&v.iter().map(|a| a.name().to_string()).collect::<Vec<_>>())
                 };
-                let mut s = if leaders.len() == self.per_allocator.len() {
-                    format!(
-                        "no clear winner: the {pct} intervals of {} overlap",
+                let mut claims = vec![match leaders.as_slice() {
+                    // Every allocator is clearly slower than another (the
+                    // intervals need not be transitive): the claims below.
+                    [] => "no clear winner".to_string(),
+                    // The others are all behind it, but one it does not
+                    // clearly beat (or it would win).
+                    [leader] => {
+                        let not_beaten: Vec<Backend> = behind
+                            .iter()
+                            .filter(|(_, by)| !by.contains(leader))
+                            .map(|&(a, _)| a)
+                            .collect();
+                        format!(
+                            "no clear winner: {} is not clearly faster than {}",
+                            leader.name(),
+                            names(&not_beaten)
+                        )
+                    }
+                    [_, _] => format!(
+                        "no clear winner between {}: their {pct} interval includes 1",
                         names(leaders)
-                    )
-                } else {
-                    format!(
-                        "no clear winner between {}: their {pct} intervals overlap",
+                    ),
+                    _ => format!(
+                        "no clear winner between {}: each pair's {pct} interval includes 1",
                         names(leaders)
-                    )
-                };
-                if !behind.is_empty() {
-                    s += &format!(
-                        "; {} {} clearly slower",
-                        names(behind),
-                        if behind.len() == 1 { "is" } else { "are" }
-                    );
+                    ),
+                }];
+                for (slower, by) in behind {
+                    claims.push(format!(
+                        "{} is clearly slower than {}",
+                        slower.name(),
+                        names(by)
+                    ));
                 }
-                s
+                claims.join("; ")
             }
         }
     }
+}
+
+/// A confidence level as a percentage: "95%", or "99.7%" for the stricter
+/// level of `--stop-early`'s looks (which "100%" would overstate).
+fn percent(level: f64) -> String {
+    let p = format!("{:.1}", level * 100.0);
+    format!("{}%", p.strip_suffix(".0").unwrap_or(&p))
 }
 
 fn join_and(parts: &[String]) -> String {
@@ -328,11 +405,10 @@ fn speed_words(iv: &Interval) -> String {
     if iv.estimate >= 1.0 {
         format!("{:.2}× faster ({:.2}–{:.2})", iv.estimate, iv.low, iv.high)
     } else {
+        let slower = iv.recip();
         format!(
             "{:.2}× slower ({:.2}–{:.2})",
-            1.0 / iv.estimate,
-            1.0 / iv.high,
-            1.0 / iv.low
+            slower.estimate, slower.low, slower.high
         )
     }
 }
@@ -393,9 +469,9 @@ pub fn write_human(cmp: &Comparison, s: &Summary, w: &mut dyn Write) -> io::Resu
     if s.per_allocator.iter().any(|a| a.speedup.is_some()) {
         writeln!(
             w,
-            "\n  against {base}: Hodges–Lehmann estimates with {:.0}% signed-rank intervals over the \
+            "\n  against {base}: Hodges–Lehmann estimates with {} signed-rank intervals over the \
              paired rounds",
-            cmp.level * 100.0
+            percent(cmp.level)
         )?;
         writeln!(w, "  {:<9} {:<32} max RSS", "allocator", "speed")?;
         for a in s.per_allocator.iter().skip(1) {
@@ -414,6 +490,21 @@ pub fn write_human(cmp: &Comparison, s: &Summary, w: &mut dyn Write) -> io::Resu
         }
     }
     writeln!(w, "\n  verdict: {}", s.verdict_line(cmp.level))?;
+    if !s.verdict_pairs().is_empty() {
+        writeln!(
+            w,
+            "  the pairs it rests on: wall time, {} intervals as above",
+            percent(cmp.level)
+        )?;
+        for p in s.verdict_pairs() {
+            writeln!(
+                w,
+                "    {:<21} {}",
+                format!("{} vs {}", p.a.name(), p.b.name()),
+                speed_words(&p.speedup)
+            )?;
+        }
+    }
     for warning in &s.warnings {
         writeln!(w, "  warning: {warning}")?;
     }
@@ -527,14 +618,154 @@ mod tests {
             s.verdict,
             Verdict::NoClearWinner {
                 leaders: vec![Jemalloc, Mimalloc],
-                behind: vec![System]
+                behind: vec![(System, vec![Jemalloc, Mimalloc])]
             }
         );
         assert_eq!(
             s.verdict_line(LEVEL),
-            "no clear winner between jemalloc and mimalloc: their 95% intervals overlap; \
-             system is clearly slower"
+            "no clear winner between jemalloc and mimalloc: their 95% interval includes 1; \
+             system is clearly slower than jemalloc and mimalloc"
         );
+    }
+
+    /// Sets the wall time of every timing run: `walls[k]` for the k-th
+    /// allocator, round by round.
+    fn with_walls(cmp: &mut Comparison, walls: &[[u64; 6]]) {
+        for r in cmp.runs.iter_mut().filter(|r| !r.recorded) {
+            let k = cmp
+                .allocators
+                .iter()
+                .position(|&a| a == r.allocator)
+                .unwrap();
+            r.wall_ns = walls[k][r.round - 1] * 1_000_000;
+        }
+    }
+
+    /// The case where the verdict rested on a pair it did not show:
+    /// jemalloc ties with the baseline but is clearly slower than mimalloc,
+    /// which also ties with the baseline. The line says than whom, and the
+    /// report prints that pair's interval under it.
+    #[test]
+    fn a_verdict_without_a_winner_shows_every_pair_it_rests_on() {
+        let mut cmp = comparison(&[(System, 1.0), (Jemalloc, 1.0), (Mimalloc, 1.0)], 6);
+        with_walls(
+            &mut cmp,
+            &[
+                [100, 100, 100, 100, 100, 100],
+                [95, 95, 95, 115, 115, 95],
+                [90, 90, 90, 110, 110, 90],
+            ],
+        );
+        let s = Summary::new(&cmp);
+        assert_eq!(
+            s.verdict,
+            Verdict::NoClearWinner {
+                leaders: vec![System, Mimalloc],
+                behind: vec![(Jemalloc, vec![Mimalloc])]
+            }
+        );
+        assert_eq!(
+            s.verdict_line(LEVEL),
+            "no clear winner between system and mimalloc: their 95% interval includes 1; \
+             jemalloc is clearly slower than mimalloc"
+        );
+        let pairs: Vec<(Backend, Backend, bool)> = s
+            .verdict_pairs()
+            .iter()
+            .map(|p| (p.a, p.b, p.clear(LEVEL)))
+            .collect();
+        assert_eq!(
+            pairs,
+            [
+                (Jemalloc, System, false),
+                (Mimalloc, System, false),
+                (Mimalloc, Jemalloc, true)
+            ]
+        );
+        // The pair with the baseline reads as the table above has it.
+        assert_eq!(s.pairs[0].speedup, s.per_allocator[1].speedup.unwrap());
+        let mut out = Vec::new();
+        write_human(&cmp, &s, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let shown = s.pairs[2].speedup;
+        let line = format!(
+            "    mimalloc vs jemalloc  {:.2}× faster ({:.2}–{:.2})\n",
+            shown.estimate, shown.low, shown.high
+        );
+        assert!(shown.low > 1.0, "{shown:?}");
+        assert!(text.contains(&line), "{line:?} in {text}");
+        assert!(
+            text.contains("  the pairs it rests on: wall time, 95% intervals as above\n"),
+            "{text}"
+        );
+        for pair in ["jemalloc vs system", "mimalloc vs system"] {
+            assert!(
+                text.contains(&format!("    {pair:<21} ")),
+                "{pair} in {text}"
+            );
+        }
+    }
+
+    /// A winner's line has its intervals against every other allocator,
+    /// so nothing is printed under it.
+    #[test]
+    fn a_winner_rests_on_the_intervals_of_its_own_line() {
+        let cmp = comparison(&[(System, 1.0), (Jemalloc, 0.8), (Mimalloc, 0.7)], 10);
+        let s = Summary::new(&cmp);
+        assert_eq!(s.pairs.len(), 3);
+        assert!(s.verdict_pairs().is_empty());
+        let mut out = Vec::new();
+        write_human(&cmp, &s, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(!text.contains("rests on"), "{text}");
+    }
+
+    /// The claims of a verdict whose leaders the pairs leave one or none.
+    #[test]
+    fn a_verdict_says_who_is_slower_than_whom() {
+        let summary = |leaders, behind| Summary {
+            rounds: 10,
+            per_allocator: vec![],
+            pairs: vec![],
+            verdict: Verdict::NoClearWinner { leaders, behind },
+            warnings: vec![],
+        };
+        let one_leader = summary(
+            vec![Mimalloc],
+            vec![(Jemalloc, vec![Mimalloc]), (System, vec![Jemalloc])],
+        );
+        assert_eq!(
+            one_leader.verdict_line(LEVEL),
+            "no clear winner: mimalloc is not clearly faster than system; \
+             jemalloc is clearly slower than mimalloc; system is clearly slower than jemalloc"
+        );
+        let a_cycle = summary(
+            vec![],
+            vec![
+                (System, vec![Mimalloc]),
+                (Jemalloc, vec![System]),
+                (Mimalloc, vec![Jemalloc]),
+            ],
+        );
+        assert!(
+            a_cycle
+                .verdict_line(LEVEL)
+                .starts_with("no clear winner; system is clearly slower than mimalloc; "),
+            "{}",
+            a_cycle.verdict_line(LEVEL)
+        );
+        let all_tied = summary(vec![System, Jemalloc, Mimalloc], vec![]);
+        assert_eq!(
+            all_tied.verdict_line(0.99),
+            "no clear winner between system, jemalloc and mimalloc: each pair's 99% interval \
+             includes 1"
+        );
+    }
+
+    #[test]
+    fn stricter_levels_are_not_rounded_up_to_100() {
+        assert_eq!(percent(0.95), "95%");
+        assert_eq!(percent(1.0 - 0.05 / 15.0), "99.7%");
     }
 
     #[test]
@@ -584,6 +815,19 @@ mod tests {
         assert_eq!(
             v["allocators"][0]["speedup_vs_baseline"],
             serde_json::Value::Null
+        );
+        assert_eq!(
+            v["pairs"],
+            serde_json::json!([{
+                "a": "jemalloc",
+                "b": "system",
+                "figure": "wall_ns",
+                "ratio": j["speedup_vs_baseline"]["estimate"],
+                "low": j["speedup_vs_baseline"]["low"],
+                "high": j["speedup_vs_baseline"]["high"],
+                "confidence": j["speedup_vs_baseline"]["confidence"],
+                "clear": true,
+            }])
         );
         let mut out = Vec::new();
         write_human(&cmp, &s, &mut out).unwrap();
