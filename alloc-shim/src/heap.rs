@@ -12,6 +12,13 @@
 //! allocator it came from (blocks made before the backend was chosen are
 //! glibc's), and `realloc` moves a glibc block to mimalloc.
 //!
+//! **Large blocks** ([`OWN_MAPPING_BYTES`] and up: the stack table's
+//! chunks, hash indexes, the unwinder's table) are page mappings of their
+//! own (`page_blocks`) on every thread, so the recorder's bulk is not in
+//! the backend's heap, whose statistics the profile reports as the
+//! program's (glibc's `mallinfo2`, mimalloc's committed bytes). The small
+//! blocks left there are a few hundred KiB at most.
+//!
 //! **The writer's blocks** (its staging buffers, the copy of the stacks)
 //! are page mappings of their own (`page_blocks`), which any thread may
 //! free, whoever holds the writer: a profile is written from `fork` and
@@ -98,6 +105,41 @@ fn is_mimallocs(ptr: *mut u8) -> bool {
     USED_MIMALLOC.load(Relaxed) && unsafe { mi_is_in_heap_region(ptr.cast()) }
 }
 
+/// The shim's own blocks in glibc's heap, as `mallinfo2` counts them:
+/// chunk bytes in its arenas, and in chunks it mapped on its own. The
+/// profile's glibc statistics leave them out, so they are the program's
+/// (see [`glibc_blocks`]).
+static GLIBC_ARENA_BYTES: AtomicUsize = AtomicUsize::new(0);
+static GLIBC_MMAPPED_BYTES: AtomicUsize = AtomicUsize::new(0);
+
+/// The shim's own blocks in glibc's heap: chunk bytes in the arenas, and
+/// in glibc's own mappings.
+pub fn glibc_blocks() -> (u64, u64) {
+    (
+        GLIBC_ARENA_BYTES.load(Relaxed) as u64,
+        GLIBC_MMAPPED_BYTES.load(Relaxed) as u64,
+    )
+}
+
+/// Counts a glibc block of the shim's in (`made`) or out.
+///
+/// # Safety
+/// `ptr` is a live glibc block.
+unsafe fn count_glibc(ptr: *mut u8, made: bool) {
+    // SAFETY: the caller's live glibc block.
+    let (bytes, mapped) = unsafe { crate::backend::glibc_chunk(ptr.cast()) };
+    let counter = if mapped {
+        &GLIBC_MMAPPED_BYTES
+    } else {
+        &GLIBC_ARENA_BYTES
+    };
+    if made {
+        counter.fetch_add(bytes, Relaxed);
+    } else {
+        counter.fetch_sub(bytes, Relaxed);
+    }
+}
+
 /// The emergency reserve's size.
 pub const RESERVE_BYTES: usize = 256 * 1024;
 /// The largest request the reserve serves.
@@ -161,11 +203,18 @@ fn reserve_used() -> usize {
     RESERVE_USED.load(Relaxed)
 }
 
+/// From this size up, a block is a page mapping of its own (the stack
+/// table's chunks, the hash indexes, the profile's text), so the recorder's
+/// bulk stays out of the backend's heap and so out of the allocator
+/// statistics the profile reports as the program's; smaller blocks are
+/// few and small next to it.
+pub const OWN_MAPPING_BYTES: usize = 64 * 1024;
+
 /// Memory from glibc or mimalloc (see the module docs), or failing that
 /// from the reserve (telling the stack recorder it is short).
 fn allocate(layout: Layout) -> *mut u8 {
     let raw = raw_thread::is_current();
-    if raw || WRITER.is_held_here() {
+    if raw || WRITER.is_held_here() || layout.size() >= OWN_MAPPING_BYTES {
         let p = page_blocks::allocate(layout);
         if !p.is_null() {
             return p;
@@ -187,6 +236,10 @@ fn allocate(layout: Layout) -> *mut u8 {
         }
     };
     if !p.is_null() {
+        if !ON_MIMALLOC.load(Relaxed) {
+            // SAFETY: a glibc block, just made.
+            unsafe { count_glibc(p, true) };
+        }
         return p;
     }
     from_reserve(layout)
@@ -221,6 +274,13 @@ unsafe impl GlobalAlloc for OwnHeap {
         // fresh from the kernel, which the default (`alloc`, then zero
         // every byte) would dirty: the unwinder's 256 KiB table of learned
         // steps would cost its whole size in every process from the start.
+        if layout.size() >= OWN_MAPPING_BYTES {
+            // A fresh mapping reads as zeros, untouched.
+            let p = page_blocks::allocate(layout);
+            if !p.is_null() {
+                return p;
+            }
+        }
         if layout.align() <= MALLOC_ALIGN && !raw_thread::is_current() && !WRITER.is_held_here() {
             // SAFETY: plain forwards, as in `allocate`; freed by `dealloc`,
             // which tells mimalloc's blocks from glibc's.
@@ -228,7 +288,11 @@ unsafe impl GlobalAlloc for OwnHeap {
                 if ON_MIMALLOC.load(Relaxed) {
                     mi_zalloc(layout.size()).cast()
                 } else {
-                    __libc_calloc(1, layout.size()).cast()
+                    let p: *mut u8 = __libc_calloc(1, layout.size()).cast();
+                    if !p.is_null() {
+                        count_glibc(p, true);
+                    }
+                    p
                 }
             };
             if !p.is_null() {
@@ -261,8 +325,12 @@ unsafe impl GlobalAlloc for OwnHeap {
             // SAFETY: `ptr` is a live block of mimalloc's, from `alloc`.
             unsafe { mi_free(ptr.cast()) }
         } else {
-            // SAFETY: `ptr` came from glibc through `alloc` or `realloc`.
-            unsafe { __libc_free(ptr.cast()) }
+            // SAFETY: `ptr` came from glibc through `alloc` or `realloc`,
+            // and is freed once.
+            unsafe {
+                count_glibc(ptr, false);
+                __libc_free(ptr.cast())
+            }
         }
     }
 
@@ -276,7 +344,10 @@ unsafe impl GlobalAlloc for OwnHeap {
             if !p.is_null() {
                 return p;
             }
-        } else if !RESERVE.holds(ptr) && layout.align() <= MALLOC_ALIGN && !raw_thread::is_current()
+        } else if !RESERVE.holds(ptr)
+            && layout.align() <= MALLOC_ALIGN
+            && !raw_thread::is_current()
+            && new_size < OWN_MAPPING_BYTES
         {
             let p = if is_mimallocs(ptr) {
                 // SAFETY: a live mimalloc block, of an alignment
@@ -284,8 +355,16 @@ unsafe impl GlobalAlloc for OwnHeap {
                 unsafe { mi_realloc(ptr.cast(), new_size) }
             } else if !ON_MIMALLOC.load(Relaxed) {
                 // SAFETY: `ptr` came from glibc's `malloc` (alignment
-                // within what it guarantees, so not from `memalign`).
-                unsafe { __libc_realloc(ptr.cast(), new_size) }
+                // within what it guarantees, so not from `memalign`); it
+                // is counted out, and whichever block glibc returns (the
+                // same grown, a new one, or on failure the old one still
+                // valid) counted in again.
+                unsafe {
+                    count_glibc(ptr, false);
+                    let p: *mut u8 = __libc_realloc(ptr.cast(), new_size).cast();
+                    count_glibc(if p.is_null() { ptr } else { p }, true);
+                    p.cast()
+                }
             } else {
                 // A glibc block under mimalloc: moved, below.
                 core::ptr::null_mut()
@@ -294,7 +373,8 @@ unsafe impl GlobalAlloc for OwnHeap {
                 return p.cast();
             }
         }
-        // A reserve block, a large alignment, a glibc block to move to
+        // A reserve block, a large alignment, a block grown to a page
+        // block's size, a glibc block to move to
         // mimalloc or (on the raw flusher thread) to a page block, or the
         // allocator out of memory (the old block is then
         // still valid): a new block, the bytes copied, the old one freed
@@ -318,7 +398,8 @@ mod tests {
 
     /// Under mimalloc, new blocks are mimalloc's and a glibc block made
     /// before is freed by glibc, or moved to mimalloc by `realloc`; under
-    /// glibc again, mimalloc's blocks still go back to mimalloc. (The
+    /// glibc again, mimalloc's blocks still go back to mimalloc. A block
+    /// grown to [`OWN_MAPPING_BYTES`] becomes a page mapping. (The
     /// switch is safe at any time, with other tests allocating: each block
     /// is freed by its own allocator.)
     #[test]
@@ -343,8 +424,9 @@ mod tests {
             let moved = heap.realloc(from_glibc, small, 4000);
             assert!(mi_is_in_heap_region(moved.cast()));
             assert!((0..40).all(|i| *moved.add(i) == 0x33));
+            // Grown past OWN_MAPPING_BYTES: a page mapping of its own.
             let grown = heap.realloc(a, small, 100_000);
-            assert!(mi_is_in_heap_region(grown.cast()));
+            assert!(page_blocks::holds(grown) && !mi_is_in_heap_region(grown.cast()));
             heap.dealloc(other_glibc, small);
 
             follow_backend(Backend::Jemalloc);

@@ -222,7 +222,15 @@ pub fn read_allocator_stats() -> Option<(u64, u64, AllocatorStats)> {
     if !choice.recorded {
         return None;
     }
-    let stats = AllocatorStats::read(choice.backend)?;
+    let stats = match AllocatorStats::read(choice.backend)? {
+        // The shim's own small blocks in glibc's heap are not the
+        // program's (its large ones are mappings of their own: `heap`).
+        AllocatorStats::System(g) => {
+            let (arena, mmapped) = crate::heap::glibc_blocks();
+            AllocatorStats::System(g.without(arena, mmapped))
+        }
+        other => other,
+    };
     Some((recorder::monotonic_ns(), recorder::live_bytes(), stats))
 }
 

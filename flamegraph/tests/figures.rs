@@ -387,3 +387,49 @@ fn sampled_figures_are_marked_as_estimates() {
     let svg = fs::read_to_string(&svg).unwrap();
     assert!(svg.contains("as a share of the new total, not its own growth"));
 }
+
+/// The recorder's own memory is not in the allocator statistics reported
+/// as the program's: `gcc -c` reads about the same glibc figures with
+/// exact stacks (megabytes of tables) as with none.
+#[test]
+fn the_recorders_memory_is_not_the_programs_heap() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("x.c");
+    fs::write(&source, "int main(void) { return 0; }\n").unwrap();
+    let in_use = |stacks: &str| -> Vec<(String, u64)> {
+        let json = dir.path().join(format!("{stacks}.json"));
+        let prof = dir.path().join(format!("{stacks}.prof"));
+        ok(run(allocmux()
+            .args(["run", "--stacks", stacks, "-o"])
+            .arg(&prof)
+            .arg("--json")
+            .arg(&json)
+            .args(["--", "gcc", "-c"])
+            .arg(&source)
+            .arg("-o")
+            .arg(dir.path().join("x.o"))));
+        let doc = json_of(&fs::read(&json).unwrap());
+        doc["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|p| {
+                let figure = p["allocator_stats"]["figures"]["in_use"].as_u64()?;
+                Some((p["argv"][0].as_str()?.to_string(), figure))
+            })
+            .collect()
+    };
+    let off = in_use("off");
+    let exact = in_use("exact");
+    let driver = |v: &[(String, u64)]| {
+        v.iter()
+            .find(|(name, _)| name == "gcc")
+            .unwrap_or_else(|| panic!("no gcc in {v:?}"))
+            .1
+    };
+    let (off, exact) = (driver(&off), driver(&exact));
+    assert!(
+        exact <= off + off / 10 + (32 << 10),
+        "glibc's in-use bytes of gcc: {off} without stacks, {exact} with exact stacks"
+    );
+}

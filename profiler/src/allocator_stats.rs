@@ -112,6 +112,24 @@ pub struct GlibcStats {
     pub releasable: u64,
 }
 
+impl GlibcStats {
+    /// These figures without blocks that are not the program's (the
+    /// preloaded recorder's own): `arena_bytes` of chunks in the arenas and
+    /// `mmapped_bytes` in chunks glibc mapped on its own, as `mallinfo2`
+    /// counts them (chunk sizes, headers included). The space such blocks
+    /// left free between the program's is not told apart.
+    pub fn without(self, arena_bytes: u64, mmapped_bytes: u64) -> GlibcStats {
+        GlibcStats {
+            in_use: self
+                .in_use
+                .saturating_sub(arena_bytes.saturating_add(mmapped_bytes)),
+            arena: self.arena.saturating_sub(arena_bytes),
+            mmapped: self.mmapped.saturating_sub(mmapped_bytes),
+            ..self
+        }
+    }
+}
+
 impl AllocatorStats {
     /// Reads the statistics of `backend`, or `None` if this build does not
     /// have it (the `jemalloc` and `mimalloc` features), its statistics

@@ -12,7 +12,7 @@ pub use jemalloc::fork as jemalloc_fork;
 pub use mimalloc::fork as mimalloc_fork;
 pub use mimalloc::init as init_mimalloc;
 pub use mimalloc::{Mimalloc, MimallocLookup};
-pub use system::System;
+pub use system::{System, chunk as glibc_chunk};
 
 use core::ffi::c_void;
 

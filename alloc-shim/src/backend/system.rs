@@ -78,3 +78,16 @@ unsafe impl Backend for System {
         (word & !7) - 8 - ((word & 2) << 2)
     }
 }
+
+/// A glibc block's chunk: its size as `mallinfo2` counts it (header
+/// included), and whether glibc mapped it on its own (counted in
+/// `hblkhd`, not the arenas). Read from the chunk header, as
+/// [`System`]'s `usable` does.
+///
+/// # Safety
+/// `ptr` is a live glibc block.
+pub unsafe fn chunk(ptr: *mut c_void) -> (usize, bool) {
+    // SAFETY: the caller's live glibc block, whose header word precedes it.
+    let word = unsafe { *(ptr as *const usize).sub(1) };
+    (word & !7, word & 2 != 0)
+}
