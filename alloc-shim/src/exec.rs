@@ -31,7 +31,7 @@ pub unsafe fn execve(
     argv: *const *const c_char,
     envp: *const *const c_char,
 ) -> c_int {
-    let written = lifecycle::before_exec();
+    let written = lifecycle::before_exec(name_of(path));
     // SAFETY: the caller's arguments, as for execve(2); the raw system call
     // is all glibc's execve is.
     let r = unsafe { libc::syscall(libc::SYS_execve, path, argv, envp) } as c_int;
@@ -64,7 +64,7 @@ pub unsafe fn execvpe(
     let Some(next) = next_symbol(&NEXT, c"execvpe") else {
         return enosys();
     };
-    let written = lifecycle::before_exec();
+    let written = lifecycle::before_exec(name_of(file));
     // SAFETY: glibc's execvpe, with the caller's arguments.
     let r = unsafe { core::mem::transmute::<*mut c_void, F>(next)(file, argv, envp) };
     failed_exec(written);
@@ -90,7 +90,8 @@ pub unsafe fn fexecve(fd: c_int, argv: *const *const c_char, envp: *const *const
     let Some(next) = next_symbol(&NEXT, c"fexecve") else {
         return enosys();
     };
-    let written = lifecycle::before_exec();
+    // The program behind a descriptor has no name to give.
+    let written = lifecycle::before_exec(b"");
     // SAFETY: glibc's fexecve, with the caller's arguments.
     let r = unsafe { core::mem::transmute::<*mut c_void, F>(next)(fd, argv, envp) };
     failed_exec(written);
@@ -99,6 +100,17 @@ pub unsafe fn fexecve(fd: c_int, argv: *const *const c_char, envp: *const *const
 
 unsafe extern "C" {
     static environ: *mut *const c_char;
+}
+
+/// The program an `exec` call names, for the profile; none for a null
+/// pointer, which the call itself then refuses (EFAULT).
+fn name_of<'a>(path: *const c_char) -> &'a [u8] {
+    if path.is_null() {
+        return b"";
+    }
+    // SAFETY: a non-null `exec` argument is a NUL-terminated string the
+    // caller keeps alive for the call.
+    unsafe { CStr::from_ptr(path) }.to_bytes()
 }
 
 /// The definition of `name` after this library's (glibc's), looked up once.

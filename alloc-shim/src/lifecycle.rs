@@ -179,7 +179,7 @@ pub fn before_exit() {
 /// child and when the writer stays busy; the allocator's statistics are
 /// the last reading (`exec` is async-signal-safe and may come from a
 /// signal handler).
-pub fn before_exec() -> bool {
+pub fn before_exec(target: &[u8]) -> bool {
     if !choice::recorded() || !STARTED.load(Relaxed) {
         return false;
     }
@@ -189,6 +189,15 @@ pub fn before_exec() -> bool {
             if w.process.pid != unsafe { libc::getpid() } as u32 || w.finished || !w.has_output {
                 return false;
             }
+            // Named in the profile, so that a program the shim cannot
+            // reach (static, setuid) is named rather than lost.
+            let len = if target.len() <= w.process.exec.len() {
+                target.len()
+            } else {
+                0
+            };
+            w.process.exec[..len].copy_from_slice(&target[..len]);
+            w.process.exec_len = len;
             writer::write_profile(&mut w, State::Exited, true);
             return w.finished;
         }
@@ -205,6 +214,7 @@ pub fn after_failed_exec(written: bool) {
     if written {
         let mut w = WRITER.lock();
         w.finished = false;
+        w.process.exec_len = 0;
         writer::write_profile(&mut w, State::Running, false);
     }
 }

@@ -72,6 +72,11 @@ pub struct Process {
     pub http: [u8; 64],
     /// Length of `http`.
     pub http_len: usize,
+    /// The program an `exec` under way replaces this image with, as the
+    /// call named it, `exec_len` bytes of it (0: none, or too long).
+    pub exec: [u8; PATH_MAX],
+    /// Length of `exec`.
+    pub exec_len: usize,
 }
 
 /// The profile's file names.
@@ -117,6 +122,8 @@ pub static WRITER: SpinLock<Writer> = SpinLock::new(Writer {
         stderr_id: None,
         http: [0; 64],
         http_len: 0,
+        exec: [0; PATH_MAX],
+        exec_len: 0,
     },
     file: ProfileFile {
         template: [0; PATH_MAX],
@@ -284,6 +291,7 @@ pub fn write_profile(w: &mut Writer, state: State, exiting_thread: bool) {
         max_rss_bytes: process::max_rss_bytes(),
         time_sample_mean: recorder::time_sample_mean(),
         http: &w.process.http[..w.process.http_len],
+        exec: &w.process.exec[..w.process.exec_len],
     };
     let started = recorder::monotonic_ns();
     let Writer {

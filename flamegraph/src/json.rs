@@ -63,6 +63,21 @@ pub struct ReportJson {
     /// with stacks, unless `--top 0`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub top_stacks: Option<TopStacksJson>,
+    /// Programs that processes replaced themselves with (`exec`) and that
+    /// the shim could not reach (statically linked, setuid): their
+    /// allocations are in no figure.
+    pub unprofiled: Vec<UnprofiledJson>,
+}
+
+/// A program that left no profile, though a profiled process ran it.
+#[derive(Debug, Serialize)]
+pub struct UnprofiledJson {
+    /// The process that ran it (`exec` keeps the pid).
+    pub pid: u32,
+    /// The program, as the `exec` named it.
+    pub program: String,
+    /// Why it could not be profiled, as far as can be told.
+    pub reason: String,
 }
 
 /// How `allocmux run` ran the command.
@@ -235,6 +250,17 @@ impl From<&Report> for ReportJson {
                 sys_ns: run.exit.sys_ns,
             }),
             top_stacks: None,
+            unprofiled: {
+                let profiles: Vec<_> = r.processes.iter().map(|p| &p.profile).collect();
+                crate::report::unprofiled(&profiles)
+                    .into_iter()
+                    .map(|u| UnprofiledJson {
+                        pid: u.pid,
+                        program: u.program,
+                        reason: u.why,
+                    })
+                    .collect()
+            },
         }
     }
 }

@@ -46,6 +46,59 @@ impl ProcessFigures {
     }
 }
 
+/// A program that a profiled process replaced itself with (`exec`) and
+/// that left no profile: the shim could not reach it (statically linked,
+/// setuid), so its allocations are in no figure.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unprofiled {
+    /// The process (the same pid before and after the `exec`).
+    pub pid: u32,
+    /// The program, as the `exec` named it.
+    pub program: String,
+    /// Why it could not be profiled, as far as can be told from here.
+    pub why: String,
+}
+
+/// Every `exec` in `profiles` whose new image left no profile of its own.
+pub fn unprofiled(profiles: &[&ProcessProfile]) -> Vec<Unprofiled> {
+    profiles
+        .iter()
+        .filter(|p| p.state == State::Exited)
+        .filter_map(|p| {
+            let program = p.exec.as_ref()?;
+            let successor = profiles
+                .iter()
+                .any(|q| q.pid == p.pid && q.clock_start.mono_ns >= p.clock_end.mono_ns);
+            (!successor).then(|| Unprofiled {
+                pid: p.pid,
+                program: program.clone(),
+                why: why_unprofiled(program),
+            })
+        })
+        .collect()
+}
+
+/// Why `program` (an `exec`'s argument) left no profile: what the checks
+/// `allocmux` makes of its own targets find, or, when they find nothing,
+/// the causes that remain.
+fn why_unprofiled(program: &str) -> String {
+    let checked = crate::target::resolve(program).and_then(|path| {
+        crate::target::check_preloadable(&path)?;
+        Ok(path)
+    });
+    match checked {
+        Ok(path) => format!(
+            "{} left no profile (its environment dropped LD_PRELOAD, or it was killed as it \
+             started)",
+            path.display()
+        ),
+        Err(e) => {
+            let e = format!("{e:#}");
+            e.split(" (").next().unwrap_or(&e).to_string()
+        }
+    }
+}
+
 /// When the shim's first periodic write comes, after its start-up one
 /// (the flusher's interval, `alloc-shim/src/flusher.rs`).
 const FIRST_PERIODIC_WRITE_NS: u64 = 500_000_000;
@@ -362,6 +415,14 @@ impl Report {
                 w,
                 "  failed calls (NULL or error returned): {}",
                 Count(t.totals.failed_calls)
+            )?;
+        }
+        let profiles: Vec<&ProcessProfile> = self.processes.iter().map(|p| &p.profile).collect();
+        for u in unprofiled(&profiles) {
+            writeln!(
+                w,
+                "  not profiled: pid {} ran {}: {}",
+                u.pid, u.program, u.why
             )?;
         }
         if self.processes.iter().any(ProcessFigures::figures_unknown) {

@@ -433,3 +433,51 @@ fn the_recorders_memory_is_not_the_programs_heap() {
         "glibc's in-use bytes of gcc: {off} without stacks, {exact} with exact stacks"
     );
 }
+
+/// A program the shim cannot reach (statically linked), started by a
+/// profiled process, is named with the reason instead of vanishing: run by
+/// bash (fork, then exec) and by `exec` in the main process itself.
+#[test]
+fn unprofilable_children_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let stat = static_binary(dir.path());
+    let stat = stat.to_str().unwrap();
+    for script in [format!("{stat}; true"), format!("exec {stat}")] {
+        let shell = if script.starts_with("exec") {
+            "sh"
+        } else {
+            "bash"
+        };
+        let out = ok(run(
+            allocmux().args(["run", "--json", "-", "--", shell, "-c", &script])
+        ));
+        let doc = json_of(&out.stdout);
+        let unprofiled = doc["unprofiled"].as_array().unwrap();
+        assert_eq!(unprofiled.len(), 1, "{shell} -c {script:?}: {doc}");
+        assert_eq!(unprofiled[0]["program"], stat);
+        assert!(
+            unprofiled[0]["reason"]
+                .as_str()
+                .unwrap()
+                .contains("statically linked"),
+            "{doc}"
+        );
+        let err = text(&out.stderr);
+        assert!(
+            err.contains(&format!("not profiled: pid {}", unprofiled[0]["pid"])),
+            "{err}"
+        );
+    }
+    // A dynamically linked program started the same way is profiled, so
+    // nothing is said.
+    let out = ok(run(allocmux().args([
+        "run",
+        "--json",
+        "-",
+        "--",
+        "bash",
+        "-c",
+        "ls / > /dev/null; true",
+    ])));
+    assert_eq!(json_of(&out.stdout)["unprofiled"], serde_json::json!([]));
+}

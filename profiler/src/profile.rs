@@ -19,6 +19,7 @@
 //! max_rss_bytes 4096000
 //! time_sample_mean 256        one call in this many (on average) is timed
 //! http 127.0.0.1:43117        where its live /debug/pprof endpoint listens (optional)
+//! exec /usr/bin/go            the program an `exec` replaced this image with (optional)
 //! calls malloc 10             one line per function with a non-zero count
 //! failed_calls 0
 //! bytes_requested 800
@@ -148,6 +149,9 @@ pub struct Header<'a> {
     pub time_sample_mean: u32,
     /// The address its `/debug/pprof` endpoint listens on (empty: none).
     pub http: &'a [u8],
+    /// The program this image was replacing itself with when the section
+    /// was written (`exec`), as the call named it (empty: none).
+    pub exec: &'a [u8],
 }
 
 /// Writes the file header line.
@@ -184,6 +188,11 @@ pub fn write_counters<W: Write>(w: &mut W, h: &Header<'_>, t: &Totals) -> fmt::R
     if !h.http.is_empty() {
         w.write_str("http ")?;
         write_escaped(w, h.http)?;
+        writeln!(w)?;
+    }
+    if !h.exec.is_empty() {
+        w.write_str("exec ")?;
+        write_escaped(w, h.exec)?;
         writeln!(w)?;
     }
     for f in Func::ALL {
@@ -576,6 +585,9 @@ pub struct ProcessProfile {
     /// The address of its live `/debug/pprof` endpoint (`ALLOCMUX_HTTP`),
     /// if it served one.
     pub http: Option<String>,
+    /// The program the process replaced this image with (`exec`), as the
+    /// call named it (a path, or a name `execvp` looked up in `PATH`).
+    pub exec: Option<String>,
     /// The counters.
     pub totals: Totals,
     /// Call stacks, if recorded.
@@ -651,6 +663,7 @@ impl ProcessProfile {
             max_rss_bytes: self.max_rss_bytes,
             time_sample_mean: self.time_sample_mean,
             http: self.http.as_deref().unwrap_or("").as_bytes(),
+            exec: self.exec.as_deref().unwrap_or("").as_bytes(),
         };
         write_counters(w, &h, &self.totals)?;
         if let Some(r) = &self.allocator_stats {
@@ -901,6 +914,11 @@ fn parse_sections(text: &str) -> Result<Vec<ProcessProfile>, ParseError> {
             "process" => return Err(err(n, "a process section is missing its `end` line".into())),
             "pid" => p.pid = pid(rest)?,
             "ppid" => p.ppid = pid(rest)?,
+            "exec" => {
+                p.exec = Some(
+                    String::from_utf8_lossy(&unescape(rest).map_err(|m| err(n, m))?).into_owned(),
+                )
+            }
             "http" => {
                 p.http = Some(
                     String::from_utf8_lossy(&unescape(rest).map_err(|m| err(n, m))?).into_owned(),
@@ -1090,6 +1108,7 @@ fn empty_process() -> ProcessProfile {
         max_rss_bytes: 0,
         time_sample_mean: 1,
         http: None,
+        exec: None,
         totals: Totals::default(),
         stacks: Stacks::default(),
         timeline: Timeline::default(),
@@ -1136,6 +1155,7 @@ mod tests {
             max_rss_bytes: 4 << 20,
             time_sample_mean: 256,
             http: None,
+            exec: None,
             totals: t,
             stacks: Stacks::default(),
             timeline: Timeline::default(),

@@ -384,6 +384,7 @@ fn profile_text(state: State, http: &str) -> String {
         max_rss_bytes: recorder::process::max_rss_bytes(),
         time_sample_mean: recorder::time_sample_mean(),
         http: http.as_bytes(),
+        exec: b"",
     };
     // The allocator's own figures, when it is one allocmux knows.
     let allocator = Backend::from_name(header.allocator.as_bytes())
