@@ -30,7 +30,7 @@ pub struct Labels {
 /// says when the recorder ran short of memory.
 pub fn labels(set: &StackSet<'_>, w: Weight, what: String) -> Labels {
     let mode = set.mode_description();
-    let total = set.show(w, w.of(&set.total()));
+    let total = set.show_total(w);
     let title = if mode.is_empty() {
         format!("{what} — {} — total {total}", set.describe(w))
     } else {

@@ -45,7 +45,7 @@ pub fn write_human(set: &StackSet<'_>, n: usize, w: &mut dyn Write) -> io::Resul
             rows.len(),
             if rows.len() == 1 { "" } else { "s" },
             set.describe(weight),
-            set.show(weight, t)
+            set.show_total(weight)
         )?;
         if rows.is_empty() {
             writeln!(w, "    (none)")?;

@@ -370,6 +370,10 @@ fn sampled_figures_are_marked_as_estimates() {
     };
     let s = section(&sampled, "allocations");
     assert!(s[0].contains("(total ≈"), "{s:?}");
+    assert!(
+        s[0].contains("(95% interval "),
+        "a sampled count has its interval: {s:?}"
+    );
     assert!(s[1..].iter().all(|l| l.trim().starts_with('≈')), "{s:?}");
     let e = section(&exact, "allocations");
     assert!(!e.concat().contains('≈'), "exact counts are counts: {e:?}");
