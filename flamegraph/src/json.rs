@@ -339,6 +339,9 @@ fn allocator_stats(p: &ProcessProfile) -> Option<AllocatorStatsJson> {
 /// sorted order (see [`to_pretty_declared`]).
 #[derive(Debug, Serialize)]
 pub struct StackJson {
+    /// The weights whose values are estimates rather than counts: `time`
+    /// always (from timed calls), and every weight of sampled stacks.
+    pub estimated: Vec<&'static str>,
     /// Frames, leaf first (see [`Frame`] for the keys).
     pub frames: Vec<Frame>,
     /// The program that made the stack, when the stacks come from several
@@ -350,9 +353,15 @@ pub struct StackJson {
     pub values: BTreeMap<&'static str, u64>,
 }
 
-impl From<&MergedStack> for StackJson {
-    fn from(s: &MergedStack) -> StackJson {
+impl StackJson {
+    /// Stack `s` of `set`.
+    pub fn new(s: &MergedStack, set: &StackSet<'_>) -> StackJson {
         StackJson {
+            estimated: Weight::ALL
+                .iter()
+                .filter(|&&w| set.estimates(w))
+                .map(|w| w.name())
+                .collect(),
             frames: s.frames.clone(),
             program: s.program.clone(),
             values: Weight::ALL
@@ -366,7 +375,10 @@ impl From<&MergedStack> for StackJson {
 /// The export: merged stacks, largest `order` first, those whose values
 /// are all zero left out.
 pub fn stacks(set: &StackSet<'_>, order: Weight) -> Vec<StackJson> {
-    set.merged(order).iter().map(StackJson::from).collect()
+    set.merged(order)
+        .iter()
+        .map(|s| StackJson::new(s, set))
+        .collect()
 }
 
 /// A report's `top_stacks`: per weight name, the largest stacks by it.
@@ -592,6 +604,7 @@ mod tests {
     #[test]
     fn stacks_keys_are_declared_sorted() {
         let doc = vec![StackJson {
+            estimated: vec!["time"],
             frames: vec![Frame {
                 file: Some("a.c".into()),
                 function: "f".into(),

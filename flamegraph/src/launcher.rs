@@ -171,8 +171,8 @@ fn run(preload: &OsString, program: &Path, arg0: &OsString, args: &[OsString]) -
         cmd.env("LD_PRELOAD", preload);
     }
     let start = Instant::now();
-    let (pid, exit) =
-        sys::spawn_and_wait(&mut cmd).with_context(|| format!("starting {}", program.display()))?;
+    // Unadorned: the CLI says what it was starting.
+    let (pid, exit) = sys::spawn_and_wait(&mut cmd)?;
     let wall_ns = start.elapsed().as_nanos() as u64;
     Ok(Launched { pid, exit, wall_ns })
 }

@@ -328,7 +328,26 @@ pub fn encode(set: &StackSet<'_>, default: Option<Weight>, comments: &[String]) 
             _ => None,
         })
         .unwrap_or(1);
-    let comment = comments.iter().map(|c| strings.get(c)).collect();
+    // Which values are estimates, where `go tool pprof -comments` and the
+    // web view show it.
+    let estimated: Vec<&str> = Weight::ALL
+        .iter()
+        .filter(|&&w| set.estimates(w))
+        .map(|w| w.name())
+        .collect();
+    let estimates = format!(
+        "estimates, not counts: {} ({})",
+        estimated.join(", "),
+        match set.mode_description() {
+            m if m.is_empty() => "time from timed calls".to_string(),
+            m => m,
+        }
+    );
+    let comment = comments
+        .iter()
+        .chain(std::iter::once(&estimates))
+        .map(|c| strings.get(c))
+        .collect();
     let profile = Profile {
         sample_type,
         sample,

@@ -95,7 +95,7 @@ pub fn to_json(set: &StackSet<'_>, n: usize) -> TopStacksJson {
                     TopStackJson {
                         value: v,
                         share: share(v, t),
-                        stack: StackJson::from(s),
+                        stack: StackJson::new(s, set),
                     }
                 })
                 .collect();

@@ -47,6 +47,22 @@ fn self_rss() -> &'static Path {
     })
 }
 
+/// Fails unless the command's stderr holds `needle`.
+fn assert_said(out: &std::process::Output, needle: &str) {
+    let err = text(&out.stderr);
+    assert!(err.contains(needle), "no {needle:?} in: {err}");
+}
+
+/// What each run of a `compare --log` wrote, its header lines left out.
+fn runs_output(log: &Path) -> Vec<String> {
+    fs::read_to_string(log)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with("==>"))
+        .map(|l| l.trim().to_string())
+        .collect()
+}
+
 fn json_of(bytes: &[u8]) -> Value {
     serde_json::from_slice(bytes).unwrap_or_else(|e| panic!("not JSON ({e}): {}", text(bytes)))
 }
@@ -192,11 +208,7 @@ fn run_json_to_stdout_keeps_the_programs_output_out() {
     ])));
     let doc = json_of(&out.stdout);
     assert_eq!(doc["exit_code"], 0, "{doc}");
-    assert!(
-        text(&out.stderr).contains("from-the-program"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_said(&out, "from-the-program");
 }
 
 /// `compare --input FILE` feeds every run that file; `--input -` feeds
@@ -224,32 +236,21 @@ fn compare_feeds_each_run_its_input() {
         .arg("--log")
         .arg(&log)
         .args(["--", "wc", "-l"])));
-    let logged = fs::read_to_string(&log).unwrap();
-    let counts: Vec<&str> = logged
-        .lines()
-        .filter(|l| !l.starts_with("==>"))
-        .map(str::trim)
-        .collect();
     // Six timing runs and two recorded ones (rounds 1 and 4) of each.
-    assert_eq!(counts.len(), 16, "{logged}");
-    assert!(counts.iter().all(|c| *c == "3"), "{logged}");
+    let counts = runs_output(&log);
+    assert_eq!(counts.len(), 16, "{counts:?}");
+    assert!(counts.iter().all(|c| c == "3"), "{counts:?}");
 
     let log2 = dir.path().join("cmp2.log");
-    let out = run(allocmux()
+    ok(run(allocmux()
         .args(["compare", "-n", "6", "--warmup", "0", "-a", "system"])
         .args(["--input", "-", "--log"])
         .arg(&log2)
         .args(["--", "wc", "-l"])
-        .stdin(fs::File::open(&input).unwrap()));
-    ok(out);
-    let logged = fs::read_to_string(&log2).unwrap();
-    assert!(
-        logged
-            .lines()
-            .filter(|l| !l.starts_with("==>"))
-            .all(|l| l.trim() == "3"),
-        "{logged}"
-    );
+        .stdin(fs::File::open(&input).unwrap())));
+    let counts = runs_output(&log2);
+    assert_eq!(counts.len(), 8, "{counts:?}");
+    assert!(counts.iter().all(|c| c == "3"), "{counts:?}");
 
     let refused = allocmux()
         .args(["compare", "-n", "6", "--", "wc", "-l"])
@@ -257,11 +258,7 @@ fn compare_feeds_each_run_its_input() {
         .output()
         .unwrap();
     assert_eq!(refused.status.code(), Some(1));
-    assert!(
-        text(&refused.stderr).contains("pass it with --input FILE"),
-        "{}",
-        text(&refused.stderr)
-    );
+    assert_said(&refused, "pass it with --input FILE");
 
     let mut piped = allocmux()
         .args([
@@ -275,11 +272,7 @@ fn compare_feeds_each_run_its_input() {
     drop(piped.stdin.take());
     let out = piped.wait_with_output().unwrap();
     assert!(out.status.success());
-    assert!(
-        text(&out.stderr).contains("warning: stdin is a pipe"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_said(&out, "warning: stdin is a pipe");
 }
 
 /// `run --stacks` without `-o` says that the stacks it records are thrown
@@ -289,11 +282,7 @@ fn run_says_when_recorded_stacks_are_thrown_away() {
     let out = ok(run(
         allocmux().args(["run", "--stacks", "exact", "--", "true"])
     ));
-    assert!(
-        text(&out.stderr).contains("call stacks are recorded but thrown away"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_said(&out, "call stacks are recorded but thrown away");
     let dir = tempfile::tempdir().unwrap();
     let out = ok(run(allocmux()
         .args(["run", "--stacks", "exact", "-o"])
@@ -380,6 +369,17 @@ fn sampled_figures_are_marked_as_estimates() {
     // Allocator time is an estimate in every mode.
     let t = section(&exact, "time in the allocator");
     assert!(t[0].contains("(total ≈"), "{t:?}");
+
+    // The JSON export says which values are estimates.
+    let estimated = |p: &Path| -> Value {
+        let out = ok(run(allocmux().args(["export", "--format", "json"]).arg(p)));
+        json_of(&out.stdout)[0]["estimated"].clone()
+    };
+    assert_eq!(
+        estimated(&sampled),
+        serde_json::json!(["count", "bytes", "time", "peak", "leaked"])
+    );
+    assert_eq!(estimated(&exact), serde_json::json!(["time"]));
 
     let svg = dir.path().join("d.svg");
     ok(run(allocmux()
