@@ -31,6 +31,13 @@ pub unsafe fn execve(
     argv: *const *const c_char,
     envp: *const *const c_char,
 ) -> c_int {
+    if !path.is_null() && crate::children::in_vfork_child() {
+        // SAFETY: getpid has no preconditions; `path` is the caller's
+        // NUL-terminated string.
+        crate::children::note_if_unreachable(unsafe { libc::getpid() } as u32, unsafe {
+            CStr::from_ptr(path)
+        });
+    }
     let written = lifecycle::before_exec(name_of(path));
     // SAFETY: the caller's arguments, as for execve(2); the raw system call
     // is all glibc's execve is.
@@ -64,6 +71,13 @@ pub unsafe fn execvpe(
     let Some(next) = next_symbol(&NEXT, c"execvpe") else {
         return enosys();
     };
+    if !file.is_null() && crate::children::in_vfork_child() {
+        // SAFETY: getpid has no preconditions; `file` is the caller's
+        // NUL-terminated string.
+        crate::children::note_if_unreachable(unsafe { libc::getpid() } as u32, unsafe {
+            CStr::from_ptr(file)
+        });
+    }
     let written = lifecycle::before_exec(name_of(file));
     // SAFETY: glibc's execvpe, with the caller's arguments.
     let r = unsafe { core::mem::transmute::<*mut c_void, F>(next)(file, argv, envp) };
@@ -138,4 +152,50 @@ fn failed_exec(written: bool) {
     lifecycle::after_failed_exec(written);
     // SAFETY: restores this thread's errno, a plain thread-local int.
     unsafe { *libc::__errno_location() = errno };
+}
+
+/// `posix_spawn(3)` and `posix_spawnp(3)` (`search_path`): glibc's, then
+/// the child noted if the shim cannot reach its program (`children`):
+/// glibc's child runs none of the shim's code before its `exec`.
+///
+/// # Safety
+/// As for `posix_spawn(3)`.
+pub unsafe fn posix_spawn(
+    search_path: bool,
+    pid: *mut libc::pid_t,
+    path: *const c_char,
+    file_actions: *const c_void,
+    attrp: *const c_void,
+    argv: *const *mut c_char,
+    envp: *const *mut c_char,
+) -> c_int {
+    type F = unsafe extern "C" fn(
+        *mut libc::pid_t,
+        *const c_char,
+        *const c_void,
+        *const c_void,
+        *const *mut c_char,
+        *const *mut c_char,
+    ) -> c_int;
+    static NEXT_SPAWN: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
+    static NEXT_SPAWNP: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
+    let next = if search_path {
+        next_symbol(&NEXT_SPAWNP, c"posix_spawnp")
+    } else {
+        next_symbol(&NEXT_SPAWN, c"posix_spawn")
+    };
+    let Some(next) = next else {
+        return libc::ENOSYS;
+    };
+    // SAFETY: glibc's function of that name, with the caller's arguments.
+    let r = unsafe {
+        core::mem::transmute::<*mut c_void, F>(next)(pid, path, file_actions, attrp, argv, envp)
+    };
+    if r == 0 && !pid.is_null() && !path.is_null() && crate::choice::recorded() {
+        // SAFETY: on success glibc stored the child's pid; `path` is the
+        // caller's NUL-terminated string.
+        let (child, program) = unsafe { (*pid as u32, CStr::from_ptr(path)) };
+        crate::children::note_if_unreachable(child, program);
+    }
+    r
 }

@@ -91,6 +91,40 @@ pub unsafe extern "C" fn execve(
     unsafe { exec::execve(path, argv, envp) }
 }
 
+/// `posix_spawn(3)`.
+///
+/// # Safety
+/// As for `posix_spawn(3)`.
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub unsafe extern "C" fn posix_spawn(
+    pid: *mut libc::pid_t,
+    path: *const c_char,
+    file_actions: *const c_void,
+    attrp: *const c_void,
+    argv: *const *mut c_char,
+    envp: *const *mut c_char,
+) -> c_int {
+    // SAFETY: the caller's arguments, with posix_spawn's contract.
+    unsafe { exec::posix_spawn(false, pid, path, file_actions, attrp, argv, envp) }
+}
+
+/// `posix_spawnp(3)`.
+///
+/// # Safety
+/// As for `posix_spawnp(3)`.
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub unsafe extern "C" fn posix_spawnp(
+    pid: *mut libc::pid_t,
+    file: *const c_char,
+    file_actions: *const c_void,
+    attrp: *const c_void,
+    argv: *const *mut c_char,
+    envp: *const *mut c_char,
+) -> c_int {
+    // SAFETY: the caller's arguments, with posix_spawnp's contract.
+    unsafe { exec::posix_spawn(true, pid, file, file_actions, attrp, argv, envp) }
+}
+
 /// `execv(3)`.
 ///
 /// # Safety

@@ -7,7 +7,8 @@
 //! all backends), `backend` (forwarding), with the recording core from the
 //! `allocmux` crate. Around them: `choice` (which backend, at the first
 //! call), `config` (the environment), `lifecycle` and `exec` (start-up,
-//! `fork`, `exec`, exit), `writer` (the process's record and the profile
+//! `fork`, `exec`, exit), `children` (programs started by `vfork` or
+//! `posix_spawn` that the shim cannot reach), `writer` (the process's record and the profile
 //! written from it), `output` (the profile file), `flusher` (the periodic
 //! timeline samples and profile rewrites), `endpoint` (the live
 //! `/debug/pprof` socket the flusher serves), `raw_thread` (the flusher's
@@ -27,6 +28,7 @@
 #![cfg_attr(test, allow(dead_code))]
 
 mod backend;
+mod children;
 mod choice;
 mod config;
 mod credentials;

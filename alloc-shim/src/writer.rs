@@ -150,6 +150,7 @@ pub static WRITER: SpinLock<Writer> = SpinLock::new(Writer {
 pub fn start_process(w: &mut Writer) {
     // SAFETY: getpid/getppid have no preconditions.
     (w.process.pid, w.process.ppid) = unsafe { (libc::getpid() as u32, libc::getppid() as u32) };
+    crate::children::start(w.process.pid);
     w.finished = false;
     w.exit_totals = None;
     w.has_output = w.file.template_len > 0 && {
@@ -319,6 +320,13 @@ pub fn write_profile(w: &mut Writer, state: State, exiting_thread: bool) {
         .and_then(|_| match allocator_stats {
             Some(r) => profile::write_allocator_stats(&mut out, r),
             None => Ok(()),
+        })
+        .and_then(|_| {
+            let mut r = Ok(());
+            crate::children::for_each(|pid, name| {
+                r = r.and_then(|_| profile::write_unprofiled_child(&mut out, pid, name));
+            });
+            r
         })
         .is_err()
     {

@@ -59,26 +59,37 @@ pub struct Unprofiled {
     pub why: String,
 }
 
-/// Every `exec` in `profiles` whose new image left no profile of its own.
+/// Every program that profiled processes ran and that left no profile of
+/// its own: an `exec` whose new image wrote none, and the children the
+/// shim noted as out of its reach (started by `vfork` or `posix_spawn`),
+/// unless one did write a profile after all.
 pub fn unprofiled(profiles: &[&ProcessProfile]) -> Vec<Unprofiled> {
-    profiles
+    let found = |pid: u32, after_ns: u64| {
+        profiles
+            .iter()
+            .any(|q| q.pid == pid && q.clock_start.mono_ns >= after_ns)
+    };
+    let execs = profiles
         .iter()
         .filter(|p| p.state == State::Exited)
-        .filter_map(|p| {
-            let program = p.exec.as_ref()?;
-            let successor = profiles
-                .iter()
-                .any(|q| q.pid == p.pid && q.clock_start.mono_ns >= p.clock_end.mono_ns);
-            (!successor).then(|| Unprofiled {
-                pid: p.pid,
-                program: program.clone(),
-                why: why_unprofiled(program),
-            })
+        .filter_map(|p| Some((p.pid, p.exec.as_ref()?, p.clock_end.mono_ns)));
+    let children = profiles.iter().flat_map(|p| {
+        p.unprofiled_children
+            .iter()
+            .map(|(pid, program)| (*pid, program, 0))
+    });
+    execs
+        .chain(children)
+        .filter(|&(pid, _, after_ns)| !found(pid, after_ns))
+        .map(|(pid, program, _)| Unprofiled {
+            pid,
+            program: program.clone(),
+            why: why_unprofiled(program),
         })
         .collect()
 }
 
-/// Why `program` (an `exec`'s argument) left no profile: what the checks
+/// Why `program` (as an `exec` named it) left no profile: what the checks
 /// `allocmux` makes of its own targets find, or, when they find nothing,
 /// the causes that remain.
 fn why_unprofiled(program: &str) -> String {

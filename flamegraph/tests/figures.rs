@@ -438,26 +438,50 @@ fn the_recorders_memory_is_not_the_programs_heap() {
     );
 }
 
+/// A program that spawns each of its arguments with `posix_spawnp` and
+/// waits for it.
+const SPAWN: &str = r#"
+#include <spawn.h>
+#include <stdio.h>
+#include <sys/wait.h>
+extern char **environ;
+int main(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        pid_t pid;
+        char *args[] = {argv[i], 0};
+        int r = posix_spawnp(&pid, argv[i], 0, 0, args, environ);
+        if (r) { printf("posix_spawnp %s: %d\n", argv[i], r); return 1; }
+        int st;
+        waitpid(pid, &st, 0);
+    }
+    return 0;
+}
+"#;
+
 /// A program the shim cannot reach (statically linked), started by a
 /// profiled process, is named with the reason instead of vanishing: run by
-/// bash (fork, then exec) and by `exec` in the main process itself.
+/// bash (fork, then exec), by dash (vfork, then exec), by `posix_spawnp`,
+/// and by `exec` in the main process itself.
 #[test]
 fn unprofilable_children_are_named() {
     let dir = tempfile::tempdir().unwrap();
     let stat = static_binary(dir.path());
+    let spawn = c_program(dir.path(), "spawn", SPAWN, &["-O2"]);
     let stat = stat.to_str().unwrap();
-    for script in [format!("{stat}; true"), format!("exec {stat}")] {
-        let shell = if script.starts_with("exec") {
-            "sh"
-        } else {
-            "bash"
-        };
-        let out = ok(run(
-            allocmux().args(["run", "--json", "-", "--", shell, "-c", &script])
-        ));
+    let spawn = spawn.to_str().unwrap();
+    let cases: [&[&str]; 4] = [
+        &["bash", "-c", &format!("{stat}; true")],
+        &["dash", "-c", &format!("{stat}; true")],
+        &[spawn, stat, "true"],
+        &["sh", "-c", &format!("exec {stat}")],
+    ];
+    for command in cases {
+        let out = ok(run(allocmux()
+            .args(["run", "--json", "-", "--"])
+            .args(command)));
         let doc = json_of(&out.stdout);
         let unprofiled = doc["unprofiled"].as_array().unwrap();
-        assert_eq!(unprofiled.len(), 1, "{shell} -c {script:?}: {doc}");
+        assert_eq!(unprofiled.len(), 1, "{command:?}: {doc}");
         assert_eq!(unprofiled[0]["program"], stat);
         assert!(
             unprofiled[0]["reason"]
@@ -466,11 +490,7 @@ fn unprofilable_children_are_named() {
                 .contains("statically linked"),
             "{doc}"
         );
-        let err = text(&out.stderr);
-        assert!(
-            err.contains(&format!("not profiled: pid {}", unprofiled[0]["pid"])),
-            "{err}"
-        );
+        assert_said(&out, &format!("not profiled: pid {}", unprofiled[0]["pid"]));
     }
     // A dynamically linked program started the same way is profiled, so
     // nothing is said.

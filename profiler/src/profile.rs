@@ -20,6 +20,8 @@
 //! time_sample_mean 256        one call in this many (on average) is timed
 //! http 127.0.0.1:43117        where its live /debug/pprof endpoint listens (optional)
 //! exec /usr/bin/go            the program an `exec` replaced this image with (optional)
+//! unprofiled_child 4243 go    a child started by vfork or posix_spawn into a program the
+//!                             shim cannot reach (static, set-id); repeated, optional
 //! calls malloc 10             one line per function with a non-zero count
 //! failed_calls 0
 //! bytes_requested 800
@@ -152,6 +154,14 @@ pub struct Header<'a> {
     /// The program this image was replacing itself with when the section
     /// was written (`exec`), as the call named it (empty: none).
     pub exec: &'a [u8],
+}
+
+/// Writes that child `pid` ran `program`, which the shim could not reach
+/// (statically linked, set-id), so it left no profile of its own.
+pub fn write_unprofiled_child<W: Write>(w: &mut W, pid: u32, program: &[u8]) -> fmt::Result {
+    write!(w, "unprofiled_child {pid} ")?;
+    write_escaped(w, program)?;
+    writeln!(w)
 }
 
 /// Writes the file header line.
@@ -588,6 +598,9 @@ pub struct ProcessProfile {
     /// The program the process replaced this image with (`exec`), as the
     /// call named it (a path, or a name `execvp` looked up in `PATH`).
     pub exec: Option<String>,
+    /// Children it started by `vfork` or `posix_spawn` into programs the
+    /// shim could not reach (statically linked, set-id): pid and program.
+    pub unprofiled_children: Vec<(u32, String)>,
     /// The counters.
     pub totals: Totals,
     /// Call stacks, if recorded.
@@ -668,6 +681,9 @@ impl ProcessProfile {
         write_counters(w, &h, &self.totals)?;
         if let Some(r) = &self.allocator_stats {
             write_allocator_stats(w, r)?;
+        }
+        for (child, program) in &self.unprofiled_children {
+            write_unprofiled_child(w, *child, program.as_bytes())?;
         }
         write_timeline(w, self.timeline.interval_ns, &self.timeline.points)?;
         let st = &self.stacks;
@@ -914,6 +930,14 @@ fn parse_sections(text: &str) -> Result<Vec<ProcessProfile>, ParseError> {
             "process" => return Err(err(n, "a process section is missing its `end` line".into())),
             "pid" => p.pid = pid(rest)?,
             "ppid" => p.ppid = pid(rest)?,
+            "unprofiled_child" => {
+                let (child, program) = rest
+                    .split_once(' ')
+                    .ok_or_else(|| err(n, "`unprofiled_child` needs a pid and a program".into()))?;
+                let program = String::from_utf8_lossy(&unescape(program).map_err(|m| err(n, m))?)
+                    .into_owned();
+                p.unprofiled_children.push((pid(child)?, program));
+            }
             "exec" => {
                 p.exec = Some(
                     String::from_utf8_lossy(&unescape(rest).map_err(|m| err(n, m))?).into_owned(),
@@ -1109,6 +1133,7 @@ fn empty_process() -> ProcessProfile {
         time_sample_mean: 1,
         http: None,
         exec: None,
+        unprofiled_children: Vec::new(),
         totals: Totals::default(),
         stacks: Stacks::default(),
         timeline: Timeline::default(),
