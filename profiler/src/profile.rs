@@ -1180,7 +1180,8 @@ mod tests {
             max_rss_bytes: 4 << 20,
             time_sample_mean: 256,
             http: None,
-            exec: None,
+            exec: Some("/usr/bin/my next prog".into()),
+            unprofiled_children: vec![(43, "static go".into())],
             totals: t,
             stacks: Stacks::default(),
             timeline: Timeline::default(),
@@ -1422,7 +1423,8 @@ mod tests {
             text.contains(
                 "size_hist 7 10\nallocator_stats 900000 10485760\nallocator_stat allocated 12582912\n\
                  allocator_stat active 13631488\nallocator_stat resident 20971520\n\
-                 allocator_stat mapped 33554432\nallocator_stat retained 7\ntimeline "
+                 allocator_stat mapped 33554432\nallocator_stat retained 7\n\
+                 unprofiled_child 43 static%20go\ntimeline "
             ),
             "{text}"
         );
