@@ -57,12 +57,12 @@ pub const BLESS_ENV: &str = "ALLOCMUX_BLESS";
 ///
 /// - **allocs**: allocation calls (`alloc`, `alloc_zeroed`, `realloc`: each
 ///   asks the allocator for a block);
-/// - **bytes**: bytes allocated, the sizes requested (`realloc`'s new size
-///   included), however many were freed again;
+/// - **bytes**: bytes requested, the sizes asked for (`realloc`'s new
+///   size included), however many were freed again;
 /// - **peak_bytes**: how far the thread's live bytes rose above where they
 ///   were when the closure started, at most: the memory the closure needed
 ///   at once;
-/// - **leaked_bytes**: bytes allocated by the closure and not freed when it
+/// - **leaked_bytes**: bytes requested by the closure and not freed when it
 ///   returned (what it returns is dropped before that, so a returned `Vec`
 ///   is not a leak; a `Box::leak`, or a block stored in a static, is).
 ///
@@ -145,7 +145,7 @@ fn show(i: usize, v: u64) -> String {
 /// What each figure is, in a message.
 const WHAT: [&str; 4] = [
     "allocation calls",
-    "bytes allocated",
+    "bytes requested",
     "peak live bytes",
     "bytes leaked",
 ];
@@ -178,7 +178,7 @@ impl Budget {
         self
     }
 
-    /// At most `n` bytes allocated in all.
+    /// At most `n` bytes requested in all.
     pub fn bytes(mut self, n: u64) -> Self {
         self.limits.bytes = n;
         self
@@ -190,7 +190,7 @@ impl Budget {
         self
     }
 
-    /// At most `n` bytes allocated and still live when the closure
+    /// At most `n` bytes requested and still live when the closure
     /// returns (0: no leak at all).
     pub fn leaked_bytes(mut self, n: u64) -> Self {
         self.limits.leaked_bytes = n;

@@ -55,7 +55,7 @@ fn each_figure_fails_by_itself_at_one_below() {
         ),
         (
             Budget::new().bytes(323),
-            "bytes allocated: 324 B, budget 323 B",
+            "bytes requested: 324 B, budget 323 B",
         ),
         (
             Budget::new().peak_bytes(323),
