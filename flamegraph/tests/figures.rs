@@ -372,7 +372,9 @@ fn sampled_figures_are_marked_as_estimates() {
 
     // The JSON export says which values are estimates.
     let estimated = |p: &Path| -> Value {
-        let out = ok(run(allocmux().args(["export", "--format", "json"]).arg(p)));
+        let out = ok(run(allocmux()
+            .args(["export", "--format", "json", "-o", "-"])
+            .arg(p)));
         json_of(&out.stdout)[0]["estimated"].clone()
     };
     assert_eq!(
