@@ -31,13 +31,7 @@ pub unsafe fn execve(
     argv: *const *const c_char,
     envp: *const *const c_char,
 ) -> c_int {
-    if !path.is_null() && crate::children::in_vfork_child() {
-        // SAFETY: getpid has no preconditions; `path` is the caller's
-        // NUL-terminated string.
-        crate::children::note_if_unreachable(unsafe { libc::getpid() } as u32, unsafe {
-            CStr::from_ptr(path)
-        });
-    }
+    note_vfork_child(path);
     let written = lifecycle::before_exec(name_of(path));
     // SAFETY: the caller's arguments, as for execve(2); the raw system call
     // is all glibc's execve is.
@@ -71,13 +65,7 @@ pub unsafe fn execvpe(
     let Some(next) = next_symbol(&NEXT, c"execvpe") else {
         return enosys();
     };
-    if !file.is_null() && crate::children::in_vfork_child() {
-        // SAFETY: getpid has no preconditions; `file` is the caller's
-        // NUL-terminated string.
-        crate::children::note_if_unreachable(unsafe { libc::getpid() } as u32, unsafe {
-            CStr::from_ptr(file)
-        });
-    }
+    note_vfork_child(file);
     let written = lifecycle::before_exec(name_of(file));
     // SAFETY: glibc's execvpe, with the caller's arguments.
     let r = unsafe { core::mem::transmute::<*mut c_void, F>(next)(file, argv, envp) };
@@ -125,6 +113,19 @@ fn name_of<'a>(path: *const c_char) -> &'a [u8] {
     // SAFETY: a non-null `exec` argument is a NUL-terminated string the
     // caller keeps alive for the call.
     unsafe { CStr::from_ptr(path) }.to_bytes()
+}
+
+/// In a `vfork` child, notes the program it execs for the parent's
+/// profile if the shim cannot reach it (`children`): the child shares the
+/// parent's memory and writes no profile of its own.
+fn note_vfork_child(program: *const c_char) {
+    if !program.is_null() && crate::children::in_vfork_child() {
+        // SAFETY: getpid has no preconditions.
+        let pid = unsafe { libc::getpid() } as u32;
+        // SAFETY: a non-null `exec` argument is a NUL-terminated string
+        // the caller keeps alive for the call.
+        crate::children::note_if_unreachable(pid, unsafe { CStr::from_ptr(program) });
+    }
 }
 
 /// The definition of `name` after this library's (glibc's), looked up once.
@@ -195,7 +196,11 @@ pub unsafe fn posix_spawn(
         // SAFETY: on success glibc stored the child's pid; `path` is the
         // caller's NUL-terminated string.
         let (child, program) = unsafe { (*pid as u32, CStr::from_ptr(path)) };
+        // SAFETY: this thread's errno, kept across the look at the file.
+        let errno = unsafe { *libc::__errno_location() };
         crate::children::note_if_unreachable(child, program);
+        // SAFETY: as above.
+        unsafe { *libc::__errno_location() = errno };
     }
     r
 }
