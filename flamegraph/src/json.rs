@@ -250,17 +250,15 @@ impl From<&Report> for ReportJson {
                 sys_ns: run.exit.sys_ns,
             }),
             top_stacks: None,
-            unprofiled: {
-                let profiles: Vec<_> = r.processes.iter().map(|p| &p.profile).collect();
-                crate::report::unprofiled(&profiles)
-                    .into_iter()
-                    .map(|u| UnprofiledJson {
-                        pid: u.pid,
-                        program: u.program,
-                        reason: u.why,
-                    })
-                    .collect()
-            },
+            unprofiled: r
+                .unprofiled
+                .iter()
+                .map(|u| UnprofiledJson {
+                    pid: u.pid,
+                    program: u.program.clone(),
+                    reason: u.why.clone(),
+                })
+                .collect(),
         }
     }
 }

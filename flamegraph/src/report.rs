@@ -63,7 +63,7 @@ pub struct Unprofiled {
 /// its own: an `exec` whose new image wrote none, and the children the
 /// shim noted as out of its reach (started by `vfork` or `posix_spawn`),
 /// unless one did write a profile after all.
-pub fn unprofiled(profiles: &[&ProcessProfile]) -> Vec<Unprofiled> {
+fn unprofiled(profiles: &[ProcessProfile]) -> Vec<Unprofiled> {
     let found = |pid: u32, after_ns: u64| {
         profiles
             .iter()
@@ -160,6 +160,9 @@ pub struct Report {
     pub run: Option<RunInfo>,
     /// Every process, in start order.
     pub processes: Vec<ProcessFigures>,
+    /// Programs the processes ran that left no profile, found once (the
+    /// reason reads the program's file).
+    pub unprofiled: Vec<Unprofiled>,
 }
 
 /// Sums over all processes.
@@ -204,6 +207,7 @@ impl Report {
             .collect();
         let mut keep = keep.into_iter();
         profiles.retain(|_| keep.next().unwrap_or(true));
+        let unprofiled = unprofiled(&profiles);
         let rate = profiles
             .iter()
             .filter_map(|p| p.ticks_per_ns().map(|r| (p.wall_ns(), r)))
@@ -222,7 +226,11 @@ impl Report {
                 }
             })
             .collect();
-        Report { run, processes }
+        Report {
+            run,
+            processes,
+            unprofiled,
+        }
     }
 
     /// The totals row.
@@ -428,8 +436,7 @@ impl Report {
                 Count(t.totals.failed_calls)
             )?;
         }
-        let profiles: Vec<&ProcessProfile> = self.processes.iter().map(|p| &p.profile).collect();
-        for u in unprofiled(&profiles) {
+        for u in &self.unprofiled {
             writeln!(
                 w,
                 "  not profiled: pid {} ran {}: {}",

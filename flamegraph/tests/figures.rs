@@ -63,6 +63,16 @@ fn runs_output(log: &Path) -> Vec<String> {
         .collect()
 }
 
+/// `allocmux run --json - -- COMMAND`, which must succeed: its output and
+/// the JSON report.
+fn run_json(command: &[&str]) -> (std::process::Output, Value) {
+    let out = ok(run(allocmux()
+        .args(["run", "--json", "-", "--"])
+        .args(command)));
+    let doc = json_of(&out.stdout);
+    (out, doc)
+}
+
 fn json_of(bytes: &[u8]) -> Value {
     serde_json::from_slice(bytes).unwrap_or_else(|e| panic!("not JSON ({e}): {}", text(bytes)))
 }
@@ -197,16 +207,7 @@ fn exit_status_survives_an_unwritable_report() {
 /// to stderr.
 #[test]
 fn run_json_to_stdout_keeps_the_programs_output_out() {
-    let out = ok(run(allocmux().args([
-        "run",
-        "--json",
-        "-",
-        "--",
-        "sh",
-        "-c",
-        "echo from-the-program",
-    ])));
-    let doc = json_of(&out.stdout);
+    let (out, doc) = run_json(&["sh", "-c", "echo from-the-program"]);
     assert_eq!(doc["exit_code"], 0, "{doc}");
     assert_said(&out, "from-the-program");
 }
@@ -295,16 +296,7 @@ fn run_says_when_recorded_stacks_are_thrown_away() {
 /// start-up profile: its figures are unknown, not zero.
 #[test]
 fn a_process_killed_before_its_first_write_is_unknown_not_zero() {
-    let out = ok(run(allocmux().args([
-        "run",
-        "--json",
-        "-",
-        "--",
-        "sh",
-        "-c",
-        "seq 1 10000000 | head -1",
-    ])));
-    let doc = json_of(&out.stdout);
+    let (out, doc) = run_json(&["sh", "-c", "seq 1 10000000 | head -1"]);
     let procs = doc["processes"].as_array().unwrap();
     let seq = procs
         .iter()
@@ -478,10 +470,7 @@ fn unprofilable_children_are_named() {
         &["sh", "-c", &format!("exec {stat}")],
     ];
     for command in cases {
-        let out = ok(run(allocmux()
-            .args(["run", "--json", "-", "--"])
-            .args(command)));
-        let doc = json_of(&out.stdout);
+        let (out, doc) = run_json(command);
         let unprofiled = doc["unprofiled"].as_array().unwrap();
         assert_eq!(unprofiled.len(), 1, "{command:?}: {doc}");
         assert_eq!(unprofiled[0]["program"], stat);
@@ -496,14 +485,6 @@ fn unprofilable_children_are_named() {
     }
     // A dynamically linked program started the same way is profiled, so
     // nothing is said.
-    let out = ok(run(allocmux().args([
-        "run",
-        "--json",
-        "-",
-        "--",
-        "bash",
-        "-c",
-        "ls / > /dev/null; true",
-    ])));
-    assert_eq!(json_of(&out.stdout)["unprofiled"], serde_json::json!([]));
+    let (_, doc) = run_json(&["bash", "-c", "ls / > /dev/null; true"]);
+    assert_eq!(doc["unprofiled"], serde_json::json!([]));
 }
