@@ -552,7 +552,7 @@ impl<'a> StackSet<'a> {
     pub fn show_total(&self, w: Weight) -> String {
         let total = w.of(&self.total());
         let shown = self.show(w, total);
-        match self.total_interval(w) {
+        match self.total_interval(w, total) {
             Some((low, high)) => format!(
                 "{shown} (95% interval {}–{})",
                 show_bare(w, low, self.time_unit()),
@@ -562,12 +562,12 @@ impl<'a> StackSet<'a> {
         }
     }
 
-    /// The 95% interval of the total of `w` (normal, from the sampling
-    /// variance), for a count or bytes estimated from sampled stacks; none
+    /// The 95% interval of `total`, the total of `w` (normal, from the
+    /// sampling variance), for a count or bytes estimated from sampled stacks; none
     /// for exact stacks, and for the weights whose sizes are not counted
     /// (the peak, what is left at exit) or that come from timed calls
     /// rather than samples (time).
-    pub fn total_interval(&self, w: Weight) -> Option<(u64, u64)> {
+    pub fn total_interval(&self, w: Weight, total: u64) -> Option<(u64, u64)> {
         if !matches!(w, Weight::Count | Weight::Bytes) {
             return None;
         }
@@ -583,7 +583,7 @@ impl<'a> StackSet<'a> {
         if !sampled {
             return None;
         }
-        let total = w.of(&self.total()) as f64;
+        let total = total as f64;
         let half = 1.96 * variance.sqrt();
         Some((
             (total - half).max(0.0).round() as u64,
