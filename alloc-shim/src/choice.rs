@@ -103,10 +103,21 @@ fn choose() -> Choice {
         (true, Some(t)) if t.sampled => config::sample_mode(),
         (true, Some(_)) => StackMode::Off,
     };
+    // An exact prefix is recorded by the hooks of exact mode (see
+    // `configure`); a direct shim's are its table's, sampled.
+    let exact_first = match (mode, direct) {
+        (StackMode::Sample { .. }, None) => config::exact_first(),
+        _ => 0,
+    };
     if mode != StackMode::Off {
-        recorder::stacks::configure(mode, true);
+        recorder::stacks::configure(mode, true, exact_first);
     }
-    crate::hooks::install(choice, mode);
+    let hooks_mode = if exact_first > 0 {
+        StackMode::Exact
+    } else {
+        mode
+    };
+    crate::hooks::install(choice, hooks_mode);
     CHOICE.store(choice.encode(), Release);
     choice
 }

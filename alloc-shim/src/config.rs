@@ -71,6 +71,14 @@ pub fn sample_mode() -> StackMode {
     }
 }
 
+/// How many allocations sample mode records exactly first
+/// (`ALLOCMUX_EXACT_FIRST`; see `allocmux::recorder::stacks::configure`),
+/// silently 0 if unset or invalid (the constructor reports bad values).
+pub fn exact_first() -> u64 {
+    let env = environment_now();
+    env::shim_exact_first(lookup(env, env::EXACT_FIRST.as_bytes()))
+}
+
 /// The environment block: `environ`, or before libc has set it, the one
 /// the process started with.
 fn environment_now() -> *const *const c_char {
@@ -159,6 +167,13 @@ pub fn read(envp: *const *const c_char) -> Config {
             Bytes(v).to_str_lossy()
         ));
     }
+    let _exact_first = number(
+        get(env::EXACT_FIRST.as_bytes()),
+        env::EXACT_FIRST,
+        0,
+        0,
+        env::MAX_EXACT_FIRST,
+    );
     let _sample_bytes = number(
         get(env::SAMPLE_BYTES.as_bytes()),
         env::SAMPLE_BYTES,

@@ -118,6 +118,18 @@ fn bad_settings() -> Vec<(Settings, bool, Want)> {
         true,
         Want::DefaultSampleBytes,
     ));
+    // An exact prefix that is not a number is none: sampling from the
+    // start (a valid one would leave this short run's stacks exact).
+    for value in ["lots", "-1", "1099511627777"] {
+        v.push((
+            vec![
+                ("ALLOCMUX_STACKS", s("sample")),
+                ("ALLOCMUX_EXACT_FIRST", s(value)),
+            ],
+            true,
+            Want::DefaultSampleBytes,
+        ));
+    }
     // An unknown variable of ours is ignored.
     v.push((
         vec![("ALLOCMUX_NO_SUCH_SETTING", s("1"))],

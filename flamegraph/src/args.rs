@@ -20,6 +20,7 @@ use crate::cmd::flame::FlameOptions;
 use crate::cmd::report::ReportOptions;
 use crate::cmd::run::RunOptions;
 use crate::export::Format;
+use crate::launch::StackRecording;
 use crate::stacks::Weight;
 
 /// allocmux: how much a program allocates, how long it spends in the
@@ -63,10 +64,11 @@ struct RunArgs {
     /// Write the report as JSON to FILE (`-` for stdout).
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
-    /// Record the call stack of allocations: none, a sample weighted by bytes, or every one.
+    /// Record the call stack of allocations: none, a sample weighted by bytes, every one, or
+    /// every one and then a sample.
     #[arg(long, value_parser = stacks_parser(), value_name = "MODE")]
-    stacks: Option<StackMode>,
-    /// Mean bytes between two sampled stacks (implies --stacks sample).
+    stacks: Option<StackRecording>,
+    /// Mean bytes between two sampled stacks (implies --stacks sample unless auto).
     #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(1..))]
     sample_bytes: Option<u64>,
     /// `off`: only switch the allocator, recording nothing (no counts, no profile, no thread): the
@@ -141,7 +143,7 @@ struct FlameArgs {
     /// Record every allocation's stack (same as --stacks exact).
     #[arg(long, conflicts_with = "stacks")]
     exact: bool,
-    /// How to record stacks: a sample weighted by bytes (cheap, scaled estimates) or every allocation.
+    /// How to record stacks [default: auto].
     #[arg(long, value_enum, value_name = "MODE")]
     stacks: Option<FlameStacks>,
     /// Mean bytes between two sampled stacks (the shim's default is 512 KiB).
@@ -161,6 +163,9 @@ struct FlameArgs {
 /// Stack recording for `flame` (off would leave nothing to draw).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum FlameStacks {
+    /// Every stack of the first 250,000 allocations, then a sample: a short program's are all
+    /// drawn, a long one's cost what sampling costs.
+    Auto,
     /// A sample of allocations, one per --sample-bytes requested on average, counts scaled up.
     Sample,
     /// Every allocation's stack.
@@ -274,33 +279,50 @@ fn record_parser() -> impl TypedValueParser<Value = bool> {
     PossibleValuesParser::new(values).map(|name| name == "on")
 }
 
-fn stacks_parser() -> impl TypedValueParser<Value = StackMode> {
+fn stacks_parser() -> impl TypedValueParser<Value = StackRecording> {
     let values = [
         PossibleValue::new("off").help("No stacks"),
         PossibleValue::new("sample").help(
             "A sample of allocations, one per --sample-bytes requested on average, counts scaled up",
         ),
         PossibleValue::new("exact").help("Every allocation's stack"),
+        PossibleValue::new("auto")
+            .help("Every stack of the first 250,000 allocations, then a sample"),
     ];
     PossibleValuesParser::new(values).map(|name| {
-        StackMode::from_env_value(name.as_bytes(), DEFAULT_SAMPLE_BYTES).expect("a listed mode")
+        if name == "auto" {
+            return StackRecording::auto(DEFAULT_SAMPLE_BYTES);
+        }
+        StackRecording::only(
+            StackMode::from_env_value(name.as_bytes(), DEFAULT_SAMPLE_BYTES)
+                .expect("a listed mode"),
+        )
     })
 }
 
-/// The stack mode of `--stacks` (if given) with `--sample-bytes` (if given,
-/// which implies sampling and applies to nothing else).
+/// The stack recording of `--stacks` (if given) with `--sample-bytes` (if
+/// given, which implies sampling and applies to nothing else).
 fn with_sample_bytes(
-    stacks: Option<StackMode>,
+    stacks: Option<StackRecording>,
     sample_bytes: Option<u64>,
-) -> Result<Option<StackMode>> {
-    match (stacks, sample_bytes) {
-        (stacks, None) => Ok(stacks),
-        (None | Some(StackMode::Sample { .. }), Some(mean_bytes)) => {
-            Ok(Some(StackMode::Sample { mean_bytes }))
-        }
-        (Some(other), Some(_)) => bail!(
-            "--sample-bytes applies to --stacks sample, not --stacks {}",
-            other.env_value()
+) -> Result<Option<StackRecording>> {
+    let Some(mean_bytes) = sample_bytes else {
+        return Ok(stacks);
+    };
+    match stacks {
+        None => Ok(Some(StackRecording::only(StackMode::Sample { mean_bytes }))),
+        Some(
+            s @ StackRecording {
+                mode: StackMode::Sample { .. },
+                ..
+            },
+        ) => Ok(Some(StackRecording {
+            mode: StackMode::Sample { mean_bytes },
+            ..s
+        })),
+        Some(other) => bail!(
+            "--sample-bytes applies to --stacks sample or auto, not --stacks {}",
+            other.mode.env_value()
         ),
     }
 }
@@ -336,10 +358,17 @@ impl Cli {
                 weight: a.weight,
                 stacks: with_sample_bytes(
                     Some(match (a.exact, a.stacks) {
-                        (true, _) | (false, Some(FlameStacks::Exact)) => StackMode::Exact,
-                        _ => StackMode::Sample {
-                            mean_bytes: DEFAULT_SAMPLE_BYTES,
-                        },
+                        (true, _) | (false, Some(FlameStacks::Exact)) => {
+                            StackRecording::only(StackMode::Exact)
+                        }
+                        (false, Some(FlameStacks::Sample)) => {
+                            StackRecording::only(StackMode::Sample {
+                                mean_bytes: DEFAULT_SAMPLE_BYTES,
+                            })
+                        }
+                        (false, Some(FlameStacks::Auto) | None) => {
+                            StackRecording::auto(DEFAULT_SAMPLE_BYTES)
+                        }
                     }),
                     a.sample_bytes,
                 )?

@@ -16,13 +16,51 @@ use crate::shim::{Origin, Probe, Shim};
 use crate::sys::{self, ChildExit};
 use crate::target;
 
-/// The shim's stack settings as environment variables.
-pub fn stack_env(stacks: StackMode) -> Vec<(String, String)> {
-    let mut env = vec![(env::STACKS.to_string(), stacks.env_value().to_string())];
-    if let StackMode::Sample { mean_bytes } = stacks {
-        env.push((env::SAMPLE_BYTES.to_string(), mean_bytes.to_string()));
+/// How a run records call stacks, as the CLI asks the shim to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StackRecording {
+    /// The mode.
+    pub mode: StackMode,
+    /// In sample mode, the allocations whose stacks are all recorded
+    /// before sampling starts (0: none).
+    pub exact_first: u64,
+}
+
+/// How many allocations `flame` and `--stacks auto` record exactly before
+/// they sample: about as many as exact recording takes a tenth of a second
+/// for (0.3 µs an allocation and its free; docs/recording.md says how it
+/// was measured). A program that makes fewer, `ls` or a short compiler
+/// run, gets every stack; a longer one pays that once and then what
+/// sampling costs.
+pub const DEFAULT_EXACT_FIRST: u64 = 250_000;
+
+impl StackRecording {
+    /// Stacks in `mode`, with no exact prefix.
+    pub const fn only(mode: StackMode) -> Self {
+        StackRecording {
+            mode,
+            exact_first: 0,
+        }
     }
-    env
+
+    /// Every stack of the first [`DEFAULT_EXACT_FIRST`] allocations, then a
+    /// sample every `mean_bytes` on average.
+    pub const fn auto(mean_bytes: u64) -> Self {
+        StackRecording {
+            mode: StackMode::Sample { mean_bytes },
+            exact_first: DEFAULT_EXACT_FIRST,
+        }
+    }
+
+    /// The shim's settings for it, as environment variables.
+    pub fn env(self) -> Vec<(String, String)> {
+        let mut vars = vec![(env::STACKS.to_string(), self.mode.env_value().to_string())];
+        if let StackMode::Sample { mean_bytes } = self.mode {
+            vars.push((env::SAMPLE_BYTES.to_string(), mean_bytes.to_string()));
+            vars.push((env::EXACT_FIRST.to_string(), self.exact_first.to_string()));
+        }
+        vars
+    }
 }
 
 /// What to run and how.
@@ -46,20 +84,21 @@ pub struct Launch<'a> {
 }
 
 impl Launch<'_> {
-    /// The stack mode the shim will find in the program's environment
-    /// (this process's, with `env` over it).
+    /// The stack mode of the hooks the shim will install for the
+    /// program's environment (this process's, with `env` over it).
     fn stack_mode(&self) -> StackMode {
-        let vars: Vec<(&str, Vec<u8>)> = [env::STACKS, env::SAMPLE_BYTES, env::HTTP]
-            .into_iter()
-            .filter_map(|name| {
-                let value = match self.env.iter().rev().find(|(k, _)| k == name) {
-                    Some((_, v)) => v.clone().into_bytes(),
-                    None => std::env::var_os(name)?.into_vec(),
-                };
-                Some((name, value))
-            })
-            .collect();
-        env::shim_stack_mode(|name| {
+        let vars: Vec<(&str, Vec<u8>)> =
+            [env::STACKS, env::SAMPLE_BYTES, env::HTTP, env::EXACT_FIRST]
+                .into_iter()
+                .filter_map(|name| {
+                    let value = match self.env.iter().rev().find(|(k, _)| k == name) {
+                        Some((_, v)) => v.clone().into_bytes(),
+                        None => std::env::var_os(name)?.into_vec(),
+                    };
+                    Some((name, value))
+                })
+                .collect();
+        env::shim_hooks_mode(|name| {
             vars.iter()
                 .find(|(k, _)| *k == name)
                 .map(|(_, v)| v.as_slice())

@@ -469,13 +469,19 @@ impl<'a> StackSet<'a> {
     }
 
     /// How the stacks were recorded, for titles: "sampled every 512.0 KiB",
-    /// "every allocation", or both when processes differ.
+    /// "every allocation", "every allocation of the first 250,000, then
+    /// sampled every 512.0 KiB", or several when processes differ.
     pub fn mode_description(&self) -> String {
         let mut modes: Vec<String> = self
             .profiles
             .iter()
             .filter_map(|p| match p.stacks.mode {
                 StackMode::Off => None,
+                StackMode::Sample { mean_bytes } if p.stacks.exact_first > 0 => Some(format!(
+                    "every allocation of the first {}, then sampled every {}",
+                    Count(p.stacks.exact_first),
+                    Bytes(mean_bytes)
+                )),
                 StackMode::Sample { mean_bytes } => {
                     Some(format!("sampled every {}", Bytes(mean_bytes)))
                 }
@@ -578,7 +584,16 @@ impl<'a> StackSet<'a> {
                 continue;
             };
             sampled = true;
-            variance += sampling_variance(&p.totals, mean_bytes as f64, w);
+            // The allocations recorded exactly before sampling started
+            // add no variance: the rest's share of it, were their sizes
+            // those of the whole run.
+            let allocations = p.totals.size_hist.iter().sum::<u64>();
+            let sampled_share = if allocations == 0 {
+                1.0
+            } else {
+                allocations.saturating_sub(p.stacks.exact_first) as f64 / allocations as f64
+            };
+            variance += sampled_share * sampling_variance(&p.totals, mean_bytes as f64, w);
         }
         if !sampled {
             return None;

@@ -90,6 +90,7 @@ fn process(pid: u32, argv: &str, modules: Vec<Module>, stacks: Vec<Stack>) -> Pr
     let mut p = profile::parse(&text).unwrap().remove(0);
     p.stacks = Stacks {
         mode: StackMode::Exact,
+        exact_first: 0,
         lost: 0,
         degraded: 0,
         modules,
@@ -920,13 +921,18 @@ fn run_passes_the_stack_settings_to_the_shim() {
             "--",
             "sh",
             "-c",
-            "echo \"$ALLOCMUX_STACKS $ALLOCMUX_SAMPLE_BYTES\"",
+            "echo \"$ALLOCMUX_STACKS $ALLOCMUX_SAMPLE_BYTES $ALLOCMUX_EXACT_FIRST\"",
         ])));
         text(&out.stdout)
     };
-    assert_eq!(env(&["--stacks", "exact"]), "exact \n");
-    assert_eq!(env(&["--sample-bytes", "4096"]), "sample 4096\n");
-    assert_eq!(env(&["--stacks", "off"]), "off \n");
+    assert_eq!(env(&["--stacks", "exact"]), "exact  \n");
+    assert_eq!(env(&["--sample-bytes", "4096"]), "sample 4096 0\n");
+    assert_eq!(env(&["--stacks", "off"]), "off  \n");
+    assert_eq!(env(&["--stacks", "auto"]), "sample 524288 250000\n");
+    assert_eq!(
+        env(&["--stacks", "auto", "--sample-bytes", "4096"]),
+        "sample 4096 250000\n"
+    );
 }
 
 #[test]
@@ -949,16 +955,16 @@ fn flame_refuses_an_existing_output_before_running_the_program() {
     assert_eq!(fs::read_to_string(&svg).unwrap(), "precious");
 }
 
-/// A program that allocates less than one sample interval gets a hint,
-/// not an empty picture.
+/// Sampling from the start, a program that allocates less than one sample
+/// interval gets a hint, not an empty picture.
 #[test]
 fn flame_with_nothing_sampled_says_what_to_do() {
     let dir = tempfile::tempdir().unwrap();
     let svg = dir.path().join("t.svg");
     let out = run(allocmux()
-        .args(["flame", "-o"])
+        .args(["flame", "--stacks", "sample", "-o"])
         .arg(&svg)
-        .args(["--", "true"]));
+        .args(["--", "ls", "/"]));
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     // The run's summary comes first, then one line of error.
@@ -968,6 +974,75 @@ fn flame_with_nothing_sampled_says_what_to_do() {
         "{err}"
     );
     assert!(!svg.exists(), "no empty SVG is left behind");
+}
+
+/// By default a short program's flamegraph has every allocation (`ls /`
+/// makes a few hundred, far below one sample interval), says so, and
+/// marks nothing as an estimate; a program that makes none says that.
+#[test]
+fn flame_draws_a_short_program_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("ls.svg");
+    let out = ok(run(allocmux()
+        .args(["flame", "--weight", "count", "-o"])
+        .arg(&svg)
+        .args(["--", "ls", "/"])));
+    let err = text(&out.stderr);
+    assert!(
+        err.ends_with("  stacks recorded: every allocation\n"),
+        "{err}"
+    );
+    let svg = fs::read_to_string(&svg).unwrap();
+    let frames = frame_titles(&parse_svg(&svg));
+    assert!(frames.len() > 3, "{frames:?}");
+    assert!(
+        !svg.contains('≈'),
+        "exact figures are not marked as estimates"
+    );
+
+    let out = run(allocmux()
+        .args(["flame", "-o"])
+        .arg(dir.path().join("true.svg"))
+        .args(["--", "true"]));
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.ends_with("\nallocmux: nothing to draw: `true` made no allocation\n"),
+        "{err}"
+    );
+}
+
+/// A program that makes more allocations than the exact prefix has its
+/// first ones exactly and a sample after them, and says so.
+#[test]
+fn flame_samples_a_long_program_after_its_first_allocations() {
+    if !Path::new("/usr/bin/python3").exists() {
+        assert!(std::env::var_os("CI").is_none(), "CI must have python3");
+        eprintln!("skipping: no /usr/bin/python3");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("long.svg");
+    // 400,000 blocks through malloc (python3's own small-object heap
+    // off), past the 250,000.
+    let out = ok(run(allocmux()
+        .args(["flame", "--weight", "count", "-o"])
+        .arg(&svg)
+        .env("PYTHONMALLOC", "malloc")
+        .args(["--", "/usr/bin/python3", "-c"])
+        .arg("x = [bytearray(100) for _ in range(400000)]")));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(
+            "  stacks recorded: every allocation of the first 250,000, then sampled every \
+             512.0 KiB: figures marked ≈ are estimates\n"
+        ),
+        "{err}"
+    );
+    let svg = fs::read_to_string(&svg).unwrap();
+    assert!(svg.contains('≈'), "the title marks the estimate");
+    let titles = frame_titles(&parse_svg(&svg));
+    assert!(titles.len() > 3, "{titles:?}");
 }
 
 /// End to end through the shim: the fixture, built without frame

@@ -40,6 +40,8 @@
 //! allocator_stat allocated 12582912   one of its figures, named as `AllocatorStats::fields`
 //! allocator_stat resident 20971520    names them for the process's `allocator` (see below)
 //! stacks sample 524288        stack recording: `sample MEAN_BYTES` or `exact 1` (absent: off)
+//! stacks_exact_first 200000   in `sample` mode, the allocations recorded exactly before
+//!                             sampling started (their weights are 1); absent: none
 //! stacks_lost 0               allocations whose stack could not be recorded
 //! stacks_degraded 3           what the recorder dropped for lack of its own memory (stacks,
 //!                             blocks, modules, stack lines, copies); only written when not 0
@@ -275,11 +277,14 @@ pub fn write_allocator_stats<W: Write>(w: &mut W, r: &AllocatorReading) -> fmt::
     Ok(())
 }
 
-/// Writes the stack-recording mode line, the count of lost stacks and,
-/// when not 0, the count of what was dropped for lack of memory.
+/// Writes the stack-recording mode line, the count of allocations
+/// recorded exactly before sampling started (when not 0), the count of
+/// lost stacks and, when not 0, the count of what was dropped for lack of
+/// memory.
 pub fn write_stack_mode<W: Write>(
     w: &mut W,
     mode: StackMode,
+    exact_first: u64,
     lost: u64,
     degraded: u64,
 ) -> fmt::Result {
@@ -287,6 +292,9 @@ pub fn write_stack_mode<W: Write>(
         StackMode::Off => return Ok(()),
         StackMode::Sample { mean_bytes } => writeln!(w, "stacks sample {mean_bytes}")?,
         StackMode::Exact => w.write_str("stacks exact 1\n")?,
+    }
+    if exact_first > 0 {
+        writeln!(w, "stacks_exact_first {exact_first}")?;
     }
     writeln!(w, "stacks_lost {lost}")?;
     if degraded > 0 {
@@ -544,6 +552,9 @@ pub struct Stack {
 pub struct Stacks {
     /// How they were recorded.
     pub mode: StackMode,
+    /// In sample mode, the allocations recorded exactly before sampling
+    /// started (0: none).
+    pub exact_first: u64,
     /// Allocations whose stack could not be recorded.
     pub lost: u64,
     /// What the recorder dropped for lack of its own memory (stacks not
@@ -687,7 +698,7 @@ impl ProcessProfile {
         }
         write_timeline(w, self.timeline.interval_ns, &self.timeline.points)?;
         let st = &self.stacks;
-        write_stack_mode(w, st.mode, st.lost, st.degraded)?;
+        write_stack_mode(w, st.mode, st.exact_first, st.lost, st.degraded)?;
         for m in &st.modules {
             let build_id = decode_hex(&m.build_id).unwrap_or_default();
             write_module(
@@ -885,8 +896,10 @@ fn parse_sections(text: &str) -> Result<Vec<ProcessProfile>, ParseError> {
                 mono_ns: num(b)?,
             })
         };
-        if matches!(key, "stacks_lost" | "stacks_degraded" | "module" | "stack")
-            && p.stacks.mode == StackMode::Off
+        if matches!(
+            key,
+            "stacks_lost" | "stacks_degraded" | "stacks_exact_first" | "module" | "stack"
+        ) && p.stacks.mode == StackMode::Off
         {
             return Err(err(n, format!("a `{key}` line before the `stacks` line")));
         }
@@ -1015,6 +1028,7 @@ fn parse_sections(text: &str) -> Result<Vec<ProcessProfile>, ParseError> {
                 }
             }
             "stacks_lost" => p.stacks.lost = num(rest)?,
+            "stacks_exact_first" => p.stacks.exact_first = num(rest)?,
             "stacks_degraded" => p.stacks.degraded = num(rest)?,
             "module" => {
                 let f: Vec<&str> = rest.splitn(6, ' ').collect();
@@ -1193,6 +1207,7 @@ mod tests {
         let mut p = sample();
         p.stacks = Stacks {
             mode: StackMode::Sample { mean_bytes: 4096 },
+            exact_first: 1000,
             lost: 2,
             degraded: 5,
             modules: vec![Module {
@@ -1225,7 +1240,7 @@ mod tests {
         let p = with_stacks();
         let text = to_string(std::slice::from_ref(&p));
         assert!(
-            text.contains("stacks sample 4096\nstacks_lost 2\nstacks_degraded 5\nmodule "),
+            text.contains("stacks sample 4096\nstacks_exact_first 1000\nstacks_lost 2\nstacks_degraded 5\nmodule "),
             "{text}"
         );
         assert!(

@@ -30,7 +30,7 @@ pub fn shim() -> &'static str {
 /// to it, once per content.
 pub fn shim_for(cmd: &Command, backend: &str) -> PathBuf {
     let backend = Backend::from_name(backend.as_bytes()).unwrap_or(Backend::System);
-    let mode = env::shim_stack_mode(|name| set_on(cmd, name).map(|v| v.as_bytes()));
+    let mode = env::shim_hooks_mode(|name| set_on(cmd, name).map(|v| v.as_bytes()));
     let Some(table) = DirectTable::serving(backend, mode) else {
         return PathBuf::from(shim());
     };

@@ -117,9 +117,10 @@ pub fn run(opts: &DemoOptions) -> Result<i32> {
         record: true,
         output: Output::Discard,
         input: None,
-        env: launch::stack_env(StackMode::Sample {
+        env: launch::StackRecording::only(StackMode::Sample {
             mean_bytes: SAMPLE_BYTES,
-        }),
+        })
+        .env(),
     })?;
     anyhow::ensure!(
         out.exit.code == Some(0),

@@ -9,7 +9,7 @@ use anyhow::Result;
 use allocmux::Backend;
 use allocmux::profile::StackMode;
 
-use crate::launch::{self, stack_env};
+use crate::launch::{self, StackRecording};
 use crate::output::OutputFile;
 use crate::report::shell_words;
 use crate::stacks::{StackSet, Weight};
@@ -22,9 +22,9 @@ pub struct FlameOptions {
     pub allocator: Backend,
     /// What the width of a frame shows.
     pub weight: Weight,
-    /// How stacks are recorded: sampled or exact (off leaves nothing to
-    /// draw).
-    pub stacks: StackMode,
+    /// How stacks are recorded: sampled, exact, or exact then sampled (off
+    /// leaves nothing to draw).
+    pub stacks: StackRecording,
     /// The SVG to write.
     pub output: PathBuf,
     /// Overwrite the output file if it exists.
@@ -40,7 +40,7 @@ pub fn run(o: &FlameOptions) -> Result<i32> {
     let outcome = launch::in_foreground(
         &o.command,
         o.allocator,
-        stack_env(o.stacks),
+        o.stacks.env(),
         launch::Output::Inherit,
     )?;
     if let Err(e) = outcome.check_recorded() {
@@ -56,7 +56,20 @@ pub fn run(o: &FlameOptions) -> Result<i32> {
     let set = StackSet::build(&outcome.profiles, &mut sym)
         .map_err(|e| anyhow::anyhow!("cannot draw a flamegraph: {e}"))?;
     let folded = set.folded(o.weight);
-    if folded.trim().is_empty() && matches!(o.stacks, StackMode::Sample { .. }) {
+    let allocations: u64 = outcome
+        .profiles
+        .iter()
+        .map(|p| p.totals.allocation_calls())
+        .sum();
+    if folded.trim().is_empty() && allocations == 0 {
+        anyhow::bail!(
+            "nothing to draw: `{}` made no allocation",
+            shell_words(&o.command)
+        );
+    }
+    let sampled_only =
+        o.stacks.exact_first == 0 && matches!(o.stacks.mode, StackMode::Sample { .. });
+    if folded.trim().is_empty() && sampled_only {
         anyhow::bail!(
             "nothing to draw: no allocation was sampled (about one is taken per \
              --sample-bytes bytes requested, 512 KiB unless set); record every \
@@ -66,11 +79,17 @@ pub fn run(o: &FlameOptions) -> Result<i32> {
     let title = format!("{} — {}", shell_words(&o.command), o.allocator.name());
     let svg = crate::render::flamegraph(&folded, &crate::render::labels(&set, o.weight, title))?;
     out.write(&svg)?;
+    let estimates = if set.estimates(o.weight) {
+        ": figures marked ≈ are estimates"
+    } else {
+        ""
+    };
     let said = writeln!(
         std::io::stderr(),
-        "  flamegraph of {} written to {}",
+        "  flamegraph of {} written to {}\n  stacks recorded: {}{estimates}",
         o.weight.describe(),
-        out.path().display()
+        out.path().display(),
+        set.mode_description(),
     );
     Ok(crate::error::after_run(
         outcome.exit.shell_status(),

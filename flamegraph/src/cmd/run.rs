@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use allocmux::Backend;
 use allocmux::profile::StackMode;
 
-use crate::launch::{self, stack_env};
+use crate::launch::{self, StackRecording};
 use crate::output::{JsonOut, OutputFile};
 
 /// What `allocmux run` is told.
@@ -22,7 +22,7 @@ pub struct RunOptions {
     /// Where to write the JSON report (`-` for stdout), if anywhere.
     pub json: Option<PathBuf>,
     /// How to record call stacks; `None` leaves the shim's default (off).
-    pub stacks: Option<StackMode>,
+    pub stacks: Option<StackRecording>,
     /// Whether to record at all: else the program only runs under the
     /// allocator (its forwarder), and `run` says how long it took.
     pub record: bool,
@@ -47,13 +47,13 @@ pub fn run(o: &RunOptions) -> Result<i32> {
         .as_deref()
         .map(|p| OutputFile::claim(p, o.force, "profile"))
         .transpose()?;
-    if o.stacks.is_some_and(|s| s != StackMode::Off) && o.profile.is_none() {
+    if o.stacks.is_some_and(|s| s.mode != StackMode::Off) && o.profile.is_none() {
         crate::error::say(
             "warning: call stacks are recorded but thrown away: pass -o PROFILE to keep \
              them (for report, export and diff), or draw them with `allocmux flame`",
         );
     }
-    let env = o.stacks.map(stack_env).unwrap_or_default();
+    let env = o.stacks.map(StackRecording::env).unwrap_or_default();
     // `--json -` owns stdout: the program's goes to stderr.
     let output = match json {
         Some(JsonOut::Stdout) => launch::Output::StdoutToStderr,

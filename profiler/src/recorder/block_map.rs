@@ -68,8 +68,11 @@ pub enum Inserted {
 pub struct BlockMap {
     pages: PageMap,
     others: Sharded<usize, Block, BLOCK_SHARDS>,
-    /// Whether small blocks go to the page map (exact mode).
+    /// Whether the page map may hold blocks (exact mode, and after it).
     paged: bool,
+    /// Whether new small blocks go to the page map (exact mode: its
+    /// entries have no room for a sampled block's weight).
+    paging: bool,
 }
 
 impl BlockMap {
@@ -80,7 +83,15 @@ impl BlockMap {
             pages: PageMap::new(),
             others: Sharded::new(),
             paged,
+            paging: paged,
         }
+    }
+
+    /// Sends every new block to the hash map from now on (sampling starts,
+    /// and a sampled block has a weight the page map cannot keep); the
+    /// blocks in the page map stay there, and are found at their free.
+    pub fn stop_paging(&mut self) {
+        self.paging = false;
     }
 
     /// The number of blocks (a walk over both tables: for tests).
@@ -102,7 +113,7 @@ impl BlockMap {
     #[inline]
     pub fn insert(&mut self, addr: usize, b: Block, grow: bool) -> Inserted {
         let paged_here = self.paged && PageMap::covers(addr);
-        if paged_here && b.size <= SMALL_MAX {
+        if paged_here && self.paging && b.size <= SMALL_MAX {
             let Some(slot) = self.pages.slot_mut(addr, grow) else {
                 return Inserted::NoRoom;
             };
@@ -136,6 +147,12 @@ impl BlockMap {
             (None, Some(old)) => Inserted::Replaced(old, None),
             (None, None) => Inserted::New,
         }
+    }
+
+    /// Calls `f` with the address of every block (never allocates).
+    pub fn for_each_address(&self, mut f: impl FnMut(usize)) {
+        self.pages.for_each_address(&mut f);
+        self.others.for_each_key(f);
     }
 
     /// Removes the block at `addr`, if it is tracked (never allocates).
@@ -290,6 +307,24 @@ impl PageMap {
         slots.filter(|s| s.site_plus_one != 0).count()
     }
 
+    /// Calls `f` with the address of every block.
+    fn for_each_address(&self, f: &mut impl FnMut(usize)) {
+        let Some(root) = &self.root else { return };
+        for (m, mid) in root.iter().enumerate() {
+            let Some(mid) = mid else { continue };
+            for (l, leaf) in mid.iter().enumerate() {
+                let Some(leaf) = leaf else { continue };
+                let base =
+                    (m << (SLOT_SHIFT + LEAF_BITS + MID_BITS)) | (l << (SLOT_SHIFT + LEAF_BITS));
+                for (s, slot) in leaf.iter().enumerate() {
+                    if slot.site_plus_one != 0 {
+                        f(base | (s << SLOT_SHIFT) | (usize::from(slot.upper) << 4));
+                    }
+                }
+            }
+        }
+    }
+
     /// Removes the block at `addr`, if there is one here.
     #[inline]
     fn remove(&mut self, addr: usize) -> Option<Block> {
@@ -369,6 +404,53 @@ mod tests {
         assert_eq!(m.remove(a), Some(block(4, 16)));
         assert_eq!(m.remove(a + 16), Some(block(3, 16)));
         assert_eq!((m.remove(a), m.remove(a + 16), m.len()), (None, None, 0));
+    }
+
+    #[test]
+    fn after_paging_stops_new_blocks_keep_their_weight() {
+        let mut m = BlockMap::new(true);
+        let (old, new) = (0x5555_0000_0000usize, 0x5555_0000_1000usize);
+        assert_eq!(m.insert(old, block(1, 64), true), Inserted::New);
+        m.stop_paging();
+        let sampled = Block {
+            site: 2,
+            weight: 41.5,
+            size: 64,
+        };
+        assert_eq!(m.insert(new, sampled, true), Inserted::New);
+        assert_eq!((m.pages.len(), m.others.len()), (1, 1));
+        assert_eq!(m.remove(new), Some(sampled));
+        assert_eq!(
+            m.remove(old),
+            Some(block(1, 64)),
+            "still found in the page map"
+        );
+        // A paged block whose free was not seen is replaced all the same.
+        assert_eq!(m.insert(old, block(3, 64), true), Inserted::New);
+        assert_eq!(
+            m.insert(old, block(4, 64), true),
+            Inserted::Replaced(block(3, 64), None)
+        );
+    }
+
+    #[test]
+    fn every_address_is_walked() {
+        let mut m = BlockMap::new(true);
+        let mut addrs = vec![
+            0x5555_0000_0000usize,
+            0x5555_0000_0010, // shares the first one's slot: hashed
+            0x5555_0001_0000 + 32 * 9,
+            0x7f00_0000_0008, // 8-byte aligned: hashed
+            0x7fff_ffff_ffe0,
+        ];
+        for (i, &a) in addrs.iter().enumerate() {
+            assert_eq!(m.insert(a, block(i as u32, 16), true), Inserted::New);
+        }
+        let mut seen = Vec::new();
+        m.for_each_address(|a| seen.push(a));
+        seen.sort_unstable();
+        addrs.sort_unstable();
+        assert_eq!(seen, addrs);
     }
 
     #[test]

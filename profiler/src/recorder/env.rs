@@ -18,6 +18,9 @@ pub const ALLOCATOR: &str = "ALLOCMUX_ALLOCATOR";
 pub const STACKS: &str = "ALLOCMUX_STACKS";
 /// Mean bytes between sampled allocations in `sample` mode.
 pub const SAMPLE_BYTES: &str = "ALLOCMUX_SAMPLE_BYTES";
+/// In `sample` mode, how many allocations are recorded exactly before
+/// sampling starts (0, the default: none).
+pub const EXACT_FIRST: &str = "ALLOCMUX_EXACT_FIRST";
 /// Mean calls between two timed allocator calls.
 pub const TIME_SAMPLE: &str = "ALLOCMUX_TIME_SAMPLE";
 /// The profile's path template (`%p` for the pid, `%%` for `%`).
@@ -32,6 +35,16 @@ pub const RECORD: &str = "ALLOCMUX_RECORD";
 pub const DEFAULT_SAMPLE_BYTES: u64 = 512 * 1024;
 /// The largest `ALLOCMUX_SAMPLE_BYTES` the shim takes.
 pub const MAX_SAMPLE_BYTES: u64 = 1 << 40;
+/// The largest `ALLOCMUX_EXACT_FIRST`.
+pub const MAX_EXACT_FIRST: u64 = 1 << 40;
+
+/// The shim's exact prefix from the value of `ALLOCMUX_EXACT_FIRST`: 0
+/// (none) where it is unset or invalid.
+pub fn shim_exact_first(value: Option<&[u8]>) -> u64 {
+    value
+        .and_then(|v| parse_number(v, 0, MAX_EXACT_FIRST))
+        .unwrap_or(0)
+}
 /// The largest `ALLOCMUX_TIME_SAMPLE`.
 pub const MAX_TIME_SAMPLE: u64 = 1 << 30;
 
@@ -72,6 +85,17 @@ pub fn shim_stack_mode<'a>(var: impl Fn(&str) -> Option<&'a [u8]>) -> StackMode 
     var(STACKS)
         .and_then(|v| StackMode::from_env_value(v, mean_bytes))
         .unwrap_or(default)
+}
+
+/// The stack mode of the hooks the shim installs for its variables (as
+/// `var` looks them up): [`shim_stack_mode`], but exact mode's where sample
+/// mode records an exact prefix first (`ALLOCMUX_EXACT_FIRST`), which
+/// exact mode's hooks record. The CLI picks the library to preload by it.
+pub fn shim_hooks_mode<'a>(var: impl Fn(&str) -> Option<&'a [u8]>) -> StackMode {
+    match shim_stack_mode(&var) {
+        StackMode::Sample { .. } if shim_exact_first(var(EXACT_FIRST)) > 0 => StackMode::Exact,
+        mode => mode,
+    }
 }
 
 /// Whether the shim records, from the value of `ALLOCMUX_RECORD`: only

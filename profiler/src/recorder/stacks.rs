@@ -136,6 +136,10 @@ pub struct StackThread {
     /// Inside the stack recorder: calls made from here (by the unwinder,
     /// the tables, the allocator) are recorded without stacks.
     busy: Cell<bool>,
+    /// Whether the countdown was last drawn in exact mode (every
+    /// allocation): after a switch to sampling ([`configure`]'s
+    /// `exact_first`) it is drawn again before it decides.
+    drawn_exact: Cell<bool>,
 }
 
 // SAFETY: only the owning thread touches its state.
@@ -156,6 +160,7 @@ impl StackThread {
             stack_lo: Cell::new(0),
             stack_hi: Cell::new(0),
             busy: Cell::new(false),
+            drawn_exact: Cell::new(false),
         }
     }
 
@@ -179,16 +184,17 @@ impl StackThread {
         self.countdown.set(countdown);
     }
 
-    /// Whether the countdown has been drawn for this thread yet.
+    /// Whether the countdown has been drawn for this thread, at the mean
+    /// in force.
     fn armed(&self) -> bool {
-        self.rng.get() != 0
+        self.rng.get() != 0 && !(self.drawn_exact.get() && MEAN_BYTES.load(Relaxed) != 0)
     }
 
     /// Draws the gap to the next sampled byte (`mean` 0: exact mode, where
     /// every allocation is sampled: inline, as it follows each one).
     #[inline(always)]
     fn rearm(&self, mean: u64) {
-        if mean == 0 && self.armed() {
+        if mean == 0 && self.rng.get() != 0 {
             self.countdown.set(-1);
         } else {
             self.draw(mean);
@@ -203,6 +209,7 @@ impl StackThread {
         if x == 0 {
             x = Tsc::now() ^ (self as *const StackThread as u64).rotate_left(29) | 1;
         }
+        self.drawn_exact.set(mean == 0);
         if mean == 0 {
             self.rng.set(x);
             self.countdown.set(-1); // exact: every allocation
@@ -242,6 +249,18 @@ impl StackThread {
 
 /// Mean bytes between samples; 0 in exact mode.
 static MEAN_BYTES: AtomicU64 = AtomicU64::new(0);
+/// Allocations recorded exactly before sampling starts ([`configure`]'s
+/// `exact_first`; 0: none), and the mean sampling then uses.
+static EXACT_FIRST: AtomicU64 = AtomicU64::new(0);
+static MEAN_AFTER_EXACT: AtomicU64 = AtomicU64::new(0);
+/// The allocations this process recorded exactly before it started
+/// sampling; 0 until it did (and in a `fork` child of a process that had:
+/// its table starts empty, in sample mode).
+static EXACT_RECORDED: AtomicU64 = AtomicU64::new(0);
+/// Whether sampled blocks are made larger or aligned (sample mode under
+/// the shim's [`enter_sampled`] hooks, which are not installed while an
+/// `exact_first` prefix is recorded through [`enter_stacks`]).
+static SAMPLES_ENLARGED: AtomicBool = AtomicBool::new(false);
 static MODE: AtomicU8 = AtomicU8::new(MODE_OFF);
 static CONFIGURED: AtomicBool = AtomicBool::new(false);
 const MODE_OFF: u8 = 0;
@@ -289,8 +308,12 @@ static FILTER: [AtomicU8; 1 << FILTER_BITS] = [const { AtomicU8::new(0) }; 1 << 
 /// cost three of its nine instructions.
 #[inline(always)]
 fn filter_slot(addr: usize) -> &'static AtomicU8 {
-    let h = (addr as u32).wrapping_mul(0x9E37_79B1) >> (32 - FILTER_BITS);
-    &FILTER[h as usize]
+    &FILTER[filter_index(addr)]
+}
+
+#[inline(always)]
+fn filter_index(addr: usize) -> usize {
+    ((addr as u32).wrapping_mul(0x9E37_79B1) >> (32 - FILTER_BITS)) as usize
 }
 
 /// Whether `addr` is aligned as [`StackBody::ALIGNS_SAMPLED`] aligns
@@ -333,7 +356,16 @@ fn maybe_tracked(addr: usize) -> bool {
 /// Turns stack recording on. Call once, before the hooks that use
 /// [`enter_stacks`] are installed. `skip_own_module` leaves the frames of
 /// the module holding this code out of every stack (the shim's).
-pub fn configure(mode: StackMode, skip_own_module: bool) {
+///
+/// In sample mode, `exact_first` > 0 records the first `exact_first`
+/// allocations of the process exactly, as exact mode does, and samples
+/// from then on, so a short program's stacks are all there and a long
+/// one's cost what sampling costs (`allocmux flame`'s default). Calls then
+/// go through [`enter_stacks`] throughout (the shim's sampled hooks make
+/// sampled blocks larger, which blocks recorded before the switch are
+/// not). The profile says which it was: exact mode if the program never
+/// got that far, else sample mode with `stacks_exact_first`.
+pub fn configure(mode: StackMode, skip_own_module: bool, exact_first: u64) {
     // Threads racing through their first call all configure the same;
     // the first one does it.
     if CONFIGURED.swap(true, Relaxed) {
@@ -342,11 +374,21 @@ pub fn configure(mode: StackMode, skip_own_module: bool) {
     SKIP_OWN_MODULE.store(skip_own_module, Relaxed);
     let mut st = STATE.lock();
     st.unwinder = StackUnwinder::new(skip_own_module);
+    let mode = match mode {
+        StackMode::Sample { mean_bytes } if exact_first > 0 => {
+            EXACT_FIRST.store(exact_first, Relaxed);
+            MEAN_AFTER_EXACT.store(mean_bytes.max(1), Relaxed);
+            st.exact_left = exact_first;
+            StackMode::Exact
+        }
+        mode => mode,
+    };
     match mode {
         StackMode::Off => MODE.store(MODE_OFF, Relaxed),
         StackMode::Sample { mean_bytes } => {
             st.sites = Sites::with_mean(mean_bytes.max(1));
             MEAN_BYTES.store(mean_bytes.max(1), Relaxed);
+            SAMPLES_ENLARGED.store(true, Relaxed);
             MODE.store(MODE_SAMPLE, Relaxed);
         }
         StackMode::Exact => {
@@ -371,6 +413,49 @@ pub fn is_on() -> bool {
 /// [`Snapshot`]); calls from then on go through the plain path.
 pub fn stop() {
     MODE.store(MODE_OFF, Relaxed);
+}
+
+/// How many allocations were recorded exactly before sampling started
+/// (see [`configure`]): 0 if sampling has not started after an exact
+/// prefix.
+pub fn exact_first() -> u64 {
+    EXACT_RECORDED.load(Relaxed)
+}
+
+/// Counts one allocation of an exact prefix (see [`configure`]), and
+/// starts sampling after the last one: from then on the stack table
+/// weights new blocks by their sampling probability, and the filter,
+/// saturated in exact mode, counts the blocks tracked so far, so that only
+/// their frees (and later sampled blocks') look them up. Under the lock,
+/// where every change to the table is made: a free racing the switch
+/// found a saturated slot and waits here, and finds its block after.
+fn count_exact_prefix(s: &mut State) {
+    if s.exact_left == 0 || MEAN_BYTES.load(Relaxed) != 0 {
+        return;
+    }
+    s.exact_left -= 1;
+    if s.exact_left > 0 {
+        return;
+    }
+    let mean = MEAN_AFTER_EXACT.load(Relaxed);
+    let State {
+        sites,
+        filter_counts: counts,
+        ..
+    } = s;
+    sites.mean = mean;
+    sites.blocks.stop_paging();
+    counts.fill(0);
+    sites.blocks.for_each_address(|addr| {
+        let h = filter_index(addr);
+        counts[h] = counts[h].saturating_add(1);
+    });
+    for (slot, &n) in FILTER.iter().zip(counts.iter()) {
+        slot.store(n, Relaxed);
+    }
+    MEAN_BYTES.store(mean, Relaxed);
+    EXACT_RECORDED.store(EXACT_FIRST.load(Relaxed), Relaxed);
+    MODE.store(MODE_SAMPLE, Relaxed);
 }
 
 /// The mode set by [`configure`].
@@ -975,7 +1060,7 @@ unsafe extern "C" fn stacked<B: StackBody>(
     // What the stack of a block of `size` requested bytes is charged for
     // this call: its measured time, but for sampled blocks made larger or
     // aligned (sample mode under the shim; see `promoted_call_ticks`).
-    let promoted = B::PROMOTES && MEAN_BYTES.load(Relaxed) != 0;
+    let promoted = B::PROMOTES && SAMPLES_ENLARGED.load(Relaxed);
     let charge = |size: u64| {
         if promoted {
             promoted_call_ticks(size, ticks, t)
@@ -1036,6 +1121,9 @@ unsafe extern "C" fn stacked<B: StackBody>(
                 core::hint::black_box(s.sites.site(frames));
             }
             core::hint::black_box((&mut s, released, frames, ticks, starved, repeat));
+        }
+        if sample {
+            count_exact_prefix(&mut s);
         }
         #[cfg(not(any(allocmux_bench = "no_tables", allocmux_bench = "stack_table_only")))]
         {
@@ -1485,6 +1573,13 @@ struct State {
     /// Every module seen since start-up (unloaded ones too: their stacks
     /// stay in the profile and still need symbolizing).
     modules: Vec<unwind::ModuleInfo>,
+    /// Allocations left to record exactly before sampling starts (see
+    /// [`configure`]).
+    exact_left: u64,
+    /// The filter's counts as they are rebuilt when sampling starts after
+    /// an exact prefix: here, in static memory, rather than 16 KiB on the
+    /// stack of whichever program thread makes the switch.
+    filter_counts: [u8; 1 << FILTER_BITS],
 }
 
 impl State {
@@ -1541,6 +1636,8 @@ static STATE: SpinLock<State> = SpinLock::new(State {
     unwinder: StackUnwinder::new(false),
     sites: Sites::with_mean(0),
     modules: Vec::new(),
+    exact_left: 0,
+    filter_counts: [0; 1 << FILTER_BITS],
 });
 
 /// Set once the shim's heap had to draw on its emergency reserve (see
@@ -1582,6 +1679,7 @@ struct Copied {
 #[derive(Debug, Default)]
 pub struct Snapshot {
     mode: StackMode,
+    exact_first: u64,
     lost: u64,
     degraded: u64,
     modules: Vec<unwind::ModuleInfo>,
@@ -1598,6 +1696,7 @@ impl Snapshot {
     pub const fn new() -> Self {
         Snapshot {
             mode: StackMode::Off,
+            exact_first: 0,
             lost: 0,
             degraded: 0,
             modules: Vec::new(),
@@ -1625,6 +1724,10 @@ impl Snapshot {
         let Some(mut s) = STATE.lock_unless_held_here() else {
             return;
         };
+        // Again under the lock, where sampling starts after an exact
+        // prefix: the mode and the prefix agree.
+        self.mode = mode();
+        self.exact_first = exact_first();
         let mut modules = None;
         let mut room = true;
         if self.modules.len() != s.modules.len() {
@@ -1745,7 +1848,13 @@ impl Snapshot {
             };
         }
         let left_out = (self.modules.len() - modules + self.stacks.len() - stacks) as u64;
-        profile::write_stack_mode(out, self.mode, self.lost, self.degraded + left_out)?;
+        profile::write_stack_mode(
+            out,
+            self.mode,
+            self.exact_first,
+            self.lost,
+            self.degraded + left_out,
+        )?;
         for m in &self.modules[..modules] {
             profile::write_module(out, &module_ref(m))?;
         }
@@ -1812,6 +1921,8 @@ fn rebuild_orphaned_state() {
         unwinder: StackUnwinder::new(SKIP_OWN_MODULE.load(Relaxed)),
         sites: Sites::with_mean(MEAN_BYTES.load(Relaxed)),
         modules: Vec::new(),
+        exact_left: 0,
+        filter_counts: [0; 1 << FILTER_BITS],
     };
     // SAFETY: only from a fork child's handler, with one thread and the lock
     // free: no other access. The old state is overwritten without being
@@ -1844,6 +1955,10 @@ pub fn after_fork_child() {
         for slot in &FILTER {
             slot.store(0, Relaxed);
         }
+        EXACT_RECORDED.store(0, Relaxed);
+    } else {
+        // Still in an exact prefix (if any): the child's own starts over.
+        s.exact_left = EXACT_FIRST.load(Relaxed);
     }
 }
 

@@ -321,6 +321,13 @@ impl<K: Spread, V, const S: usize> Sharded<K, V, S> {
         self.shards.iter().map(|m| m.len()).sum()
     }
 
+    /// Calls `f` with every key (never allocates).
+    pub fn for_each_key(&self, mut f: impl FnMut(K)) {
+        for m in &self.shards {
+            m.keys().for_each(|&k| f(k));
+        }
+    }
+
     /// The value of `k`.
     #[inline]
     pub fn get(&self, k: K) -> Option<&V> {

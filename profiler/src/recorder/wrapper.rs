@@ -556,7 +556,7 @@ pub(crate) fn inner_allocator_name() -> &'static str {
 pub(crate) fn start_stacks(mode: crate::profile::StackMode) {
     // The recorder's own modules are the program's executable here: no
     // module is skipped; the CLI trims allocmux's frames by name.
-    with_stack_thread(|st| st.as_recorder(|| stacks::configure(mode, false)));
+    with_stack_thread(|st| st.as_recorder(|| stacks::configure(mode, false, 0)));
     // The child keeps the parent's stacks as its history, as it keeps its
     // counts (see `on_register`).
     unsafe extern "C" fn child() {
