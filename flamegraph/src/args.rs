@@ -17,6 +17,7 @@ use crate::cmd::demo::DemoOptions;
 use crate::cmd::diff::DiffOptions;
 use crate::cmd::export::ExportOptions;
 use crate::cmd::flame::FlameOptions;
+use crate::cmd::preload::PreloadOptions;
 use crate::cmd::report::ReportOptions;
 use crate::cmd::run::RunOptions;
 use crate::export::Format;
@@ -36,6 +37,8 @@ pub struct Cli {
 enum Cmd {
     /// Run a command under the profiler and print what it allocated (on stderr, after it ends).
     Run(RunArgs),
+    /// Print the environment that runs a program as `run` would (`env $(allocmux preload) CMD`).
+    Preload(PreloadArgs),
     /// Run a command under each allocator, interleaved, and say which is faster, with intervals.
     Compare(CompareArgs),
     /// Run a command with call stacks recorded and draw where it allocated as a flamegraph SVG.
@@ -71,11 +74,15 @@ struct RunArgs {
     /// Mean bytes between two sampled stacks (implies --stacks sample unless auto).
     #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(1..))]
     sample_bytes: Option<u64>,
+    /// Serve live profiles on ADDR:PORT (`/debug/pprof/heap`, `/allocs`) while the program runs;
+    /// port 0 picks a free one, said on stderr. Keep it on 127.0.0.1.
+    #[arg(long, value_name = "ADDR:PORT", value_parser = http_parser)]
+    http: Option<String>,
     /// `off`: only switch the allocator, recording nothing (no counts, no profile, no thread): the
     /// program runs as with the allocator preloaded alone.
     #[arg(long, value_parser = record_parser(), value_name = "on|off", default_value = "on",
           action = clap::ArgAction::Set,
-          conflicts_with_all = ["output", "json", "stacks", "sample_bytes"])]
+          conflicts_with_all = ["output", "json", "stacks", "sample_bytes", "http"])]
     record: bool,
     /// Overwrite the output files if they exist.
     #[arg(long)]
@@ -83,6 +90,28 @@ struct RunArgs {
     /// The command to run, after `--`.
     #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     command: Vec<String>,
+}
+
+#[derive(Debug, clap::Args)]
+struct PreloadArgs {
+    /// Allocator the program runs on.
+    #[arg(short, long, value_parser = backend_parser(), default_value = "system")]
+    allocator: Backend,
+    /// Serve live profiles on ADDR:PORT (`/debug/pprof/heap`, `/allocs`); port 0 picks a free
+    /// one, said on the program's stderr. Keep it on 127.0.0.1.
+    #[arg(long, value_name = "ADDR:PORT", value_parser = http_parser)]
+    http: Option<String>,
+    /// Record the call stack of allocations: none, a sample weighted by bytes, every one, or
+    /// every one and then a sample [default: off, or sample with --http].
+    #[arg(long, value_parser = stacks_parser(), value_name = "MODE")]
+    stacks: Option<StackRecording>,
+    /// Mean bytes between two sampled stacks (implies --stacks sample unless auto).
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(1..))]
+    sample_bytes: Option<u64>,
+    /// Write each process's profile to PROFILE (`%p`: its pid; an existing file is never
+    /// overwritten), for `allocmux report`.
+    #[arg(short, long, value_name = "PROFILE")]
+    output: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -279,6 +308,14 @@ fn record_parser() -> impl TypedValueParser<Value = bool> {
     PossibleValuesParser::new(values).map(|name| name == "on")
 }
 
+/// `--http`'s value: an address the shim can serve on.
+fn http_parser(value: &str) -> Result<String, String> {
+    match allocmux::recorder::env::parse_http_address(value.as_bytes()) {
+        Some(_) => Ok(value.to_string()),
+        None => Err("expected ADDR:PORT, such as 127.0.0.1:6060, [::1]:6060 or localhost:0".into()),
+    }
+}
+
 fn stacks_parser() -> impl TypedValueParser<Value = StackRecording> {
     let values = [
         PossibleValue::new("off").help("No stacks"),
@@ -337,9 +374,16 @@ impl Cli {
                 profile: a.output,
                 json: a.json,
                 stacks: with_sample_bytes(a.stacks, a.sample_bytes)?,
+                http: a.http,
                 record: a.record,
                 force: a.force,
                 command: a.command,
+            }),
+            Cmd::Preload(a) => Command::Preload(PreloadOptions {
+                allocator: a.allocator,
+                http: a.http,
+                stacks: with_sample_bytes(a.stacks, a.sample_bytes)?,
+                profile: a.output,
             }),
             Cmd::Compare(a) => Command::Compare(CompareOptions {
                 allocators: a.allocators,

@@ -83,27 +83,36 @@ pub struct Launch<'a> {
     pub env: Vec<(String, String)>,
 }
 
-impl Launch<'_> {
-    /// The stack mode of the hooks the shim will install for the
-    /// program's environment (this process's, with `env` over it).
-    fn stack_mode(&self) -> StackMode {
-        let vars: Vec<(&str, Vec<u8>)> =
-            [env::STACKS, env::SAMPLE_BYTES, env::HTTP, env::EXACT_FIRST]
-                .into_iter()
-                .filter_map(|name| {
-                    let value = match self.env.iter().rev().find(|(k, _)| k == name) {
-                        Some((_, v)) => v.clone().into_bytes(),
-                        None => std::env::var_os(name)?.into_vec(),
-                    };
-                    Some((name, value))
-                })
-                .collect();
-        env::shim_hooks_mode(|name| {
-            vars.iter()
-                .find(|(k, _)| *k == name)
-                .map(|(_, v)| v.as_slice())
+/// The stack mode of the hooks the shim will install for a program whose
+/// environment is this process's with `overrides` over it: the library to
+/// preload serves that mode.
+pub fn hooks_mode(overrides: &[(String, String)]) -> StackMode {
+    let vars: Vec<(&str, Vec<u8>)> = [env::STACKS, env::SAMPLE_BYTES, env::HTTP, env::EXACT_FIRST]
+        .into_iter()
+        .filter_map(|name| {
+            let value = match overrides.iter().rev().find(|(k, _)| k == name) {
+                Some((_, v)) => v.clone().into_bytes(),
+                None => std::env::var_os(name)?.into_vec(),
+            };
+            Some((name, value))
         })
+        .collect();
+    env::shim_hooks_mode(|name| {
+        vars.iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.as_slice())
+    })
+}
+
+/// `LD_PRELOAD` for a program run under `shim`: the shim first, then what
+/// this process's `LD_PRELOAD` holds.
+pub fn preload_value(shim: &Path) -> std::ffi::OsString {
+    let mut preload = shim.as_os_str().to_owned();
+    if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
+        preload.push(":");
+        preload.push(old);
     }
+    preload
 }
 
 /// Where a launched program's standard streams go.
@@ -265,7 +274,7 @@ pub fn in_foreground(
 pub fn launch(l: &Launch<'_>) -> Result<Outcome> {
     let program = target::resolve(&l.command[0])?;
     let shim = if l.record {
-        Some(crate::shim::locate(l.allocator, l.stack_mode())?)
+        Some(crate::shim::locate(l.allocator, hooks_mode(&l.env))?)
     } else {
         crate::shim::locate_forwarder(l.allocator)?
     };
@@ -285,14 +294,7 @@ pub fn launch(l: &Launch<'_>) -> Result<Outcome> {
                 .context("creating a temporary directory for the profiles")
         })
         .transpose()?;
-    let preload = shim.as_ref().map(|shim| {
-        let mut preload = shim.path.as_os_str().to_owned();
-        if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
-            preload.push(":");
-            preload.push(old);
-        }
-        preload
-    });
+    let preload = shim.as_ref().map(|shim| preload_value(&shim.path));
     let mut start = crate::launcher::start(
         preload.or_else(|| std::env::var_os("LD_PRELOAD")).as_ref(),
         &program,

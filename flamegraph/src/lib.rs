@@ -40,6 +40,7 @@ use cmd::Command;
 pub fn run(command: Command) -> Result<i32, Error> {
     let status = match command {
         Command::Run(o) => cmd::run::run(&o),
+        Command::Preload(o) => cmd::preload::run(&o),
         Command::Compare(o) => cmd::compare::run(&o),
         Command::Flame(o) => cmd::flame::run(&o),
         Command::Report(o) => cmd::report::run(&o),

@@ -3,15 +3,21 @@
 //!
 //! In each document, fenced blocks marked `sh` hold one command per line,
 //! and blocks marked `console` hold commands after `$ ` followed by their
-//! output; a line ending in `\` continues on the next. `allocmux` commands
-//! run in order, in one temporary directory per document (so a profile one
-//! command writes is there for the next), with the `allocmux` of this
-//! build first on `PATH` and its embedded shim, as an installed one runs.
-//! A block marked `no_run` (`sh,no_run`: an install, a long benchmark) is
-//! only checked: its subcommand exists and `allocmux SUB --help` lists each
-//! of its flags. Commands of other tools are not run: `cargo` commands name
-//! packages, examples, benches and tests that exist, and every
-//! `scripts/...` path mentioned anywhere must exist.
+//! output; a line ending in `\` continues on the next. Every command runs,
+//! whatever its program (`allocmux`, `env $(allocmux preload ...) CMD`,
+//! `go tool pprof` against a live endpoint, `kill %1`): each block as one
+//! bash script with job control, as a terminal would run the lines pasted
+//! one after another, stopping at the first that fails; its background
+//! jobs are stopped when it ends. The blocks of a document run in order,
+//! in one temporary directory per document (so a profile one command
+//! writes is there for the next), with the `allocmux` of this build first
+//! on `PATH` and its embedded shim, as an installed one runs. A block that
+//! runs `go` is skipped where Go is not installed (never under CI).
+//! A block marked `no_run` (`sh,no_run`: an install, a long benchmark,
+//! commands for the reader's own crate) is only checked: an `allocmux`
+//! subcommand exists and `allocmux SUB --help` lists each of its flags;
+//! `cargo` commands name packages, examples, benches and tests that
+//! exist. Every `scripts/...` path mentioned anywhere must exist.
 //!
 //! A failure names the document, the line and the command.
 
@@ -45,6 +51,8 @@ fn documents() -> Vec<PathBuf> {
 /// One command quoted in a document.
 #[derive(Debug)]
 struct Quoted {
+    /// The block it is in, counted from 0 in the document.
+    block: usize,
     /// 1-based line of the command's first line.
     line: usize,
     /// The command as a shell would read it (continuations joined).
@@ -59,6 +67,7 @@ fn quoted_commands(markdown: &str) -> Vec<Quoted> {
     // The open block's kind (`sh` or `console`) and no_run flag; `Some`
     // with kind "" for a block of another language, which is skipped.
     let mut block: Option<(&str, bool)> = None;
+    let mut blocks = 0;
     // A command continued with a trailing backslash.
     let mut pending: Option<Quoted> = None;
     for (i, line) in markdown.lines().enumerate() {
@@ -66,6 +75,7 @@ fn quoted_commands(markdown: &str) -> Vec<Quoted> {
         if let Some(info) = trimmed.strip_prefix("```") {
             if block.is_some() {
                 block = None;
+                blocks += 1;
                 continue;
             }
             let mut tags = info.split(',').map(str::trim);
@@ -94,6 +104,7 @@ fn quoted_commands(markdown: &str) -> Vec<Quoted> {
                 _ => continue,
             };
             Quoted {
+                block: blocks,
                 line: i + 1,
                 text: text.to_string(),
                 no_run,
@@ -275,21 +286,41 @@ fn check_allocmux(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-/// Runs an `allocmux` command line with `sh` in `dir`.
-fn run_allocmux(text: &str, dir: &Path, cache: &Path) -> Result<(), String> {
+/// Whether `go` can be run here.
+fn have_go() -> bool {
+    Command::new("go")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Runs the commands of one block as one bash script in `dir`; the line
+/// of the command that failed, and why.
+fn run_block(commands: &[&Quoted], dir: &Path, cache: &Path) -> Result<(), (usize, String)> {
     let bin_dir = Path::new(env!("CARGO_BIN_EXE_allocmux")).parent().unwrap();
     let path = std::env::join_paths(std::iter::once(bin_dir.to_path_buf()).chain(
         std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
     ))
     .unwrap();
-    let mut text = text.to_string();
-    // The demo at its full size takes minutes with the unoptimised
-    // workload of a test build; a smaller size runs the same steps.
-    if words(&text).get(1).is_some_and(|w| w == "demo") {
-        text.push_str(" --size 20000 --rounds 6");
+    let marks = tempfile::tempdir().unwrap();
+    let mark = marks.path().join("line");
+    // Job control (`set -m`): `cmd &` is a job of its own, `kill %1`
+    // signals all of it, and at the end every job still running is
+    // stopped, whole.
+    let mut script = String::from(
+        "set -em\ntrap 'for j in $(jobs -p); do kill -TERM -- -$j 2>/dev/null; done; wait' EXIT\n",
+    );
+    for q in commands {
+        let mut text = q.text.clone();
+        // The demo at its full size takes minutes with the unoptimised
+        // workload of a test build; a smaller size runs the same steps.
+        if words(&text).get(1).is_some_and(|w| w == "demo") {
+            text.push_str(" --size 20000 --rounds 6");
+        }
+        script.push_str(&format!("echo {} > \"$DOCS_LINE_FILE\"\n{text}\n", q.line));
     }
-    let mut cmd = Command::new("sh");
-    cmd.arg("-c").arg(&text).current_dir(dir);
+    let mut cmd = Command::new("bash");
+    cmd.arg("-c").arg(&script).current_dir(dir);
     for (name, _) in std::env::vars_os() {
         if name.to_string_lossy().starts_with("ALLOCMUX_") {
             cmd.env_remove(name);
@@ -298,34 +329,36 @@ fn run_allocmux(text: &str, dir: &Path, cache: &Path) -> Result<(), String> {
     let out = cmd
         .env("PATH", path)
         .env("XDG_CACHE_HOME", cache)
+        .env("PPROF_TMPDIR", dir)
+        .env("DOCS_LINE_FILE", &mark)
         .output()
         .unwrap();
     if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
+        return Ok(());
+    }
+    let line = fs::read_to_string(&mark)
+        .ok()
+        .and_then(|l| l.trim().parse().ok())
+        .unwrap_or(commands[0].line);
+    Err((
+        line,
+        format!(
             "exited with {}\nstdout:\n{}\nstderr:\n{}",
             out.status,
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
-        ))
-    }
+        ),
+    ))
 }
 
-/// Checks one quoted command; `dir` is the document's working directory.
-fn check(q: &Quoted, dir: &Path, cache: &Path) -> Result<(), String> {
+/// Checks a command without running it: the `allocmux` subcommand and
+/// flags it names, the `cargo` targets.
+fn check(q: &Quoted) -> Result<(), String> {
     let words = words(&q.text);
     let command = without_assignments(&words);
-    let Some(program) = command.first() else {
-        return Ok(());
-    };
-    match program.as_str() {
-        "allocmux" if q.no_run => check_allocmux(&command[1..]),
-        "allocmux" => {
-            check_allocmux(&command[1..])?;
-            run_allocmux(&q.text, dir, cache)
-        }
-        "cargo" => check_cargo(&command[1..]),
+    match command.first().map(String::as_str) {
+        Some("allocmux") => check_allocmux(&command[1..]),
+        Some("cargo") => check_cargo(&command[1..]),
         _ => Ok(()),
     }
 }
@@ -352,17 +385,46 @@ fn script_paths(markdown: &str) -> Vec<(usize, String)> {
 #[test]
 fn quoted_commands_run() {
     let cache = tempfile::tempdir().unwrap();
+    let go = have_go();
+    assert!(go || std::env::var_os("CI").is_none(), "CI must have Go");
     let mut failures = Vec::new();
     let mut ran = 0;
     for doc in documents() {
         let name = doc.strip_prefix(root()).unwrap().display().to_string();
         let text = fs::read_to_string(&doc).unwrap();
         let dir = tempfile::tempdir().unwrap();
-        for q in quoted_commands(&text) {
-            if let Err(why) = check(&q, dir.path(), cache.path()) {
+        let quoted = quoted_commands(&text);
+        for q in &quoted {
+            if let Err(why) = check(q) {
                 failures.push(format!("{name}:{}: `{}`: {why}", q.line, q.text));
-            } else if !q.no_run {
-                ran += 1;
+            }
+        }
+        let mut blocks: Vec<Vec<&Quoted>> = Vec::new();
+        for q in quoted.iter().filter(|q| !q.no_run) {
+            match blocks.last_mut() {
+                Some(b) if b[0].block == q.block => b.push(q),
+                _ => blocks.push(vec![q]),
+            }
+        }
+        for block in blocks {
+            if !go
+                && block
+                    .iter()
+                    .any(|q| words(&q.text).iter().any(|w| w == "go"))
+            {
+                eprintln!("skipping {name}:{}: Go is not installed", block[0].line);
+                continue;
+            }
+            match run_block(&block, dir.path(), cache.path()) {
+                Ok(()) => ran += block.len(),
+                Err((line, why)) => {
+                    let text = &block
+                        .iter()
+                        .find(|q| q.line == line)
+                        .unwrap_or(&block[0])
+                        .text;
+                    failures.push(format!("{name}:{line}: `{text}`: {why}"));
+                }
             }
         }
         for (line, path) in script_paths(&text) {

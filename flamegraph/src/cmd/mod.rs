@@ -7,6 +7,7 @@ pub mod demo;
 pub mod diff;
 pub mod export;
 pub mod flame;
+pub mod preload;
 mod profiles;
 pub mod report;
 pub mod run;
@@ -17,6 +18,8 @@ pub mod workload;
 pub enum Command {
     /// `allocmux run`.
     Run(run::RunOptions),
+    /// `allocmux preload`.
+    Preload(preload::PreloadOptions),
     /// `allocmux compare`.
     Compare(compare::CompareOptions),
     /// `allocmux flame`.

@@ -21,8 +21,11 @@ pub struct RunOptions {
     pub profile: Option<PathBuf>,
     /// Where to write the JSON report (`-` for stdout), if anywhere.
     pub json: Option<PathBuf>,
-    /// How to record call stacks; `None` leaves the shim's default (off).
+    /// How to record call stacks; `None` leaves the shim's default (off,
+    /// or sampled when serving).
     pub stacks: Option<StackRecording>,
+    /// Where the program serves `/debug/pprof` while it runs, if anywhere.
+    pub http: Option<String>,
     /// Whether to record at all: else the program only runs under the
     /// allocator (its forwarder), and `run` says how long it took.
     pub record: bool,
@@ -53,7 +56,10 @@ pub fn run(o: &RunOptions) -> Result<i32> {
              them (for report, export and diff), or draw them with `allocmux flame`",
         );
     }
-    let env = o.stacks.map(StackRecording::env).unwrap_or_default();
+    let mut env = o.stacks.map(StackRecording::env).unwrap_or_default();
+    if let Some(http) = &o.http {
+        env.push((allocmux::recorder::env::HTTP.to_string(), http.clone()));
+    }
     // `--json -` owns stdout: the program's goes to stderr.
     let output = match json {
         Some(JsonOut::Stdout) => launch::Output::StdoutToStderr,

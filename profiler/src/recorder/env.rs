@@ -10,6 +10,8 @@
 //! `ALLOCMUX_SAMPLE_BYTES` at [`MAX_SAMPLE_BYTES`]; a `Profiler` takes any
 //! positive number.
 
+use core::net::{Ipv4Addr, SocketAddr};
+
 use crate::profile::StackMode;
 
 /// Which allocator the shim and [`Switchable`](crate::Switchable) use.
@@ -95,6 +97,20 @@ pub fn shim_hooks_mode<'a>(var: impl Fn(&str) -> Option<&'a [u8]>) -> StackMode 
     match shim_stack_mode(&var) {
         StackMode::Sample { .. } if shim_exact_first(var(EXACT_FIRST)) > 0 => StackMode::Exact,
         mode => mode,
+    }
+}
+
+/// The socket address an `ALLOCMUX_HTTP` value names: `ADDR:PORT`,
+/// `[IPv6]:PORT` or `localhost:PORT` (port 0: any free one). core's
+/// parser allocates nothing.
+pub fn parse_http_address(value: &[u8]) -> Option<SocketAddr> {
+    let spec = core::str::from_utf8(value).ok()?;
+    match spec.strip_prefix("localhost:") {
+        Some(port) => Some(SocketAddr::new(
+            Ipv4Addr::LOCALHOST.into(),
+            port.parse().ok()?,
+        )),
+        None => spec.parse().ok(),
     }
 }
 

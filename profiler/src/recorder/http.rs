@@ -649,15 +649,10 @@ fn wall_ns() -> u64 {
     crate::recorder::clock_ns(libc::CLOCK_REALTIME)
 }
 
-/// The socket address `spec` names (`ADDR:PORT`, `[IPv6]:PORT`,
-/// `localhost:PORT`), as the C structure and its length. core's parser
-/// allocates nothing.
+/// The socket address `spec` names (see [`env::parse_http_address`]), as
+/// the C structure and its length.
 fn parse_address(spec: &[u8]) -> Option<(libc::sockaddr_storage, libc::socklen_t)> {
-    let spec = core::str::from_utf8(spec).ok()?;
-    let addr: SocketAddr = match spec.strip_prefix("localhost:") {
-        Some(port) => SocketAddr::new(Ipv4Addr::LOCALHOST.into(), port.parse().ok()?),
-        None => spec.parse().ok()?,
-    };
+    let addr = env::parse_http_address(spec)?;
     // SAFETY: a zeroed sockaddr_storage is a valid (unspecified) address.
     let mut storage: libc::sockaddr_storage = unsafe { core::mem::zeroed() };
     match addr {
