@@ -12,6 +12,7 @@ use core::sync::atomic::{AtomicU8, Ordering::Acquire, Ordering::Release};
 use allocmux::Backend;
 use allocmux::profile::StackMode;
 use allocmux::recorder;
+use allocmux::recorder::env::Level;
 
 use crate::config;
 
@@ -25,6 +26,10 @@ pub struct Choice {
     /// and writes nothing, nor in secure execution (setuid, setgid or file
     /// capabilities), where it only forwards to glibc.
     pub recorded: bool,
+    /// Whether they are recorded at the sampled level only (the stack
+    /// sample, nothing counted per call; `ALLOCMUX_RECORD=sampled`, the
+    /// default when serving `/debug/pprof`).
+    pub live: bool,
 }
 
 impl Choice {
@@ -35,15 +40,15 @@ impl Choice {
             Backend::Mimalloc => 3,
             _ => 1,
         };
-        if self.recorded {
-            backend
-        } else {
-            backend | UNRECORDED_BIT
+        match (self.recorded, self.live) {
+            (false, _) => backend | UNRECORDED_BIT,
+            (true, true) => backend | LIVE_BIT,
+            (true, false) => backend,
         }
     }
 
     const fn decode(code: u8) -> Choice {
-        let backend = match code & !UNRECORDED_BIT {
+        let backend = match code & !(UNRECORDED_BIT | LIVE_BIT) {
             2 => Backend::Jemalloc,
             3 => Backend::Mimalloc,
             _ => Backend::System,
@@ -51,12 +56,14 @@ impl Choice {
         Choice {
             backend,
             recorded: code & UNRECORDED_BIT == 0,
+            live: code & LIVE_BIT != 0,
         }
     }
 }
 
 const UNCHOSEN: u8 = 0;
 const UNRECORDED_BIT: u8 = 0x80;
+const LIVE_BIT: u8 = 0x40;
 
 static CHOICE: AtomicU8 = AtomicU8::new(UNCHOSEN);
 
@@ -84,12 +91,23 @@ fn choose() -> Choice {
     // environment says: its backend and mode are that table's, and so is
     // whether it records (in secure execution too, unrecorded).
     let direct = crate::hooks::direct_table();
-    let (backend, recorded) = match direct {
-        Some(t) => (t.backend, t.recorded && !secure),
-        None if secure => (Backend::System, false),
-        None => (config::allocator(), config::record()),
+    let (backend, recorded, live) = match direct {
+        Some(t) => (t.backend, t.recorded && !secure, t.live),
+        None if secure => (Backend::System, false, false),
+        None => {
+            let level = config::record_level();
+            (
+                config::allocator(),
+                level != Level::Off,
+                level == Level::Sampled,
+            )
+        }
     };
-    let choice = Choice { backend, recorded };
+    let choice = Choice {
+        backend,
+        recorded,
+        live: recorded && live,
+    };
     // Before the recorder's first allocation of its own (its stack tables).
     crate::heap::follow_backend(choice.backend);
     // Install first, publish last: a first call that finds the choice made
@@ -99,6 +117,8 @@ fn choose() -> Choice {
     // choice, and installing is idempotent, so no lock is needed.
     let mode = match (choice.recorded, direct) {
         (false, _) => StackMode::Off,
+        // The sampled level is the stack sample.
+        (true, _) if choice.live => config::sample_mode(),
         (true, None) => config::stack_mode(),
         (true, Some(t)) if t.sampled => config::sample_mode(),
         (true, Some(_)) => StackMode::Off,
@@ -106,7 +126,7 @@ fn choose() -> Choice {
     // An exact prefix is recorded by the hooks of exact mode (see
     // `configure`); a direct shim's are its table's, sampled.
     let exact_first = match (mode, direct) {
-        (StackMode::Sample { .. }, None) => config::exact_first(),
+        (StackMode::Sample { .. }, None) if !choice.live => config::exact_first(),
         _ => 0,
     };
     if mode != StackMode::Off {
@@ -129,8 +149,12 @@ mod tests {
     #[test]
     fn codes_round_trip() {
         for backend in Backend::ALL {
-            for recorded in [true, false] {
-                let c = Choice { backend, recorded };
+            for (recorded, live) in [(true, false), (true, true), (false, false)] {
+                let c = Choice {
+                    backend,
+                    recorded,
+                    live,
+                };
                 assert_ne!(c.encode(), UNCHOSEN);
                 assert_eq!(Choice::decode(c.encode()), c);
             }

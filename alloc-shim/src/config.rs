@@ -42,13 +42,12 @@ pub fn allocator() -> Backend {
         .unwrap_or(Backend::System)
 }
 
-/// Whether `ALLOCMUX_RECORD` leaves recording on (anything but `off`: the
-/// constructor reports bad values). Read at the first allocation.
-pub fn record() -> bool {
+/// The recording level (`ALLOCMUX_RECORD`, defaulting by
+/// `allocmux::recorder::env::shim_record_level`; the constructor reports
+/// bad values). Read at the first allocation.
+pub fn record_level() -> env::Level {
     let env = environment_now();
-    lookup(env, env::RECORD.as_bytes())
-        .and_then(env::parse_record)
-        .unwrap_or(true)
+    env::shim_record_level(|name| lookup(env, name.as_bytes()))
 }
 
 /// The stack mode from `ALLOCMUX_STACKS` and `ALLOCMUX_SAMPLE_BYTES`,
@@ -153,7 +152,7 @@ pub fn read(envp: *const *const c_char) -> Config {
         && env::parse_record(v).is_none()
     {
         warn(format_args!(
-            "unknown ALLOCMUX_RECORD={:?} (expected on or off); recording",
+            "unknown ALLOCMUX_RECORD={:?} (expected exact, sampled or off); using the default",
             Bytes(v).to_str_lossy()
         ));
     }

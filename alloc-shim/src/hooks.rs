@@ -19,7 +19,7 @@ use allocmux::recorder::Body;
 use allocmux::recorder::direct::{self, DirectTable};
 #[cfg(not(target_arch = "x86_64"))]
 use allocmux::recorder::enter;
-use allocmux::recorder::stacks::{StackBody, enter_sampled, enter_stacks};
+use allocmux::recorder::stacks::{StackBody, enter_live, enter_sampled, enter_stacks};
 
 use crate::backend::{Jemalloc, Mimalloc, MimallocLookup, System};
 use crate::choice::{self, Choice};
@@ -113,6 +113,12 @@ pub fn install(choice: Choice, mode: StackMode) {
             Allocator::Mimalloc => &MIMALLOC_FORWARD,
             _ => &UNRECORDED,
         }
+    } else if choice.live {
+        match choice.backend {
+            Allocator::Jemalloc => &JEMALLOC_LIVE,
+            Allocator::Mimalloc => &MIMALLOC_LIVE,
+            _ => &SYSTEM_LIVE,
+        }
     } else {
         match (choice.backend, mode) {
             (Allocator::Jemalloc, Off) => &JEMALLOC,
@@ -172,6 +178,23 @@ unsafe fn with_sampled_stacks<X: StackBody>(body: X) -> X::Out {
     unsafe {
         let t = tls::current();
         enter_sampled(&t.state, &t.stacks, body)
+    }
+}
+
+/// Runs a body at the sampled level: the stack sample alone (see
+/// `enter_live`).
+#[inline(always)]
+unsafe fn live<X: StackBody>(body: X) -> X::Out {
+    // SAFETY: this thread's own stack state; the caller's arguments; the
+    // tables that use this are installed in sample mode only.
+    #[cfg(target_arch = "x86_64")]
+    unsafe {
+        enter_live(tls::stacks_in_tls(), body, Unrecorded)
+    }
+    // SAFETY: as above.
+    #[cfg(not(target_arch = "x86_64"))]
+    unsafe {
+        enter_live(&tls::current().stacks, body, Unrecorded)
     }
 }
 
@@ -325,6 +348,12 @@ static MIMALLOC_LOOKUP_SAMPLED: Hooks = recorded_hooks!(MimallocLookup, with_sam
 /// mimalloc's have direct shims, whose exports are these hooks; glibc's
 /// needs none (the CLI preloads nothing then).
 static UNRECORDED: Hooks = recorded_hooks!(System, unrecorded);
+/// The sampled level (live profiles): only the stack sample, every
+/// backend with a direct shim (no block sizes are read, so mimalloc's
+/// layout does not matter).
+static SYSTEM_LIVE: Hooks = recorded_hooks!(System, live, system_live);
+static JEMALLOC_LIVE: Hooks = recorded_hooks!(Jemalloc, live, jemalloc_live);
+static MIMALLOC_LIVE: Hooks = recorded_hooks!(Mimalloc, live, mimalloc_live);
 static JEMALLOC_FORWARD: Hooks = recorded_hooks!(Jemalloc, unrecorded, jemalloc_forward);
 static MIMALLOC_FORWARD: Hooks = recorded_hooks!(Mimalloc, unrecorded, mimalloc_forward);
 

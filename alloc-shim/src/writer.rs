@@ -9,7 +9,7 @@
 use core::fmt::Write as _;
 
 use allocmux::AllocatorStats;
-use allocmux::profile::{self, AllocatorReading, Header, State};
+use allocmux::profile::{self, AllocatorReading, Header, Recording, State};
 use allocmux::recorder::{self, ClockPair, SpinLock, process};
 use allocmux::stats::{ByteSize as Size, Totals};
 use allocmux::timeline::{TimelineBuffer, TimelinePoint};
@@ -196,11 +196,44 @@ pub fn rebuild_after_fork(w: &mut Writer) {
     w.allocator_stats = None;
 }
 
+/// The process's totals, how they were taken, and the mean calls per
+/// timed call they were timed at: counted, with `current` the exiting
+/// thread's state if it is one; at the sampled level, estimated from the
+/// stack sample (every call of it timed: a mean of 1).
+fn process_totals(current: Option<&recorder::ThreadState>) -> (Totals, Recording, u32) {
+    if choice::current().live {
+        let (t, r) = recorder::stacks::estimated_totals().unwrap_or((
+            Totals::default(),
+            Recording::Sampled {
+                allocations_variance: 0.0,
+                bytes_variance: 0.0,
+            },
+        ));
+        return (t, r, 1);
+    }
+    (
+        recorder::snapshot(current),
+        Recording::Exact,
+        recorder::time_sample_mean(),
+    )
+}
+
+/// The program's live bytes and their highest value so far: summed over
+/// the recorder's threads, or at the sampled level estimated.
+fn live_and_peak() -> (u64, u64) {
+    if choice::current().live {
+        let (t, _, _) = process_totals(None);
+        (t.live_bytes(), t.peak_live_bytes)
+    } else {
+        (recorder::live_bytes(), recorder::peak_live_bytes())
+    }
+}
+
 /// Adds a point to the timeline: the time, the live bytes summed over the
 /// recorder's threads, the resident size.
 pub fn sample_timeline(w: &mut Writer) {
     let t_ns = recorder::monotonic_ns().saturating_sub(w.process.clock_start.mono_ns);
-    let live_bytes = recorder::live_bytes();
+    let (live_bytes, peak) = live_and_peak();
     let rss_bytes = procfs::rss_bytes();
     w.timeline.push_sample(
         TimelinePoint {
@@ -208,7 +241,7 @@ pub fn sample_timeline(w: &mut Writer) {
             live_bytes,
             rss_bytes,
         },
-        recorder::peak_live_bytes(),
+        peak,
     );
 }
 
@@ -239,7 +272,7 @@ pub fn read_allocator_stats() -> Option<(u64, u64, AllocatorStats)> {
         }
         other => other,
     };
-    Some((recorder::monotonic_ns(), recorder::live_bytes(), stats))
+    Some((recorder::monotonic_ns(), live_and_peak().0, stats))
 }
 
 /// Keeps a reading from [`read_allocator_stats`] for the profiles to come.
@@ -263,7 +296,7 @@ pub fn write_profile(w: &mut Writer, state: State, exiting_thread: bool) {
         return;
     }
     let current = exiting_thread.then(|| &tls::current().state);
-    let totals = recorder::snapshot(current);
+    let (totals, recording, time_sample_mean) = process_totals(current);
     let clock_end = ClockPair::now();
     if state == State::Exited {
         // The last point, with the live bytes of the exit profile itself.
@@ -290,9 +323,10 @@ pub fn write_profile(w: &mut Writer, state: State, exiting_thread: bool) {
         clock_end,
         cpu_ns: cpu_ns(),
         max_rss_bytes: process::max_rss_bytes(),
-        time_sample_mean: recorder::time_sample_mean(),
+        time_sample_mean,
         http: &w.process.http[..w.process.http_len],
         exec: &w.process.exec[..w.process.exec_len],
+        recording,
     };
     let started = recorder::monotonic_ns();
     let Writer {
@@ -383,14 +417,19 @@ pub fn summary(w: &mut Writer) {
 
 /// The one-line summary on stderr that stands in for a profile.
 fn summary_line(w: &mut Writer) {
-    let t = recorder::snapshot(Some(&tls::current().state));
+    let (t, recording, time_sample_mean) = process_totals(Some(&tls::current().state));
     let now = ClockPair::now();
     let alloc_ns = match now.ticks_per_ns_since(w.process.clock_start) {
-        Some(ticks_per_ns) => {
-            t.estimated_allocator_ticks(recorder::time_sample_mean()) / ticks_per_ns
-        }
+        Some(ticks_per_ns) => t.estimated_allocator_ticks(time_sample_mean) / ticks_per_ns,
         None => 0.0,
     };
+    // At the sampled level every figure is an estimate, and the time is
+    // not estimated at all.
+    let about = match recording {
+        Recording::Exact => "",
+        Recording::Sampled { .. } => "≈",
+    };
+    let measured = about.is_empty();
     let cpu = cpu_ns() as f64;
     let share = if cpu > 0.0 {
         100.0 * alloc_ns / cpu
@@ -404,18 +443,45 @@ fn summary_line(w: &mut Writer) {
     };
     let r = writeln!(
         out,
-        "allocmux: pid {pid} ({}): {} allocations, {} frees, {} allocated, peak {} live, {} live at exit, {:.2} ms in the allocator ({share:.1}% of CPU)",
+        "allocmux: pid {pid} ({}{}): {about}{} allocations, {about}{} frees, {about}{} allocated, peak {about}{} live, {about}{} live at exit, {}",
         choice::current().backend.name(),
+        if about.is_empty() { "" } else { ", sampled" },
         t.allocation_calls(),
         t.calls_of(allocmux::Func::Free),
         Size(t.bytes_allocated),
         Size(t.peak_live_bytes),
         Size(t.live_bytes()),
-        alloc_ns / 1e6,
+        TimeShare {
+            measured,
+            ms: alloc_ns / 1e6,
+            share,
+        },
     );
     if r.is_ok() {
         let len = out.len;
         fd::write_all(2, &w.staging.buf[..len]);
+    }
+}
+
+/// The summary's allocator time: `1.23 ms in the allocator (4.5% of CPU)`,
+/// or that it is not measured (the sampled level).
+struct TimeShare {
+    measured: bool,
+    ms: f64,
+    share: f64,
+}
+
+impl core::fmt::Display for TimeShare {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        if self.measured {
+            write!(
+                f,
+                "{:.2} ms in the allocator ({:.1}% of CPU)",
+                self.ms, self.share
+            )
+        } else {
+            f.write_str("allocator time not measured")
+        }
     }
 }
 

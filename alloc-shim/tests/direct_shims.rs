@@ -1,6 +1,7 @@
 //! Direct shims (`allocmux::recorder::direct`): the library `allocmux run`
-//! preloads for stacks off and sampled stacks under glibc and jemalloc,
-//! whose exports are one hook table's functions. The rest of the suite runs
+//! preloads for stacks off and sampled stacks under glibc and jemalloc, and
+//! for the sampled level under every backend, whose exports are one hook
+//! table's functions. The rest of the suite runs
 //! through them wherever it preloads with `preload` or `run_under`; here,
 //! what is theirs alone: the table decides the backend and mode whatever
 //! the environment says, and they count as the universal library does.
@@ -50,7 +51,7 @@ fn counts(library: &Path, env: &[(&str, &str)]) -> ProcessProfile {
 #[test]
 fn a_direct_shim_serves_its_tables_backend_and_mode_whatever_the_environment_says() {
     let dir = tempfile::tempdir().unwrap();
-    for table in TABLES.into_iter().filter(|t| t.recorded) {
+    for table in TABLES.into_iter().filter(|t| t.recorded && !t.live) {
         let stacks = if table.sampled { "sample" } else { "off" };
         // A copy under another name: `run` refuses a direct shim whose
         // table is not what the environment asks for, as a test's mistake.
@@ -90,7 +91,7 @@ fn a_direct_shim_serves_its_tables_backend_and_mode_whatever_the_environment_say
 
 #[test]
 fn direct_and_universal_shims_count_alike() {
-    for table in TABLES.into_iter().filter(|t| t.recorded) {
+    for table in TABLES.into_iter().filter(|t| t.recorded && !t.live) {
         let backend = table.backend.name();
         let stacks = if table.sampled { "sample" } else { "off" };
         let env = [("ALLOCMUX_ALLOCATOR", backend), ("ALLOCMUX_STACKS", stacks)];
@@ -117,5 +118,61 @@ fn direct_and_universal_shims_count_alike() {
                 table.name
             );
         }
+    }
+}
+
+/// The sampled level's direct shims: the table's backend whatever the
+/// environment says, and its level: estimates only, from sampled stacks.
+#[test]
+fn a_live_direct_shim_records_at_the_sampled_level() {
+    let dir = tempfile::tempdir().unwrap();
+    for table in TABLES.into_iter().filter(|t| t.live) {
+        let backend = table.backend.name();
+        let library = shim_for(
+            Command::new("true").env("ALLOCMUX_RECORD", "sampled"),
+            backend,
+        );
+        assert!(
+            library
+                .to_string_lossy()
+                .contains(&format!("{}-", table.name)),
+            "{}: {}",
+            table.name,
+            library.display()
+        );
+        // A copy under another name, as above.
+        let copy = dir.path().join(format!("{}.so", table.name));
+        std::fs::copy(&library, &copy).unwrap();
+        let other = if backend == "system" {
+            "jemalloc"
+        } else {
+            "system"
+        };
+        let p = counts(
+            &copy,
+            &[
+                ("ALLOCMUX_ALLOCATOR", other),
+                ("ALLOCMUX_RECORD", "exact"),
+                ("ALLOCMUX_SAMPLE_BYTES", "64"),
+            ],
+        );
+        assert_eq!(p.allocator, backend, "{}", table.name);
+        assert!(
+            matches!(p.recording, allocmux::profile::Recording::Sampled { .. }),
+            "{}: {:?}",
+            table.name,
+            p.recording
+        );
+        assert_eq!(p.stacks.mode, StackMode::Sample { mean_bytes: 64 });
+        assert!(
+            !p.stacks.stacks.is_empty(),
+            "{}: no stack sampled",
+            table.name
+        );
+        assert!(
+            p.totals.calls_of(Func::Malloc) > 0,
+            "{}: no estimate",
+            table.name
+        );
     }
 }

@@ -84,7 +84,9 @@ fn record_off_forwards_with_the_shim_as_built() {
     let (stdout, stderr, files) = forwarded(shim, "none", &env);
     assert!(stdout.contains("usable 8"), "{stdout}");
     assert!(
-        stderr.contains("unknown ALLOCMUX_RECORD=\"of\" (expected on or off); recording"),
+        stderr.contains(
+            "unknown ALLOCMUX_RECORD=\"of\" (expected exact, sampled or off); using the default"
+        ),
         "{stderr}"
     );
     assert_eq!(files, 1, "a recorded run writes its profile");

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use allocmux::Backend;
 use allocmux::profile::StackMode;
-use allocmux::recorder::env::DEFAULT_SAMPLE_BYTES;
+use allocmux::recorder::env::{DEFAULT_SAMPLE_BYTES, Level};
 use anyhow::{Result, bail};
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::{Parser, Subcommand};
@@ -78,12 +78,12 @@ struct RunArgs {
     /// port 0 picks a free one, said on stderr. Keep it on 127.0.0.1.
     #[arg(long, value_name = "ADDR:PORT", value_parser = http_parser)]
     http: Option<String>,
-    /// `off`: only switch the allocator, recording nothing (no counts, no profile, no thread): the
-    /// program runs as with the allocator preloaded alone.
-    #[arg(long, value_parser = record_parser(), value_name = "on|off", default_value = "on",
-          action = clap::ArgAction::Set,
-          conflicts_with_all = ["output", "json", "stacks", "sample_bytes", "http"])]
-    record: bool,
+    /// How much to record: every call counted (`exact`), only a sample of stacks with every
+    /// figure estimated from it (`sampled`, the default with --http: cheap enough to leave on), or
+    /// nothing (`off`: only switch the allocator; no counts, no profile, no thread) [default:
+    /// exact, or sampled with --http]
+    #[arg(long, value_parser = record_parser(), value_name = "LEVEL")]
+    record: Option<Level>,
     /// Overwrite the output files if they exist.
     #[arg(long)]
     force: bool,
@@ -112,6 +112,9 @@ struct PreloadArgs {
     /// overwritten), for `allocmux report`.
     #[arg(short, long, value_name = "PROFILE")]
     output: Option<PathBuf>,
+    /// How much to record, as for `run` [default: exact, or sampled with --http]
+    #[arg(long, value_parser = record_parser(), value_name = "LEVEL")]
+    record: Option<Level>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -300,12 +303,17 @@ fn rounds_parser(arg: &str) -> Result<usize, String> {
 
 /// `run --stacks`' values, the modes of `ALLOCMUX_STACKS`; sampling starts at
 /// the shim's mean, which `--sample-bytes` replaces.
-fn record_parser() -> impl TypedValueParser<Value = bool> {
+fn record_parser() -> impl TypedValueParser<Value = Level> {
     let values = [
-        PossibleValue::new("on").help("Count, time and profile every allocator call"),
+        PossibleValue::new("exact")
+            .alias("on")
+            .help("Count, time and profile every allocator call"),
+        PossibleValue::new("sampled")
+            .help("Only a sample of stacks: every figure an estimate, at a fraction of the cost"),
         PossibleValue::new("off").help("Forward to the allocator only"),
     ];
-    PossibleValuesParser::new(values).map(|name| name == "on")
+    PossibleValuesParser::new(values)
+        .map(|name| allocmux::recorder::env::parse_record(name.as_bytes()).expect("a listed level"))
 }
 
 /// `--http`'s value: an address the shim can serve on.
@@ -365,6 +373,32 @@ fn with_sample_bytes(
 }
 
 impl Cli {
+    /// The usage error clap would give for `run --record off` with an
+    /// option that records (clap's conflicts cannot depend on a value).
+    pub fn check(&self) -> Result<(), clap::Error> {
+        use clap::CommandFactory;
+        let Cmd::Run(a) = &self.command else {
+            return Ok(());
+        };
+        if a.record != Some(Level::Off) {
+            return Ok(());
+        }
+        let given = [
+            (a.output.is_some(), "--output <PROFILE>"),
+            (a.json.is_some(), "--json <FILE>"),
+            (a.stacks.is_some(), "--stacks <MODE>"),
+            (a.sample_bytes.is_some(), "--sample-bytes <N>"),
+            (a.http.is_some(), "--http <ADDR:PORT>"),
+        ];
+        match given.iter().find(|(g, _)| *g) {
+            None => Ok(()),
+            Some((_, other)) => Err(Cli::command().error(
+                clap::error::ErrorKind::ArgumentConflict,
+                format!("the argument '--record off' cannot be used with '{other}'"),
+            )),
+        }
+    }
+
     /// The command asked for, with its options; an error for option
     /// combinations clap cannot check.
     pub fn into_command(self) -> Result<Command> {
@@ -384,6 +418,7 @@ impl Cli {
                 http: a.http,
                 stacks: with_sample_bytes(a.stacks, a.sample_bytes)?,
                 profile: a.output,
+                record: a.record,
             }),
             Cmd::Compare(a) => Command::Compare(CompareOptions {
                 allocators: a.allocators,

@@ -157,13 +157,22 @@ pub struct ProcessJson {
     /// False when the process ended before the shim's first periodic
     /// write, so its zero counters are not figures (killed early).
     pub figures_known: bool,
-    /// Estimated time inside the allocator.
-    pub allocator_ns: u64,
+    /// `exact`: every call counted; `sampled`: the sampled level, where
+    /// every figure is estimated from the stack sample (allocations under
+    /// `calls.malloc`, frees under `calls.free`, requested bytes as
+    /// `bytes_allocated`), with `estimate_intervals`.
+    pub recording: &'static str,
+    /// At the sampled level, the 95% intervals of the estimated
+    /// allocations and requested bytes; `null` for counts.
+    pub estimate_intervals: Option<EstimateIntervalsJson>,
+    /// Estimated time inside the allocator (null at the sampled level,
+    /// which does not estimate it).
+    pub allocator_ns: Option<u64>,
     /// Half the width of its 95% confidence interval (null for a profile
     /// written without what it needs).
     pub allocator_ns_margin: Option<u64>,
-    /// `allocator_ns` over `cpu_ns`.
-    pub allocator_time_share: f64,
+    /// `allocator_ns` over `cpu_ns` (null at the sampled level).
+    pub allocator_time_share: Option<f64>,
     /// CPU time.
     pub cpu_ns: u64,
     /// Wall time.
@@ -176,6 +185,15 @@ pub struct ProcessJson {
     pub time_sample_mean: u32,
     /// The allocator's own statistics at the end, or `null`.
     pub allocator_stats: Option<AllocatorStatsJson>,
+}
+
+/// The 95% intervals of a sampled process's estimates, each `[low, high]`.
+#[derive(Debug, Serialize)]
+pub struct EstimateIntervalsJson {
+    /// Of the allocations.
+    pub allocations: [u64; 2],
+    /// Of the requested bytes.
+    pub bytes: [u64; 2],
 }
 
 /// The allocator's own statistics, read at the end of a process.
@@ -307,9 +325,23 @@ impl From<&ProcessFigures> for ProcessJson {
                 "running"
             },
             figures_known: !p.figures_unknown(),
-            allocator_ns: p.allocator_ns,
-            allocator_ns_margin: p.allocator_ns_margin,
-            allocator_time_share: p.allocator_share(),
+            recording: if p.estimated() { "sampled" } else { "exact" },
+            estimate_intervals: p.estimated().then(|| {
+                let around = |x: u64, bytes: bool| {
+                    let half = pr.recording.margin(bytes).unwrap_or(0.0);
+                    [
+                        (x as f64 - half).max(0.0).round() as u64,
+                        (x as f64 + half).round() as u64,
+                    ]
+                };
+                EstimateIntervalsJson {
+                    allocations: around(pr.totals.allocation_calls(), false),
+                    bytes: around(pr.totals.bytes_requested, true),
+                }
+            }),
+            allocator_ns: (!p.estimated()).then_some(p.allocator_ns),
+            allocator_ns_margin: p.allocator_ns_margin.filter(|_| !p.estimated()),
+            allocator_time_share: (!p.estimated()).then(|| p.allocator_share()),
             cpu_ns: pr.cpu_ns,
             wall_ns: pr.wall_ns(),
             max_rss_bytes: pr.max_rss_bytes,

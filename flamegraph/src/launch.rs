@@ -83,11 +83,18 @@ pub struct Launch<'a> {
     pub env: Vec<(String, String)>,
 }
 
-/// The stack mode of the hooks the shim will install for a program whose
-/// environment is this process's with `overrides` over it: the library to
-/// preload serves that mode.
-pub fn hooks_mode(overrides: &[(String, String)]) -> StackMode {
-    let vars: Vec<(&str, Vec<u8>)> = [env::STACKS, env::SAMPLE_BYTES, env::HTTP, env::EXACT_FIRST]
+/// The recording level and the stack mode of the hooks the shim will
+/// install for a program whose environment is this process's with
+/// `overrides` over it: the library to preload serves them.
+pub fn shim_hooks(overrides: &[(String, String)]) -> (env::Level, StackMode) {
+    let names = [
+        env::STACKS,
+        env::SAMPLE_BYTES,
+        env::HTTP,
+        env::EXACT_FIRST,
+        env::RECORD,
+    ];
+    let vars: Vec<(&str, Vec<u8>)> = names
         .into_iter()
         .filter_map(|name| {
             let value = match overrides.iter().rev().find(|(k, _)| k == name) {
@@ -97,11 +104,12 @@ pub fn hooks_mode(overrides: &[(String, String)]) -> StackMode {
             Some((name, value))
         })
         .collect();
-    env::shim_hooks_mode(|name| {
+    let var = |name: &str| {
         vars.iter()
             .find(|(k, _)| *k == name)
             .map(|(_, v)| v.as_slice())
-    })
+    };
+    (env::shim_record_level(var), env::shim_hooks_mode(var))
 }
 
 /// `LD_PRELOAD` for a program run under `shim`: the shim first, then what
@@ -274,7 +282,8 @@ pub fn in_foreground(
 pub fn launch(l: &Launch<'_>) -> Result<Outcome> {
     let program = target::resolve(&l.command[0])?;
     let shim = if l.record {
-        Some(crate::shim::locate(l.allocator, hooks_mode(&l.env))?)
+        let (level, mode) = shim_hooks(&l.env);
+        Some(crate::shim::locate(l.allocator, level, mode)?)
     } else {
         crate::shim::locate_forwarder(l.allocator)?
     };

@@ -13,7 +13,7 @@ fn main() {
     if let Some(code) = allocmux_cli::launcher::serve_if_asked() {
         std::process::exit(code);
     }
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::try_parse().and_then(|cli| cli.check().map(|()| cli)) {
         Ok(cli) => cli,
         Err(e) => usage_error(e),
     };

@@ -3,7 +3,7 @@
 
 use std::io::{self, Write};
 
-use allocmux::profile::{ProcessProfile, State};
+use allocmux::profile::{ProcessProfile, Recording, State};
 use allocmux::stats::{Func, Totals};
 use allocmux::{AllocatorStats, Backend};
 
@@ -26,6 +26,12 @@ impl ProcessFigures {
     /// Share of the process's CPU time spent inside the allocator.
     pub fn allocator_share(&self) -> f64 {
         share(self.allocator_ns, self.profile.cpu_ns)
+    }
+
+    /// Whether its figures are estimates from the stack sample (the
+    /// sampled level), not counts.
+    pub fn estimated(&self) -> bool {
+        matches!(self.profile.recording, Recording::Sampled { .. })
     }
 
     /// Short program name for tables.
@@ -283,6 +289,33 @@ impl Report {
         names.join(",")
     }
 
+    /// The 95% intervals of the total allocations and requested bytes, the
+    /// processes at the sampled level contributing the variance of their
+    /// estimates (the others are counted: none).
+    pub fn estimate_intervals(&self) -> ((u64, u64), (u64, u64)) {
+        let t = self.total();
+        let (mut var_count, mut var_bytes) = (0.0, 0.0);
+        for p in &self.processes {
+            if let Some(m) = p.profile.recording.margin(false) {
+                var_count += (m / 1.96).powi(2);
+            }
+            if let Some(m) = p.profile.recording.margin(true) {
+                var_bytes += (m / 1.96).powi(2);
+            }
+        }
+        let around = |x: u64, var: f64| {
+            let half = 1.96 * var.sqrt();
+            (
+                (x as f64 - half).max(0.0).round() as u64,
+                (x as f64 + half).round() as u64,
+            )
+        };
+        (
+            around(t.totals.allocation_calls(), var_count),
+            around(t.totals.bytes_requested, var_bytes),
+        )
+    }
+
     /// The human summary.
     pub fn write_human(&self, w: &mut dyn Write) -> io::Result<()> {
         let t = self.total();
@@ -340,8 +373,11 @@ impl Report {
         if order.len() > SHOWN {
             order.sort_by_key(|p| std::cmp::Reverse(p.profile.totals.total_calls()));
         }
+        // `≈` before each figure that is an estimate (the sampled level).
+        let about = |estimated: bool| if estimated { "≈" } else { "" };
         for p in order.iter().take(SHOWN) {
             let tt = &p.profile.totals;
+            let a = about(p.estimated());
             let mut name = p.program();
             if p.figures_unknown() {
                 name.push('?');
@@ -365,16 +401,16 @@ impl Report {
             }
             writeln!(
                 w,
-                "  {:<8} {:<16} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>5.1}%",
+                "  {:<8} {:<16} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>6}",
                 p.profile.pid,
                 truncate(&name, 16),
-                Count(tt.allocation_calls()),
-                Count(tt.calls_of(Func::Free)),
-                Bytes(tt.bytes_allocated),
-                Bytes(tt.peak_live_bytes),
-                Bytes(tt.live_bytes()),
-                Dur(p.allocator_ns),
-                100.0 * p.allocator_share()
+                format!("{a}{}", Count(tt.allocation_calls())),
+                format!("{a}{}", Count(tt.calls_of(Func::Free))),
+                format!("{a}{}", Bytes(tt.bytes_allocated)),
+                format!("{a}{}", Bytes(tt.peak_live_bytes)),
+                format!("{a}{}", Bytes(tt.live_bytes())),
+                time_or_dash(p.estimated(), p.allocator_ns),
+                share_or_dash(p.estimated(), p.allocator_share()),
             )?;
         }
         if order.len() > SHOWN {
@@ -384,19 +420,36 @@ impl Report {
                 order.len() - SHOWN
             )?;
         }
+        let sampled = self.processes.iter().any(ProcessFigures::estimated);
         if self.processes.len() > 1 {
+            let a = about(sampled);
             writeln!(
                 w,
-                "  {:<8} {:<16} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>5.1}%",
+                "  {:<8} {:<16} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>6}",
                 "total",
                 "",
+                format!("{a}{}", Count(t.totals.allocation_calls())),
+                format!("{a}{}", Count(t.totals.calls_of(Func::Free))),
+                format!("{a}{}", Bytes(t.totals.bytes_allocated)),
+                format!("{a}{}", Bytes(t.totals.peak_live_bytes)),
+                format!("{a}{}", Bytes(t.totals.live_bytes())),
+                time_or_dash(sampled, t.allocator_ns),
+                share_or_dash(sampled, share(t.allocator_ns, t.cpu_ns)),
+            )?;
+        }
+        if sampled {
+            let (count, bytes) = self.estimate_intervals();
+            writeln!(
+                w,
+                "\n  sampled level: nothing counted or timed per call; ≈ figures are estimated \
+                 from the allocations sampled, ≈{} allocations (95% interval {}–{}) of ≈{} \
+                 requested ({}–{}); `-`: not estimated (`--record exact` counts and times)",
                 Count(t.totals.allocation_calls()),
-                Count(t.totals.calls_of(Func::Free)),
-                Bytes(t.totals.bytes_allocated),
-                Bytes(t.totals.peak_live_bytes),
-                Bytes(t.totals.live_bytes()),
-                Dur(t.allocator_ns),
-                100.0 * share(t.allocator_ns, t.cpu_ns)
+                Count(count.0),
+                Count(count.1),
+                Bytes(t.totals.bytes_requested),
+                Bytes(bytes.0),
+                Bytes(bytes.1),
             )?;
         }
         let calls: Vec<String> = Func::ALL
@@ -404,11 +457,11 @@ impl Report {
             .filter(|&&f| t.totals.calls_of(f) > 0)
             .map(|&f| format!("{} {}", f.name(), Count(t.totals.calls_of(f))))
             .collect();
-        if !calls.is_empty() {
+        if !calls.is_empty() && !sampled {
             writeln!(w, "\n  calls: {}", calls.join(", "))?;
         }
         let timed = t.totals.timed_calls + t.totals.exact_calls;
-        if let Some(m) = t.allocator_ns_margin.filter(|_| timed > 0) {
+        if let Some(m) = t.allocator_ns_margin.filter(|_| timed > 0 && !sampled) {
             writeln!(
                 w,
                 "  allocator time: {} ± {} (95% interval, from {} timed calls)",
@@ -466,6 +519,25 @@ impl Report {
             )?;
         }
         Ok(())
+    }
+}
+
+/// An allocator time for the table, `-` where it is not estimated (the
+/// sampled level).
+fn time_or_dash(sampled: bool, ns: u64) -> String {
+    if sampled {
+        "-".into()
+    } else {
+        Dur(ns).to_string()
+    }
+}
+
+/// An allocator time share for the table, `-` where it is not estimated.
+fn share_or_dash(sampled: bool, share: f64) -> String {
+    if sampled {
+        "-".into()
+    } else {
+        format!("{:.1}%", 100.0 * share)
     }
 }
 

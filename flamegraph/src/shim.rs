@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use allocmux::Backend;
 use allocmux::profile::StackMode;
 use allocmux::recorder::direct::DirectTable;
+use allocmux::recorder::env::Level;
 use anyhow::{Context, Result, anyhow, bail};
 
 use crate::elf::{self, Elf, Kind};
@@ -110,12 +111,16 @@ impl Shim {
     }
 }
 
-/// The library a run with `backend` and `mode` preloads: the embedded
-/// shim, or the direct shim made from it for that backend and mode, and
-/// the name it is written under (which starts with the embedded shim's:
-/// the symbolizer knows the shim's frames by it).
-pub fn library(backend: Backend, mode: StackMode) -> Result<(Cow<'static, [u8]>, String)> {
-    let Some(t) = DirectTable::serving(backend, mode) else {
+/// The library a run with `backend` at `level` with stacks in `mode`
+/// preloads: the embedded shim, or the direct shim made from it for them,
+/// and the name it is written under (which starts with the embedded
+/// shim's: the symbolizer knows the shim's frames by it).
+pub fn library(
+    backend: Backend,
+    level: Level,
+    mode: StackMode,
+) -> Result<(Cow<'static, [u8]>, String)> {
+    let Some(t) = DirectTable::serving(backend, level, mode) else {
         return Ok((
             Cow::Borrowed(EMBEDDED),
             cache_name("liballocmux_shim", EMBEDDED),
@@ -151,7 +156,7 @@ pub fn forwarder_library(backend: Backend) -> Result<Option<(Vec<u8>, String)>> 
 /// [`forwarder_library`], written out if need be.
 pub fn locate_forwarder(backend: Backend) -> Result<Option<Shim>> {
     if std::env::var_os("ALLOCMUX_SHIM").is_some_and(|v| !v.is_empty()) {
-        return locate(backend, StackMode::Off).map(Some);
+        return locate(backend, Level::Off, StackMode::Off).map(Some);
     }
     match forwarder_library(backend)? {
         None => Ok(None),
@@ -159,10 +164,10 @@ pub fn locate_forwarder(backend: Backend) -> Result<Option<Shim>> {
     }
 }
 
-/// Finds the shim for a run with `backend` and `mode`: `ALLOCMUX_SHIM` if
-/// set and not empty (checked to be an ELF shared library), else
-/// [`library`], written out if need be.
-pub fn locate(backend: Backend, mode: StackMode) -> Result<Shim> {
+/// Finds the shim for a run with `backend` at `level` with stacks in
+/// `mode`: `ALLOCMUX_SHIM` if set and not empty (checked to be an ELF
+/// shared library), else [`library`], written out if need be.
+pub fn locate(backend: Backend, level: Level, mode: StackMode) -> Result<Shim> {
     if let Some(p) = std::env::var_os("ALLOCMUX_SHIM").filter(|v| !v.is_empty()) {
         let path = PathBuf::from(p);
         let elf = check_env_shim(&path)?;
@@ -173,7 +178,7 @@ pub fn locate(backend: Backend, mode: StackMode) -> Result<Shim> {
             _temp: None,
         });
     }
-    let (bytes, name) = library(backend, mode)?;
+    let (bytes, name) = library(backend, level, mode)?;
     write_out(bytes, name)
 }
 
@@ -449,7 +454,7 @@ mod tests {
     #[test]
     fn the_embedded_shim_loads_and_records() {
         let dir = tempfile::tempdir().unwrap();
-        let (bytes, name) = library(Backend::Mimalloc, StackMode::Off).unwrap();
+        let (bytes, name) = library(Backend::Mimalloc, Level::Exact, StackMode::Off).unwrap();
         assert_eq!(bytes, EMBEDDED);
         let path = extract(dir.path(), &bytes, &name).unwrap();
         assert_eq!(fs::read(&path).unwrap(), EMBEDDED);
@@ -469,7 +474,7 @@ mod tests {
         let mut names = Vec::new();
         for backend in [Backend::System, Backend::Jemalloc] {
             for mode in [StackMode::Off, StackMode::Sample { mean_bytes: 4096 }] {
-                let (bytes, name) = library(backend, mode).unwrap();
+                let (bytes, name) = library(backend, Level::Exact, mode).unwrap();
                 assert_ne!(bytes, EMBEDDED);
                 assert!(name.starts_with("liballocmux_shim-"), "{name}");
                 let path = extract(dir.path(), &bytes, &name).unwrap();
@@ -477,9 +482,17 @@ mod tests {
                 names.push(name);
             }
         }
+        for backend in Backend::ALL {
+            let sampled = StackMode::Sample { mean_bytes: 4096 };
+            let (bytes, name) = library(backend, Level::Sampled, sampled).unwrap();
+            assert!(name.contains("_live-"), "{name}");
+            let path = extract(dir.path(), &bytes, &name).unwrap();
+            assert_eq!(probe(&path), Probe::Works, "{name}");
+            names.push(name);
+        }
         names.dedup();
-        assert_eq!(names.len(), 4);
-        let (bytes, exact) = library(Backend::System, StackMode::Exact).unwrap();
+        assert_eq!(names.len(), 7);
+        let (bytes, exact) = library(Backend::System, Level::Exact, StackMode::Exact).unwrap();
         assert_eq!(bytes, EMBEDDED);
         assert!(!names.contains(&exact));
     }

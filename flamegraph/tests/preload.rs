@@ -165,6 +165,24 @@ fn run_serves_while_the_program_runs() {
         err.contains("exited with status 0"),
         "the report, as ever: {err}"
     );
+    // Serving, the level is the sampled one: every figure an estimate.
+    assert!(
+        err.contains("\n  sampled level: nothing counted or timed per call"),
+        "{err}"
+    );
+    let row = err
+        .lines()
+        .find(|l| l.contains(" counts "))
+        .unwrap_or_default();
+    assert!(row.contains('≈') && row.trim_end().ends_with('-'), "{row}");
+    let out = ok(run(allocmux()
+        .args(["run", "--http", "127.0.0.1:0", "--record", "exact", "--"])
+        .arg(counts_fixture())
+        .arg("10")));
+    assert!(
+        !text(&out.stderr).contains("sampled level"),
+        "exact on request"
+    );
     let out = run(allocmux().args([
         "run",
         "--http",
@@ -175,4 +193,35 @@ fn run_serves_while_the_program_runs() {
         "true",
     ]));
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+}
+
+/// The sampled level's JSON: estimates with their intervals, no time.
+#[test]
+fn sampled_level_json_says_what_is_estimated() {
+    let out = ok(run(allocmux()
+        .args([
+            "run",
+            "--record",
+            "sampled",
+            "--sample-bytes",
+            "64",
+            "--json",
+            "-",
+            "--",
+        ])
+        .arg(counts_fixture())
+        .arg("1000")));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let p = &json["processes"][0];
+    assert_eq!(p["recording"], "sampled", "{p}");
+    assert!(
+        p["allocator_ns"].is_null() && p["allocator_time_share"].is_null(),
+        "{p}"
+    );
+    let allocations = p["calls"]["malloc"].as_u64().unwrap();
+    let [low, high] = [0, 1].map(|i| p["estimate_intervals"]["allocations"][i].as_u64().unwrap());
+    assert!(
+        low <= allocations && allocations <= high && low < high,
+        "{p}"
+    );
 }

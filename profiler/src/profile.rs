@@ -20,6 +20,10 @@
 //! time_sample_mean 256        one call in this many (on average) is timed
 //! http 127.0.0.1:43117        where its live /debug/pprof endpoint listens (optional)
 //! exec /usr/bin/go            the program an `exec` replaced this image with (optional)
+//! recording sampled 1.2e9 3.4e15
+//!                             the sampled level (optional; absent: exact): nothing below
+//!                             was counted, every figure is estimated from the stack samples,
+//!                             with the variances of the allocation and byte estimates
 //! unprofiled_child 4243 go    a child started by vfork or posix_spawn into a program the
 //!                             shim cannot reach (static, set-id); repeated, optional
 //! calls malloc 10             one line per function with a non-zero count
@@ -156,6 +160,49 @@ pub struct Header<'a> {
     /// The program this image was replacing itself with when the section
     /// was written (`exec`), as the call named it (empty: none).
     pub exec: &'a [u8],
+    /// How the counts were taken.
+    pub recording: Recording,
+}
+
+/// How a process's counts were taken.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub enum Recording {
+    /// Every call counted (the default level).
+    #[default]
+    Exact,
+    /// The sampled level (live profiles): nothing counted per call; the
+    /// totals are estimates from the stack samples (allocations under
+    /// `calls malloc`, frees under `calls free`, requested bytes as both
+    /// `bytes_requested` and `bytes_allocated`), no allocator time (the
+    /// stacks keep their share of the sampled calls' time), no
+    /// request-size histogram.
+    Sampled {
+        /// Variance of the estimated count of allocations.
+        allocations_variance: f64,
+        /// Variance of the estimated bytes allocated.
+        bytes_variance: f64,
+    },
+}
+
+impl Recording {
+    /// Half the width of the 95% interval of an estimated count (`bytes`
+    /// false) or byte total; none for exact counts.
+    pub fn margin(self, bytes: bool) -> Option<f64> {
+        match self {
+            Recording::Exact => None,
+            Recording::Sampled {
+                allocations_variance,
+                bytes_variance,
+            } => {
+                let v = if bytes {
+                    bytes_variance
+                } else {
+                    allocations_variance
+                };
+                Some(1.96 * v.max(0.0).sqrt())
+            }
+        }
+    }
 }
 
 /// Writes that child `pid` ran `program`, which the shim could not reach
@@ -206,6 +253,16 @@ pub fn write_counters<W: Write>(w: &mut W, h: &Header<'_>, t: &Totals) -> fmt::R
         w.write_str("exec ")?;
         write_escaped(w, h.exec)?;
         writeln!(w)?;
+    }
+    if let Recording::Sampled {
+        allocations_variance,
+        bytes_variance,
+    } = h.recording
+    {
+        writeln!(
+            w,
+            "recording sampled {allocations_variance:e} {bytes_variance:e}"
+        )?;
     }
     for f in Func::ALL {
         let n = t.calls_of(f);
@@ -612,6 +669,8 @@ pub struct ProcessProfile {
     /// Children it started by `vfork` or `posix_spawn` into programs the
     /// shim could not reach (statically linked, set-id): pid and program.
     pub unprofiled_children: Vec<(u32, String)>,
+    /// How the counts were taken: exactly, or estimated from samples.
+    pub recording: Recording,
     /// The counters.
     pub totals: Totals,
     /// Call stacks, if recorded.
@@ -688,6 +747,7 @@ impl ProcessProfile {
             time_sample_mean: self.time_sample_mean,
             http: self.http.as_deref().unwrap_or("").as_bytes(),
             exec: self.exec.as_deref().unwrap_or("").as_bytes(),
+            recording: self.recording,
         };
         write_counters(w, &h, &self.totals)?;
         if let Some(r) = &self.allocator_stats {
@@ -956,6 +1016,23 @@ fn parse_sections(text: &str) -> Result<Vec<ProcessProfile>, ParseError> {
                     String::from_utf8_lossy(&unescape(rest).map_err(|m| err(n, m))?).into_owned(),
                 )
             }
+            "recording" => {
+                let f: Vec<&str> = rest.split(' ').collect();
+                let variance = |v: &str| {
+                    v.parse::<f64>()
+                        .ok()
+                        .filter(|x| x.is_finite() && *x >= 0.0)
+                        .ok_or_else(|| err(n, format!("bad variance {v:?}")))
+                };
+                p.recording = match f[..] {
+                    ["exact"] => Recording::Exact,
+                    ["sampled", a, b] => Recording::Sampled {
+                        allocations_variance: variance(a)?,
+                        bytes_variance: variance(b)?,
+                    },
+                    _ => return Err(err(n, format!("bad recording line {rest:?}"))),
+                };
+            }
             "http" => {
                 p.http = Some(
                     String::from_utf8_lossy(&unescape(rest).map_err(|m| err(n, m))?).into_owned(),
@@ -1148,6 +1225,7 @@ fn empty_process() -> ProcessProfile {
         http: None,
         exec: None,
         unprofiled_children: Vec::new(),
+        recording: Recording::Exact,
         totals: Totals::default(),
         stacks: Stacks::default(),
         timeline: Timeline::default(),
@@ -1196,6 +1274,10 @@ mod tests {
             http: None,
             exec: Some("/usr/bin/my next prog".into()),
             unprofiled_children: vec![(43, "static go".into())],
+            recording: Recording::Sampled {
+                allocations_variance: 1.5e9,
+                bytes_variance: 2.25e16,
+            },
             totals: t,
             stacks: Stacks::default(),
             timeline: Timeline::default(),

@@ -385,6 +385,7 @@ fn profile_text(state: State, http: &str) -> String {
         time_sample_mean: recorder::time_sample_mean(),
         http: http.as_bytes(),
         exec: b"",
+        recording: crate::profile::Recording::Exact,
     };
     // The allocator's own figures, when it is one allocmux knows.
     let allocator = Backend::from_name(header.allocator.as_bytes())

@@ -30,8 +30,9 @@ pub fn shim() -> &'static str {
 /// to it, once per content.
 pub fn shim_for(cmd: &Command, backend: &str) -> PathBuf {
     let backend = Backend::from_name(backend.as_bytes()).unwrap_or(Backend::System);
-    let mode = env::shim_hooks_mode(|name| set_on(cmd, name).map(|v| v.as_bytes()));
-    let Some(table) = DirectTable::serving(backend, mode) else {
+    let var = |name: &str| set_on(cmd, name).map(|v| v.as_bytes());
+    let (level, mode) = (env::shim_record_level(var), env::shim_hooks_mode(var));
+    let Some(table) = DirectTable::serving(backend, level, mode) else {
         return PathBuf::from(shim());
     };
     static WRITTEN: Mutex<Vec<(u8, PathBuf)>> = Mutex::new(Vec::new());
@@ -39,7 +40,8 @@ pub fn shim_for(cmd: &Command, backend: &str) -> PathBuf {
     if let Some((_, path)) = written.iter().find(|(code, _)| *code == table.code) {
         return path.clone();
     }
-    let (bytes, name) = allocmux_cli::shim::library(backend, mode).expect("making a direct shim");
+    let (bytes, name) =
+        allocmux_cli::shim::library(backend, level, mode).expect("making a direct shim");
     let dir = Path::new(shim())
         .parent()
         .expect("the shim is in a directory");

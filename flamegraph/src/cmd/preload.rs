@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 
 use allocmux::Backend;
-use allocmux::recorder::env;
+use allocmux::recorder::env::{self, Level};
 
 use crate::launch::{self, StackRecording};
 use crate::shim::Origin;
@@ -26,6 +26,9 @@ pub struct PreloadOptions {
     pub stacks: Option<StackRecording>,
     /// The profile path template (`%p`: the pid), if profiles are written.
     pub profile: Option<PathBuf>,
+    /// How much to record (`None`: the shim's default, exact, or sampled
+    /// when serving).
+    pub record: Option<Level>,
 }
 
 /// Writes the shim to the cache if it is not there, and prints the lines.
@@ -47,12 +50,16 @@ pub fn environment(o: &PreloadOptions) -> Result<Vec<(String, String)>> {
         vars.push((env::HTTP.to_string(), http.clone()));
     }
     vars.extend(o.stacks.map(StackRecording::env).unwrap_or_default());
+    if let Some(level) = o.record {
+        vars.push((env::RECORD.to_string(), level.name().to_string()));
+    }
     if let Some(profile) = &o.profile {
         let absolute = std::path::absolute(profile)
             .with_context(|| format!("making {} an absolute path", profile.display()))?;
         vars.push((env::OUTPUT.to_string(), words_safe("-o", absolute)?));
     }
-    let shim = crate::shim::locate(o.allocator, launch::hooks_mode(&vars))?;
+    let (level, mode) = launch::shim_hooks(&vars);
+    let shim = crate::shim::locate(o.allocator, level, mode)?;
     if let Origin::Temporary(why) = &shim.origin {
         bail!(
             "cannot keep the shim in the cache ({why}), and a temporary copy would be gone \

@@ -8,6 +8,7 @@ use anyhow::{Context, Result};
 
 use allocmux::Backend;
 use allocmux::profile::StackMode;
+use allocmux::recorder::env::{self, Level};
 
 use crate::launch::{self, StackRecording};
 use crate::output::{JsonOut, OutputFile};
@@ -26,9 +27,10 @@ pub struct RunOptions {
     pub stacks: Option<StackRecording>,
     /// Where the program serves `/debug/pprof` while it runs, if anywhere.
     pub http: Option<String>,
-    /// Whether to record at all: else the program only runs under the
-    /// allocator (its forwarder), and `run` says how long it took.
-    pub record: bool,
+    /// How much to record (`None`: the shim's default, exact, or sampled
+    /// when serving); at `Off` the program only runs under the allocator
+    /// (its forwarder), and `run` says how long it took.
+    pub record: Option<Level>,
     /// Overwrite the output files if they exist.
     pub force: bool,
     /// The command and its arguments.
@@ -37,7 +39,7 @@ pub struct RunOptions {
 
 /// Runs the command; returns its exit status, as a shell would report it.
 pub fn run(o: &RunOptions) -> Result<i32> {
-    if !o.record {
+    if o.record == Some(Level::Off) {
         return run_unrecorded(o);
     }
     let json = o
@@ -58,7 +60,10 @@ pub fn run(o: &RunOptions) -> Result<i32> {
     }
     let mut env = o.stacks.map(StackRecording::env).unwrap_or_default();
     if let Some(http) = &o.http {
-        env.push((allocmux::recorder::env::HTTP.to_string(), http.clone()));
+        env.push((env::HTTP.to_string(), http.clone()));
+    }
+    if let Some(level) = o.record {
+        env.push((env::RECORD.to_string(), level.name().to_string()));
     }
     // `--json -` owns stdout: the program's goes to stderr.
     let output = match json {

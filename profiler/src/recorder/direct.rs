@@ -8,16 +8,19 @@
 //! marker at its first call and takes the table's backend and mode.
 //!
 //! The tables with a direct shim are default recording and sampled stacks
-//! under glibc and jemalloc, and forwarding without recording under
-//! jemalloc and mimalloc (the forwarders: under glibc the CLI preloads
-//! nothing instead). mimalloc's recorded hooks have none: they are chosen
-//! at run time, after checking that its block layout is the one the shim
-//! reads sizes from, which an export fixed in the file cannot follow.
+//! under glibc and jemalloc, the sampled level under every backend, and
+//! forwarding without recording under jemalloc and mimalloc (the
+//! forwarders: under glibc the CLI preloads nothing instead). mimalloc's
+//! exactly counted hooks have none: they are chosen at run time, after
+//! checking that its block layout is the one the shim reads sizes from,
+//! which an export fixed in the file cannot follow (the sampled level
+//! reads no sizes).
 //! Exact mode has none: a call there costs thousands of instructions, and
 //! one jump is nothing to them.
 
 use crate::Backend;
 use crate::profile::StackMode;
+use crate::recorder::env::Level;
 
 /// One hook table with a direct shim.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,6 +36,9 @@ pub struct DirectTable {
     pub sampled: bool,
     /// Whether its hooks record at all (else they only forward).
     pub recorded: bool,
+    /// Whether they record at the sampled level (the stack sample alone,
+    /// nothing counted; see `stacks::enter_live`).
+    pub live: bool,
 }
 
 /// The marker's value in the library as built: no table's exports.
@@ -42,13 +48,14 @@ pub const UNIVERSAL: u8 = 0xa5;
 pub const MARKER: &str = "allocmux_direct_table";
 
 /// Every table with a direct shim.
-pub const TABLES: [DirectTable; 6] = [
+pub const TABLES: [DirectTable; 9] = [
     DirectTable {
         name: "system",
         code: 1,
         backend: Backend::System,
         sampled: false,
         recorded: true,
+        live: false,
     },
     DirectTable {
         name: "system_sampled",
@@ -56,6 +63,7 @@ pub const TABLES: [DirectTable; 6] = [
         backend: Backend::System,
         sampled: true,
         recorded: true,
+        live: false,
     },
     DirectTable {
         name: "jemalloc",
@@ -63,6 +71,7 @@ pub const TABLES: [DirectTable; 6] = [
         backend: Backend::Jemalloc,
         sampled: false,
         recorded: true,
+        live: false,
     },
     DirectTable {
         name: "jemalloc_sampled",
@@ -70,6 +79,7 @@ pub const TABLES: [DirectTable; 6] = [
         backend: Backend::Jemalloc,
         sampled: true,
         recorded: true,
+        live: false,
     },
     DirectTable {
         name: "jemalloc_forward",
@@ -77,6 +87,7 @@ pub const TABLES: [DirectTable; 6] = [
         backend: Backend::Jemalloc,
         sampled: false,
         recorded: false,
+        live: false,
     },
     DirectTable {
         name: "mimalloc_forward",
@@ -84,6 +95,31 @@ pub const TABLES: [DirectTable; 6] = [
         backend: Backend::Mimalloc,
         sampled: false,
         recorded: false,
+        live: false,
+    },
+    DirectTable {
+        name: "system_live",
+        code: 7,
+        backend: Backend::System,
+        sampled: true,
+        recorded: true,
+        live: true,
+    },
+    DirectTable {
+        name: "jemalloc_live",
+        code: 8,
+        backend: Backend::Jemalloc,
+        sampled: true,
+        recorded: true,
+        live: true,
+    },
+    DirectTable {
+        name: "mimalloc_live",
+        code: 9,
+        backend: Backend::Mimalloc,
+        sampled: true,
+        recorded: true,
+        live: true,
     },
 ];
 
@@ -93,17 +129,22 @@ impl DirectTable {
         TABLES.into_iter().find(|t| t.code == code)
     }
 
-    /// The table serving `backend` with stacks in `mode`, if it has a
-    /// direct shim (exact mode has none).
-    pub fn serving(backend: Backend, mode: StackMode) -> Option<DirectTable> {
+    /// The table serving `backend` at `level` with stacks in `mode`, if it
+    /// has a direct shim (exact mode has none).
+    pub fn serving(backend: Backend, level: Level, mode: StackMode) -> Option<DirectTable> {
         let sampled = match mode {
             StackMode::Off => false,
             StackMode::Sample { .. } => true,
             StackMode::Exact => return None,
         };
+        let live = match level {
+            Level::Off => return Self::forwarding(backend),
+            Level::Sampled => true,
+            Level::Exact => false,
+        };
         TABLES
             .into_iter()
-            .find(|t| t.recorded && t.backend == backend && t.sampled == sampled)
+            .find(|t| t.recorded && t.live == live && t.backend == backend && t.sampled == sampled)
     }
 
     /// The forwarder of `backend`: its table that records nothing (glibc

@@ -29,8 +29,21 @@ pub const TIME_SAMPLE: &str = "ALLOCMUX_TIME_SAMPLE";
 pub const OUTPUT: &str = "ALLOCMUX_OUTPUT";
 /// `ADDR:PORT` of the live `/debug/pprof` endpoint (port 0: any free one).
 pub const HTTP: &str = "ALLOCMUX_HTTP";
-/// `off`: the shim only forwards to the allocator, recording nothing.
+/// The recording level: `exact` (or `on`), `sampled`, or `off` (the shim
+/// only forwards to the allocator, recording nothing).
 pub const RECORD: &str = "ALLOCMUX_RECORD";
+
+/// How much the shim records per call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Level {
+    /// Nothing: the allocator switch alone.
+    Off,
+    /// Only the stack sample: every figure estimated from it (live
+    /// profiles, cheap enough to leave on).
+    Sampled,
+    /// Every call counted exactly.
+    Exact,
+}
 
 /// Mean bytes between sampled allocations when `ALLOCMUX_SAMPLE_BYTES` does
 /// not say: jemalloc's `lg_prof_sample` default.
@@ -94,6 +107,11 @@ pub fn shim_stack_mode<'a>(var: impl Fn(&str) -> Option<&'a [u8]>) -> StackMode 
 /// mode records an exact prefix first (`ALLOCMUX_EXACT_FIRST`), which
 /// exact mode's hooks record. The CLI picks the library to preload by it.
 pub fn shim_hooks_mode<'a>(var: impl Fn(&str) -> Option<&'a [u8]>) -> StackMode {
+    if shim_record_level(&var) == Level::Sampled {
+        return StackMode::Sample {
+            mean_bytes: shim_sample_bytes(var(SAMPLE_BYTES)),
+        };
+    }
     match shim_stack_mode(&var) {
         StackMode::Sample { .. } if shim_exact_first(var(EXACT_FIRST)) > 0 => StackMode::Exact,
         mode => mode,
@@ -114,14 +132,43 @@ pub fn parse_http_address(value: &[u8]) -> Option<SocketAddr> {
     }
 }
 
-/// Whether the shim records, from the value of `ALLOCMUX_RECORD`: only
-/// `off` turns recording off (`None` for a value that is neither `on` nor
-/// `off`, which records, as unset does, with a warning).
-pub fn parse_record(value: &[u8]) -> Option<bool> {
+impl Level {
+    /// Its `ALLOCMUX_RECORD` value.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Level::Off => "off",
+            Level::Sampled => "sampled",
+            Level::Exact => "exact",
+        }
+    }
+}
+
+/// The level an `ALLOCMUX_RECORD` value names (`on` is `exact`); `None`
+/// for anything else.
+pub fn parse_record(value: &[u8]) -> Option<Level> {
     match value.trim_ascii() {
-        b"on" => Some(true),
-        b"off" => Some(false),
+        b"on" | b"exact" => Some(Level::Exact),
+        b"sampled" => Some(Level::Sampled),
+        b"off" => Some(Level::Off),
         _ => None,
+    }
+}
+
+/// The shim's recording level, from its variables as `var` looks them up:
+/// `ALLOCMUX_RECORD`, or where it is unset or invalid, `sampled` for a
+/// process serving `/debug/pprof` (`ALLOCMUX_HTTP`) whose stacks are
+/// sampled (the default there, see [`shim_stack_mode`]), else `exact`.
+pub fn shim_record_level<'a>(var: impl Fn(&str) -> Option<&'a [u8]>) -> Level {
+    if let Some(level) = var(RECORD).and_then(parse_record) {
+        return level;
+    }
+    let serving = var(HTTP).is_some_and(|v| !v.is_empty());
+    let sampled_stacks = matches!(shim_stack_mode(&var), StackMode::Sample { .. })
+        && shim_exact_first(var(EXACT_FIRST)) == 0;
+    if serving && sampled_stacks {
+        Level::Sampled
+    } else {
+        Level::Exact
     }
 }
 
