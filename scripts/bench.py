@@ -723,6 +723,8 @@ def write_report(a, started, load_before, body, charts, results, done):
 # What other scripts measure, copied from their results files into
 # BENCHMARKS.md so that every figure is in one place: (title, command, file).
 OTHER_SCRIPTS = [
+    ("The sampled level (live profiles), against the same allocator without allocmux",
+     "python3 scripts/live_cost.py --rounds 11 --out scripts/results/live-cost.md", "live-cost.md"),
     ("`compare` against the forwarders run by hand and against in-code switching",
      "python3 scripts/compare_fidelity.py --rounds 15 --divisor 1 --out scripts/results/compare-fidelity.md",
      "compare-fidelity.md"),

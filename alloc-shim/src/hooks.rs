@@ -107,6 +107,10 @@ pub fn direct_table() -> Option<DirectTable> {
 /// first calls at once, with the same choice: idempotent).
 pub fn install(choice: Choice, mode: StackMode) {
     use StackMode::{Exact, Off, Sample};
+    if choice.backend == Allocator::Mimalloc && (!choice.recorded || choice.live) {
+        // The recorded tables' `init_mimalloc` below does it for them.
+        crate::backend::mimalloc_sets_errno();
+    }
     let t: &'static Hooks = if !choice.recorded {
         match choice.backend {
             Allocator::Jemalloc => &JEMALLOC_FORWARD,
@@ -349,11 +353,12 @@ static MIMALLOC_LOOKUP_SAMPLED: Hooks = recorded_hooks!(MimallocLookup, with_sam
 /// needs none (the CLI preloads nothing then).
 static UNRECORDED: Hooks = recorded_hooks!(System, unrecorded);
 /// The sampled level (live profiles): only the stack sample, every
-/// backend with a direct shim (no block sizes are read, so mimalloc's
-/// layout does not matter).
+/// backend with a direct shim (mimalloc's answers `malloc_usable_size`
+/// with `mi_usable_size`, the only size it reads, so its layout is never
+/// relied on).
 static SYSTEM_LIVE: Hooks = recorded_hooks!(System, live, system_live);
 static JEMALLOC_LIVE: Hooks = recorded_hooks!(Jemalloc, live, jemalloc_live);
-static MIMALLOC_LIVE: Hooks = recorded_hooks!(Mimalloc, live, mimalloc_live);
+static MIMALLOC_LIVE: Hooks = recorded_hooks!(MimallocLookup, live, mimalloc_live);
 static JEMALLOC_FORWARD: Hooks = recorded_hooks!(Jemalloc, unrecorded, jemalloc_forward);
 static MIMALLOC_FORWARD: Hooks = recorded_hooks!(Mimalloc, unrecorded, mimalloc_forward);
 

@@ -107,8 +107,15 @@ pub fn finish() {
         // allocate (a new block of handlers) through the hooks: not under
         // any lock of the shim's.
         && unsafe { __cxa_atexit(last_word, core::ptr::null_mut(), core::ptr::null_mut()) } == 0;
-    // Before taking `WRITER`: see `writer::read_allocator_stats`.
-    let reading = writer::read_allocator_stats();
+    // Before taking `WRITER` for the write: see
+    // `writer::read_allocator_stats`. Only for a profile: the summary line
+    // does not show them, and glibc's `mallinfo2` walks every free chunk.
+    let has_output = WRITER.lock().has_output;
+    let reading = if has_output {
+        writer::read_allocator_stats()
+    } else {
+        None
+    };
     let mut w = WRITER.lock();
     if w.has_output {
         writer::keep_allocator_stats(&mut w, reading);

@@ -79,7 +79,7 @@ unsafe fn record_block<B: Backend, S: Scope>(
 /// constant per hook: the per-thread fast path is unchanged.
 #[inline(always)]
 const fn sizes<B: Backend, S: Scope>() -> bool {
-    !B::OWN_COUNTERS || S::NEEDS_SIZES
+    S::RECORDS && (!B::OWN_COUNTERS || S::NEEDS_SIZES)
 }
 
 /// The usable size of a block about to be freed, when the shim must count
@@ -538,6 +538,7 @@ impl<B: Backend> Body for MallocUsableSize<B> {
 #[derive(Clone, Copy)]
 pub struct Unrecorded;
 impl Scope for Unrecorded {
+    const RECORDS: bool = false;
     #[inline(always)]
     fn time<R>(&self, _size: usize, op: impl FnOnce() -> R) -> R {
         op()
@@ -567,9 +568,10 @@ fn promote(size: usize, to: impl Fn(usize) -> usize) -> usize {
     if size == 0 { 0 } else { to(size) }
 }
 
-/// `StackBody::run_promoted`: the same call on `B::Sampled`, the backend
-/// whose blocks a `free` tells from unsampled ones (`B` itself but for
-/// jemalloc).
+/// `StackBody::run_promoted` and `run_aligned`: the same call on
+/// `B::Sampled`, the backend whose blocks a `free` tells from unsampled
+/// ones in sample mode (`B` itself but for jemalloc), and on `B::Aligned`,
+/// whose blocks are page aligned (the sampled level).
 macro_rules! run_on_sampled_backend {
     ($body:ident($($field:tt),*)) => {
         #[inline(always)]
@@ -577,6 +579,12 @@ macro_rules! run_on_sampled_backend {
             // SAFETY: the caller's contract; `B::Sampled` serves and frees
             // `B`'s blocks (`Backend::Sampled`).
             unsafe { $body::<B::Sampled>($(self.$field,)* PhantomData).run(s) }
+        }
+        #[inline(always)]
+        unsafe fn run_aligned<S: Scope>(self, s: &S) -> Self::Out {
+            // SAFETY: the caller's contract; `B::Aligned` serves and frees
+            // `B`'s blocks (`Backend::Aligned`).
+            unsafe { $body::<B::Aligned>($(self.$field,)* PhantomData).run(s) }
         }
     };
 }

@@ -75,6 +75,25 @@ fn semantics_hold_with_sampled_stacks(backend: &str) {
     );
 }
 
+/// At the sampled level (live profiles) a sampled call is served by other
+/// functions still (a block aligned to a page, `realloc` as a new block
+/// and a copy): with a sample every 64 bytes, nearly every call is one.
+fn semantics_hold_at_the_sampled_level(backend: &str) {
+    semantics_hold_recording(
+        backend,
+        &[
+            ("ALLOCMUX_RECORD", "sampled"),
+            ("ALLOCMUX_SAMPLE_BYTES", "64"),
+        ],
+    );
+}
+
+/// Forwarding (`ALLOCMUX_RECORD=off`, `compare`'s timing runs): the
+/// backend's forwarder, which must keep the C semantics too.
+fn semantics_hold_forwarded(backend: &str) {
+    semantics_hold_recording(backend, &[("ALLOCMUX_RECORD", "off")]);
+}
+
 fn semantics_hold_with_exact_stacks(backend: &str) {
     semantics_hold_recording(backend, &[("ALLOCMUX_STACKS", "exact")]);
 }
@@ -110,6 +129,10 @@ fn semantics_hold_recording(backend: &str, recording: &[(&str, &str)]) {
             "under {backend}, {check} should run and pass: {:?}",
             got.get(check)
         );
+    }
+    if recording.contains(&("ALLOCMUX_RECORD", "off")) {
+        assert!(profiles.is_empty(), "forwarding writes no profile");
+        return;
     }
     assert_eq!(
         profiles.len(),
@@ -217,6 +240,8 @@ fn failed_calls_are_counted_recording(backend: &str, env: &[(&str, &str)]) {
 per_backend!(
     semantics_hold,
     semantics_hold_with_sampled_stacks,
+    semantics_hold_at_the_sampled_level,
+    semantics_hold_forwarded,
     semantics_hold_with_exact_stacks,
     failed_calls_are_counted,
     failed_calls_are_counted_with_sampled_stacks

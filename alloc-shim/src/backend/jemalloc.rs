@@ -53,6 +53,7 @@ fn enomem_if_null(p: *mut c_void) -> *mut c_void {
 unsafe impl Backend for Jemalloc {
     const OWN_COUNTERS: bool = true;
     type Sampled = JemallocAligned;
+    type Aligned = JemallocAligned;
 
     fn own_byte_counters() -> Option<[*mut u64; 2]> {
         Some([
@@ -152,6 +153,7 @@ impl JemallocAligned {
 unsafe impl Backend for JemallocAligned {
     const OWN_COUNTERS: bool = true;
     type Sampled = Self;
+    type Aligned = Self;
 
     fn own_byte_counters() -> Option<[*mut u64; 2]> {
         Jemalloc::own_byte_counters()

@@ -28,6 +28,7 @@ pub type MimallocLookup = MimallocWith<false>;
 // SAFETY: forwards to mimalloc.
 unsafe impl<const PAGE_SIZES: bool> Backend for MimallocWith<PAGE_SIZES> {
     type Sampled = Self;
+    type Aligned = super::PageAligned<Self>;
     #[inline(always)]
     fn size_before_malloc(requested: usize) -> Option<usize> {
         if requested > SMALL_MAX {
@@ -348,10 +349,16 @@ unsafe extern "C" fn on_mimalloc_error(err: c_int, _arg: *mut c_void) {
 /// Returns whether block sizes can be read from their pages
 /// ([`page::verified`]).
 pub fn init() -> bool {
-    // SAFETY: registers a handler that only sets errno.
-    unsafe { mi_register_error(Some(on_mimalloc_error), core::ptr::null_mut()) };
+    set_errno_on_failure();
     init_size_table();
     page::verified()
+}
+
+/// Registers the handler that sets `errno` as glibc does when an
+/// allocation fails: whenever mimalloc is the backend, recorded or not.
+pub fn set_errno_on_failure() {
+    // SAFETY: registers a handler that only sets errno.
+    unsafe { mi_register_error(Some(on_mimalloc_error), core::ptr::null_mut()) };
 }
 
 /// Fills the small-size table with one allocation per size bin: a block

@@ -11,8 +11,12 @@ pub use jemalloc::Jemalloc;
 pub use jemalloc::fork as jemalloc_fork;
 pub use mimalloc::fork as mimalloc_fork;
 pub use mimalloc::init as init_mimalloc;
+pub use mimalloc::set_errno_on_failure as mimalloc_sets_errno;
 pub use mimalloc::{Mimalloc, MimallocLookup};
 pub use system::{System, chunk as glibc_chunk};
+
+mod page_aligned;
+pub use page_aligned::PageAligned;
 
 use core::ffi::c_void;
 
@@ -49,6 +53,13 @@ pub unsafe trait Backend: Copy {
     /// aligned to `SAMPLED_BLOCK_BYTES`, for the `free` hook to tell by
     /// their address. Its blocks are this backend's, freed by its `free`.
     type Sampled: Backend;
+
+    /// The backend that serves sampled allocations at the sampled level
+    /// (see `allocmux::recorder::stacks::enter_live`), where every `free`
+    /// tells them by their address: one whose blocks are aligned to
+    /// `SAMPLED_BLOCK_BYTES` ([`PageAligned`], or jemalloc's own aligned
+    /// calls). Its blocks are this backend's, freed by its `free`.
+    type Aligned: Backend;
 
     /// `malloc(size)`.
     unsafe fn malloc(size: usize) -> *mut c_void;

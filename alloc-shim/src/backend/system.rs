@@ -22,6 +22,7 @@ pub struct System;
 // SAFETY: forwards to glibc's own allocator.
 unsafe impl Backend for System {
     type Sampled = Self;
+    type Aligned = super::PageAligned<Self>;
     const CHEAP_USABLE: bool = true;
 
     #[inline(always)]

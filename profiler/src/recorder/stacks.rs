@@ -109,6 +109,18 @@ pub trait StackBody: Body + Copy {
         // SAFETY: forwarded from the caller.
         unsafe { self.run(s) }
     }
+    /// Runs a [`promoted`](Self::promoted) call with the block aligned to
+    /// [`SAMPLED_BLOCK_BYTES`], whatever the backend (the sampled level,
+    /// [`enter_live`], where every release tells sampled blocks by their
+    /// address). Calls that hand out nothing keep the default.
+    ///
+    /// # Safety
+    /// As for [`Body::run`].
+    #[inline(always)]
+    unsafe fn run_aligned<S: Scope>(self, s: &S) -> Self::Out {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.run(s) }
+    }
 }
 
 /// In sample mode under [`enter_sampled`], the least size a sampled block
@@ -728,11 +740,15 @@ where
 /// One hooked call at the sampled recording level (the live level: see
 /// `docs/recording.md`), where nothing is counted exactly: an allocation
 /// pays the thread's byte countdown to its next sample (one subtraction
-/// and a branch), a release the filter's test of its address; only a
-/// sampled allocation, and the release of a tracked block, go out of line
-/// ([`live_sampled`]). Every call runs under `plain`, a scope that records
-/// nothing. Sampled blocks are the program's own size: the filter, not
-/// their size or alignment, tells their release.
+/// and a branch), a release one test of its address's low bits; only a
+/// sampled allocation, and the release of a block aligned as sampled
+/// blocks are, go out of line ([`live_sampled`]), where the filter is
+/// looked in. Every call runs under `plain`, a scope that records nothing.
+/// A sampled block is made at least [`SAMPLED_BLOCK_BYTES`] long and
+/// aligned to that, under every backend ([`StackBody::run_aligned`]), so
+/// that the test of the address finds it: the test replaces the `free`'s
+/// test for NULL (0 is aligned too), and a release costs what it costs
+/// without recording.
 ///
 /// # Safety
 /// The caller's arguments, with the C function's contract; `st` is the
@@ -740,20 +756,35 @@ where
 #[inline(always)]
 pub unsafe fn enter_live<B: StackBody, S: OwnStacks, U: Scope>(st: S, body: B, plain: U) -> B::Out {
     let sampled = match body.request() {
-        Some(n) => st.stacks().take(n),
+        Some(n) => st.take(n),
         None => false,
     };
-    if sampled || (B::RELEASES && maybe_tracked(body.released())) {
+    if sampled {
         // SAFETY: forwarded from the caller.
-        return unsafe { live_sampled(body, st.stacks(), plain, sampled) };
+        return unsafe { live_sampled(body, st.stacks(), plain, true) };
+    }
+    if B::RELEASES {
+        let old = body.released();
+        if !is_sampled_aligned(old) {
+            // SAFETY: an address with a low bit set is not NULL: the
+            // body's own test for NULL (a `free(NULL)`) can go.
+            unsafe { core::hint::assert_unchecked(old != 0) };
+        } else if maybe_tracked(old) {
+            // Aligned and in the filter; an aligned block that is not
+            // (the first block of an allocator's page: one in 16 to 256
+            // of small blocks) costs the filter's load, inline.
+            // SAFETY: forwarded from the caller.
+            return unsafe { live_sampled(body, st.stacks(), plain, false) };
+        }
     }
     // SAFETY: forwarded from the caller.
     unsafe { body.run(&plain) }
 }
 
-/// A sampled call, or the release of a block that may be tracked, at the
-/// live level (see [`enter_live`]): timed, and entered in the tables as
-/// [`stacked`] enters it.
+/// A sampled call, or the release of a block aligned as sampled ones are,
+/// at the live level (see [`enter_live`]): a release the filter says is
+/// not of a tracked block runs plainly; the rest are timed, and entered in
+/// the tables as [`stacked`] enters them.
 #[cold]
 #[inline(never)]
 #[allow(improper_ctypes_definitions)] // called from Rust only; extern "C" so it cannot unwind
@@ -768,14 +799,12 @@ unsafe extern "C" fn live_sampled<B: StackBody, U: Scope>(
         // decide again (see `stacked`).
         st.rearm(MEAN_BYTES.load(Relaxed));
         sample = st.take(body.request().unwrap_or(0));
-        let releases_tracked = B::RELEASES && maybe_tracked(body.released());
-        if !sample && !releases_tracked {
-            // SAFETY: forwarded from the caller.
-            return unsafe { body.run(&plain) };
-        }
     }
-    if st.busy.get() {
-        // A call from inside the recorder: not the program's.
+    let old = body.released();
+    let releases_tracked = B::RELEASES && old != 0 && maybe_tracked(old);
+    if (!sample && !releases_tracked) || st.busy.get() {
+        // Neither sampled nor the release of a tracked block; or a call
+        // from inside the recorder, which is not the program's.
         // SAFETY: forwarded from the caller.
         return unsafe { body.run(&plain) };
     }
@@ -783,16 +812,26 @@ unsafe extern "C" fn live_sampled<B: StackBody, U: Scope>(
     // While busy, every allocation comes here, and runs plainly.
     let resume = st.countdown.replace(-1);
     let start = Tsc::now();
-    // SAFETY: forwarded from the caller.
-    let out = unsafe { body.run(&plain) };
+    let fell_back = Cell::new(false);
+    let promoted = Promoted::<B, true>::new(body, &fell_back);
+    // SAFETY: forwarded from the caller; a sampled call made aligned has
+    // the original's contract, with a larger size and alignment.
+    let out = unsafe {
+        if sample {
+            promoted.run(&plain)
+        } else {
+            body.run(&plain)
+        }
+    };
     let ticks = sampled_ticks_since(start);
-    let old = body.released();
-    let released = if old != 0 && body.did_release(&out) {
+    let released = if releases_tracked && body.did_release(&out) {
         old
     } else {
         0
     };
-    let new = if sample { body.handed_out(&out) } else { 0 };
+    // A sampled block that could not be made aligned is not tracked
+    // (counted as lost): its release would not be told.
+    let new = if sample { promoted.handed_out(&out) } else { 0 };
     let size = body.request().unwrap_or(0) as u64;
     record_call(st, sample, released, new, size, |_| ticks);
     if sample {
@@ -809,6 +848,13 @@ unsafe extern "C" fn live_sampled<B: StackBody, U: Scope>(
 pub trait OwnStacks: Copy {
     /// The state's address.
     fn stacks(self) -> &'static StackThread;
+
+    /// [`StackThread::take`]: counts `size` requested bytes down; true if
+    /// this allocation is sampled.
+    #[inline(always)]
+    fn take(self, size: usize) -> bool {
+        self.stacks().take(size)
+    }
 }
 
 impl OwnStacks for &'static StackThread {
@@ -846,6 +892,31 @@ impl<L: TlsBlock, const AT: usize> OwnStacks for FsStacks<L, AT> {
         // SAFETY: the state is there (`new`), the calling thread's own.
         unsafe { &*(super::thread::tls_address(L::offset() + AT) as *const StackThread) }
     }
+
+    /// One `%fs`-relative `sub` and a branch on its sign: the state's
+    /// address takes two instructions more to make (the thread pointer's
+    /// load and an add), on every allocation of the sampled level.
+    #[inline(always)]
+    fn take(self, size: usize) -> bool {
+        let mut sampled = false;
+        // SAFETY: the operand is the state's countdown, this thread's own
+        // `Cell<i64>` (`new`), which only this thread touches; the label
+        // only sets a flag.
+        unsafe {
+            core::arch::asm!(
+                "sub qword ptr fs:[{o} + {at}], {v}",
+                "js {crossed}",
+                o = in(reg) L::offset(),
+                at = const AT + core::mem::offset_of!(StackThread, countdown),
+                v = in(reg) size,
+                crossed = label {
+                    sampled = true;
+                },
+                options(nostack),
+            );
+        }
+        sampled
+    }
 }
 
 /// A sampled call under [`enter_sampled`], promoted out of line: the hook
@@ -861,14 +932,16 @@ unsafe extern "C" fn sampled_promoted<B: StackBody>(
     let fell_back = Cell::new(false);
     // SAFETY: forwarded from the caller; the promoted call has the
     // original's contract, with a larger size.
-    unsafe { stacked(Promoted::new(body, &fell_back), t, st, true) }
+    unsafe { stacked(Promoted::<B>::new(body, &fell_back), t, st, true) }
 }
 
 /// A sampled allocation asking for at least [`SAMPLED_BLOCK_BYTES`] (see
 /// [`enter_sampled`]); recorded as the original request, and made as the
 /// original if the larger one fails.
+/// `ALIGNED`: the block is aligned too, whatever the backend (the sampled
+/// level, see [`enter_live`]).
 #[derive(Clone, Copy)]
-struct Promoted<'a, B> {
+struct Promoted<'a, B, const ALIGNED: bool = false> {
     call: B,
     original: B,
     requested: usize,
@@ -876,7 +949,7 @@ struct Promoted<'a, B> {
     fell_back: &'a Cell<bool>,
 }
 
-impl<'a, B: StackBody> Promoted<'a, B> {
+impl<'a, B: StackBody, const ALIGNED: bool> Promoted<'a, B, ALIGNED> {
     #[inline(always)]
     fn new(body: B, fell_back: &'a Cell<bool>) -> Self {
         Promoted {
@@ -888,12 +961,13 @@ impl<'a, B: StackBody> Promoted<'a, B> {
     }
 }
 
-impl<B: StackBody> Body for Promoted<'_, B> {
+impl<B: StackBody, const ALIGNED: bool> Body for Promoted<'_, B, ALIGNED> {
     type Out = B::Out;
     const FUNC: Func = B::FUNC;
     #[inline(always)]
     unsafe fn run<S: Scope>(self, s: &S) -> B::Out {
-        let changed = B::ALIGNS_SAMPLED || self.call.request() != self.original.request();
+        let changed =
+            ALIGNED || B::ALIGNS_SAMPLED || self.call.request() != self.original.request();
         let scope = AsRequested {
             inner: *s,
             requested: self.requested,
@@ -902,7 +976,13 @@ impl<B: StackBody> Body for Promoted<'_, B> {
         // SAFETY: the errno location of the calling thread.
         let errno = unsafe { *libc::__errno_location() };
         // SAFETY: the caller's contract, for the promoted call.
-        let out = unsafe { self.call.run_promoted(&scope) };
+        let out = unsafe {
+            if ALIGNED {
+                self.call.run_aligned(&scope)
+            } else {
+                self.call.run_promoted(&scope)
+            }
+        };
         if !changed || self.call.handed_out(&out) != 0 {
             return out;
         }
@@ -923,7 +1003,7 @@ impl<B: StackBody> Body for Promoted<'_, B> {
     }
 }
 
-impl<B: StackBody> StackBody for Promoted<'_, B> {
+impl<B: StackBody, const ALIGNED: bool> StackBody for Promoted<'_, B, ALIGNED> {
     const PROMOTES: bool = B::PROMOTES;
     const RELEASES: bool = B::RELEASES;
     const RELEASES_BY_SIZE: bool = B::RELEASES_BY_SIZE;
@@ -969,6 +1049,7 @@ struct AsRequested<S> {
 
 impl<S: Scope> Scope for AsRequested<S> {
     const NEEDS_SIZES: bool = S::NEEDS_SIZES;
+    const RECORDS: bool = S::RECORDS;
     #[inline(always)]
     fn alloc(&self, f: Func, _promoted: usize) {
         self.inner.alloc(f, self.requested)

@@ -641,6 +641,10 @@ pub trait Scope: Copy {
     /// allocator counters are not read (before registering, after the exit
     /// hook), so without sizes those calls' bytes would be lost.
     const NEEDS_SIZES: bool = false;
+    /// Whether the scope records anything at all: a body under one that
+    /// does not (forwarding, the sampled level's unsampled calls) looks no
+    /// block size up.
+    const RECORDS: bool = true;
     /// Runs the allocator's own work on a block of `size` bytes, timing it
     /// if this call was sampled or its size is always timed.
     fn time<R>(&self, size: usize, op: impl FnOnce() -> R) -> R;
