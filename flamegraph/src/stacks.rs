@@ -584,6 +584,12 @@ impl<'a> StackSet<'a> {
                 continue;
             };
             sampled = true;
+            // At the sampled level the size histogram is not counted: the
+            // shim summed the variance over the samples themselves.
+            if let Some(m) = p.recording.margin(w == Weight::Bytes) {
+                variance += (m / 1.96).powi(2);
+                continue;
+            }
             // The allocations recorded exactly before sampling started
             // add no variance: the rest's share of it, were their sizes
             // those of the whole run.

@@ -225,3 +225,30 @@ fn sampled_level_json_says_what_is_estimated() {
         "{p}"
     );
 }
+
+/// A sampled-level profile's stacks carry the interval the shim summed
+/// over its samples (it counts no size histogram to compute one from).
+#[test]
+fn sampled_level_stack_totals_have_their_interval() {
+    let dir = tempfile::tempdir().unwrap();
+    let prof = dir.path().join("p.prof");
+    ok(run(allocmux()
+        .args(["run", "--record", "sampled", "--sample-bytes", "64", "-o"])
+        .arg(&prof)
+        .arg("--")
+        .arg(counts_fixture())
+        .arg("1000")));
+    let out = ok(run(allocmux().args(["report", "--top", "1"]).arg(&prof)));
+    let report = text(&out.stdout);
+    let line = report
+        .lines()
+        .find(|l| l.contains("by allocations"))
+        .unwrap_or_else(|| panic!("{report}"));
+    let interval = line
+        .split("95% interval ")
+        .nth(1)
+        .and_then(|r| r.split(')').next())
+        .unwrap_or_else(|| panic!("no interval: {line}"));
+    let (low, high) = interval.split_once('–').unwrap();
+    assert_ne!(low, high, "{line}");
+}

@@ -22,6 +22,11 @@
 //! aligns them to that size, so that frees pay one test of the address
 //! (see [`enter_sampled`]).
 //!
+//! At the sampled level ([`enter_live`]) nothing else is recorded per call:
+//! the countdown alone decides, every sampled block is aligned to
+//! [`SAMPLED_BLOCK_BYTES`] under every backend, and a `free` tests its
+//! address's low bits before anything else.
+//!
 //! Everything else, the unwinder, the stack table and the block map, sits
 //! behind one spin lock, taken only by sampled calls, frees of tracked
 //! blocks and the profile writer.
@@ -740,15 +745,16 @@ where
 /// One hooked call at the sampled recording level (the live level: see
 /// `docs/recording.md`), where nothing is counted exactly: an allocation
 /// pays the thread's byte countdown to its next sample (one subtraction
-/// and a branch), a release one test of its address's low bits; only a
-/// sampled allocation, and the release of a block aligned as sampled
-/// blocks are, go out of line ([`live_sampled`]), where the filter is
-/// looked in. Every call runs under `plain`, a scope that records nothing.
-/// A sampled block is made at least [`SAMPLED_BLOCK_BYTES`] long and
-/// aligned to that, under every backend ([`StackBody::run_aligned`]), so
-/// that the test of the address finds it: the test replaces the `free`'s
-/// test for NULL (0 is aligned too), and a release costs what it costs
-/// without recording.
+/// and a branch), a release one test of its address's low bits, and a
+/// release of a block so aligned one load of the filter more. Only a
+/// sampled allocation, and the release of a block the filter may hold, go
+/// out of line ([`live_sampled`]). Every call runs under `plain`, a scope
+/// that records nothing. A sampled block is made at least
+/// [`SAMPLED_BLOCK_BYTES`] long and aligned to that, under every backend
+/// ([`StackBody::run_aligned`]), so that the test of the address finds
+/// it; the test replaces the `free`'s test for NULL (an address that
+/// fails it is not NULL), so a release of an unaligned block costs what
+/// it costs without recording.
 ///
 /// # Safety
 /// The caller's arguments, with the C function's contract; `st` is the
