@@ -33,8 +33,13 @@ difference between a run of 2N and of N units of work, so start-up
 cancels out; they do not move with the machine's load. Wall time: the
 median of per-round ratios over interleaved rounds [min, max].
 
+A real service last: Debian's redis-server loaded by redis-benchmark (SET
+and GET, 20 clients), its throughput under the sampled level with the
+endpoint on, against the same allocator without allocmux (glibc itself,
+the jemalloc and mimalloc forwarders), over interleaved rounds.
+
 Usage:
-  python3 scripts/live_cost.py [--rounds 11] [--no-callgrind] [--out FILE.md]
+  python3 scripts/live_cost.py [--rounds 11] [--redis-rounds 7] [--no-callgrind] [--out FILE.md]
 
 With --out, the chart (live / base per workload and backend, instructions
 and wall time, the goals marked) is written next to it, as
@@ -45,9 +50,12 @@ Needs gcc, cargo, valgrind, Debian's libjemalloc2 and libmimalloc2.0.
 import argparse
 import os
 import platform
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
+import time
 
 from bench_svg import hbar_chart
 from recording_cost import DEBIAN, INCODE, build, instructions
@@ -90,6 +98,51 @@ def configs(backend, workload, shim, shims, release, churn, base):
     return c
 
 
+def redis_rps(env, port):
+    """Starts redis-server under `env` on `port`, loads it, stops it: the
+    SET and GET requests per second."""
+    server = subprocess.Popen(["redis-server", "--port", str(port), "--save", "", "--appendonly", "no"],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(200):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        out = subprocess.run(["redis-benchmark", "-p", str(port), "-n", "200000", "-c", "20", "--csv",
+                              "-t", "set,get"], capture_output=True, text=True, check=True).stdout
+    finally:
+        subprocess.run(["redis-cli", "-p", str(port), "shutdown", "nosave"], capture_output=True)
+        server.wait()
+    rps = {}
+    for line in out.splitlines()[1:]:
+        f = [x.strip('"') for x in line.split(",")]
+        rps[f[0]] = float(f[1])
+    return rps
+
+
+def redis_throughput(rounds, shims, base, lines):
+    """Interleaved rounds of redis under each backend, bare and live;
+    appends a row per backend and test."""
+    port = 16379
+    for backend in BACKENDS:
+        bare = dict(base)
+        if backend != "system":
+            bare["LD_PRELOAD"] = shims[f"{backend}_forward"]
+        live = dict(base, LD_PRELOAD=shims[f"{backend}_live"], ALLOCMUX_ALLOCATOR=backend,
+                    ALLOCMUX_RECORD="sampled", ALLOCMUX_HTTP="127.0.0.1:0")
+        ratios = {"SET": [], "GET": []}
+        for _ in range(rounds):
+            b = redis_rps(bare, port)
+            v = redis_rps(live, port)
+            for t in ratios:
+                ratios[t].append(v[t] / b[t])
+        for t, rs in ratios.items():
+            lines.append(f"| redis {t} | {backend} | {fmt(rs)} |")
+            print(lines[-1], flush=True)
+
+
 def fmt(rs):
     return f"{statistics.median(rs):.3f} [{min(rs):.3f}, {max(rs):.3f}]"
 
@@ -98,6 +151,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=11, help="timed rounds (0: instructions only)")
     ap.add_argument("--no-callgrind", action="store_true")
+    ap.add_argument("--redis-rounds", type=int, default=7, help="0: no redis-server run")
+    ap.add_argument("--only-redis", action="store_true", help="the redis-server rounds alone")
     ap.add_argument("--out", help="also write the tables as Markdown to this file")
     a = ap.parse_args()
     for lib in DEBIAN.values():
@@ -119,10 +174,17 @@ def main():
         "|---|---|---|---|---|---|---|",
     ]
     chart = {}  # "workload, backend" -> {series: (median, low, high)}
+    redis = [
+        "",
+        f"| redis-server throughput ({a.redis_rounds} interleaved rounds) | backend | live / base (requests per second) |",
+        "|---|---|---|",
+    ]
     with tempfile.TemporaryDirectory() as tmp:
         churn, shim, release = build(tmp)
         shims = direct_shims(shim, tmp)
-        for workload in CALLGRIND_SIZES:
+        if a.redis_rounds > 0:
+            redis_throughput(a.redis_rounds, shims, base, redis)
+        for workload in ([] if a.only_redis else CALLGRIND_SIZES):
             for backend in BACKENDS:
                 c = configs(backend, workload, shim, shims, release, churn, base)
                 if not a.no_callgrind:
@@ -173,8 +235,9 @@ def main():
                     w = ratio("live", "base")
                     chart.setdefault(f"{workload}, {backend}", {})["wall time"] = (
                         statistics.median(w), min(w), max(w))
-    lines = head + ([] if a.no_callgrind else cg) + (wall if a.rounds > 0 else [])
-    if a.out:
+    lines = head + ([] if a.no_callgrind or a.only_redis else cg) + \
+        (wall if a.rounds > 0 and not a.only_redis else []) + (redis if a.redis_rounds > 0 else [])
+    if a.out and chart:
         svg_dir = os.path.splitext(a.out)[0]
         os.makedirs(svg_dir, exist_ok=True)
         svg = hbar_chart("The sampled level against the same allocator without allocmux (live / base)",

@@ -306,9 +306,11 @@ fn run_block(commands: &[&Quoted], dir: &Path, cache: &Path) -> Result<(), (usiz
     let mark = marks.path().join("line");
     // Job control (`set -m`): `cmd &` is a job of its own, `kill %1`
     // signals all of it, and at the end every job still running is
-    // stopped, whole.
+    // stopped, whole. A job the block stopped itself may still be listed
+    // then: its failed `kill` is no failure of the block (`|| true`, under
+    // `set -e`).
     let mut script = String::from(
-        "set -em\ntrap 'for j in $(jobs -p); do kill -TERM -- -$j 2>/dev/null; done; wait' EXIT\n",
+        "set -em\ntrap 'for j in $(jobs -p); do kill -TERM -- -$j 2>/dev/null || true; done; wait' EXIT\n",
     );
     for q in commands {
         let mut text = q.text.clone();

@@ -5,7 +5,7 @@
 use std::process::{Command, Output};
 
 pub use allocmux_testkit::{
-    c_program, compile, ok, ok_as, shim, shim_fixture, shim_for, static_program, text,
+    c_program, compile, ok, ok_as, require, shim, shim_fixture, shim_for, static_program, text,
 };
 use std::path::{Path, PathBuf};
 
