@@ -460,7 +460,8 @@ impl Report {
         if !calls.is_empty() && !sampled {
             writeln!(w, "\n  calls: {}", calls.join(", "))?;
         }
-        let timed = t.totals.timed_calls + t.totals.exact_calls;
+        // Saturating: a damaged profile's counts may be anything.
+        let timed = t.totals.timed_calls.saturating_add(t.totals.exact_calls);
         if let Some(m) = t.allocator_ns_margin.filter(|_| timed > 0 && !sampled) {
             writeln!(
                 w,
