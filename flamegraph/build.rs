@@ -14,8 +14,8 @@
 //!   file, and this script reruns when any of its sources change;
 //! - a package on its own (unpacked from a registry, where sources are
 //!   read-only and there is no workspace) is copied under OUT_DIR and built
-//!   there with its packaged lock file, against the same `allocmux` crate
-//!   this build compiles the CLI with.
+//!   there with its packaged lock file, against the same `allocmux-format`
+//!   crate this build compiles the CLI with.
 
 use std::env;
 use std::ffi::OsString;
@@ -66,14 +66,14 @@ fn main() {
             let copy = out.join("allocmux-shim-sources");
             copy_package(&shim_sources, &copy);
             // The CLI reads the profiles the shim writes: both use the
-            // `allocmux` this build resolved, not one resolved anew.
-            let allocmux = dependency_dir("DEP_ALLOCMUX_SOURCE_DIR", "allocmux");
+            // `allocmux-format` this build resolved, not one resolved anew.
+            let format = dependency_dir("DEP_ALLOCMUX_FORMAT_SOURCE_DIR", "allocmux-format");
             build
                 .current_dir(&copy)
                 .args(["build", "--release"])
                 .arg(format!(
-                    "--config=patch.crates-io.allocmux.path={}",
-                    toml_string(&allocmux)
+                    "--config=patch.crates-io.allocmux-format.path={}",
+                    toml_string(&format)
                 ));
             // Registry sources do not change under a given version.
             println!("cargo::rerun-if-changed={}", shim_sources.display());

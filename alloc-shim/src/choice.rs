@@ -3,16 +3,16 @@
 //!
 //! Nothing here runs on the allocation hot path: the choice installs a hook
 //! table ([`crate::hooks::install`]), whose functions the exports jump to.
-//! In a direct shim (`allocmux::recorder::direct`) the exports are one
+//! In a direct shim (`allocmux_format::direct`) the exports are one
 //! table's hooks, which make the choice at a thread's first call out of
 //! line (`Body::process_ready`), and the choice is that table's.
 
 use core::sync::atomic::{AtomicU8, Ordering::Acquire, Ordering::Release};
 
-use allocmux::Backend;
-use allocmux::profile::StackMode;
-use allocmux::recorder;
-use allocmux::recorder::env::Level;
+use allocmux_format::Backend;
+use allocmux_format::profile::StackMode;
+use allocmux_format::settings::Level;
+use allocmux_recorder as recorder;
 
 use crate::config;
 
@@ -91,17 +91,15 @@ fn choose() -> Choice {
     // environment says: its backend and mode are that table's, and so is
     // whether it records (in secure execution too, unrecorded).
     let direct = crate::hooks::direct_table();
+    let settings = config::settings();
     let (backend, recorded, live) = match direct {
         Some(t) => (t.backend, t.recorded && !secure, t.live),
         None if secure => (Backend::System, false, false),
-        None => {
-            let level = config::record_level();
-            (
-                config::allocator(),
-                level != Level::Off,
-                level == Level::Sampled,
-            )
-        }
+        None => (
+            settings.allocator,
+            settings.level != Level::Off,
+            settings.level == Level::Sampled,
+        ),
     };
     let choice = Choice {
         backend,
@@ -115,18 +113,21 @@ fn choose() -> Choice {
     // slots) must find the hooks in place, or it would jump to itself.
     // Threads racing here read the same environment and make the same
     // choice, and installing is idempotent, so no lock is needed.
+    let sample_mode = StackMode::Sample {
+        mean_bytes: settings.sample_bytes,
+    };
     let mode = match (choice.recorded, direct) {
         (false, _) => StackMode::Off,
         // The sampled level is the stack sample.
-        (true, _) if choice.live => config::sample_mode(),
-        (true, None) => config::stack_mode(),
-        (true, Some(t)) if t.sampled => config::sample_mode(),
+        (true, _) if choice.live => sample_mode,
+        (true, None) => settings.stacks,
+        (true, Some(t)) if t.sampled => sample_mode,
         (true, Some(_)) => StackMode::Off,
     };
     // An exact prefix is recorded by the hooks of exact mode (see
     // `configure`); a direct shim's are its table's, sampled.
     let exact_first = match (mode, direct) {
-        (StackMode::Sample { .. }, None) if !choice.live => config::exact_first(),
+        (StackMode::Sample { .. }, None) if !choice.live => settings.exact_first,
         _ => 0,
     };
     if mode != StackMode::Off {

@@ -5,11 +5,9 @@
 
 use core::ffi::{CStr, c_char};
 
-use allocmux::Backend;
-use allocmux::profile::StackMode;
-use allocmux::recorder::env::{self, DEFAULT_SAMPLE_BYTES, MAX_SAMPLE_BYTES, parse_number};
+use allocmux_format::settings::{Reader, Settings};
 
-use crate::fmt::{Bytes, warn};
+use crate::fmt::warn;
 
 unsafe extern "C" {
     static environ: *const *const c_char;
@@ -33,49 +31,13 @@ pub fn secure_execution() -> bool {
     unsafe { libc::getauxval(libc::AT_SECURE) != 0 }
 }
 
-/// The backend named by `ALLOCMUX_ALLOCATOR`, silently the system
-/// allocator if unset or unknown (the constructor reports unknown names).
-/// Called at the first allocation, possibly before libc has set `environ`.
-pub fn allocator() -> Backend {
+/// The shim's settings from the environment as it is now (see
+/// [`Settings`] for the defaults), silent about bad values: the
+/// constructor reports them ([`read`]). Called at the first allocation,
+/// possibly before libc has set `environ`.
+pub fn settings() -> Settings<'static> {
     let env = environment_now();
-    Backend::from_name(lookup(env, env::ALLOCATOR.as_bytes()).unwrap_or(b""))
-        .unwrap_or(Backend::System)
-}
-
-/// The recording level (`ALLOCMUX_RECORD`, defaulting by
-/// `allocmux::recorder::env::shim_record_level`; the constructor reports
-/// bad values). Read at the first allocation.
-pub fn record_level() -> env::Level {
-    let env = environment_now();
-    env::shim_record_level(|name| lookup(env, name.as_bytes()))
-}
-
-/// The stack mode from `ALLOCMUX_STACKS` and `ALLOCMUX_SAMPLE_BYTES`,
-/// silently `Off` for anything unknown (the constructor reports bad
-/// values). Read at the first allocation, with the backend. Off by
-/// default, unlike a `Profiler`'s (see `allocmux::recorder::env`), except
-/// that a process serving `/debug/pprof` (`ALLOCMUX_HTTP`) samples, as Go
-/// does, since the endpoint serves stacks.
-pub fn stack_mode() -> StackMode {
-    let env = environment_now();
-    env::shim_stack_mode(|name| lookup(env, name.as_bytes()))
-}
-
-/// Sample mode at `ALLOCMUX_SAMPLE_BYTES`, whatever `ALLOCMUX_STACKS`
-/// says: a direct shim of sampled hooks samples.
-pub fn sample_mode() -> StackMode {
-    let env = environment_now();
-    StackMode::Sample {
-        mean_bytes: env::shim_sample_bytes(lookup(env, env::SAMPLE_BYTES.as_bytes())),
-    }
-}
-
-/// How many allocations sample mode records exactly first
-/// (`ALLOCMUX_EXACT_FIRST`; see `allocmux::recorder::stacks::configure`),
-/// silently 0 if unset or invalid (the constructor reports bad values).
-pub fn exact_first() -> u64 {
-    let env = environment_now();
-    env::shim_exact_first(lookup(env, env::EXACT_FIRST.as_bytes()))
+    Settings::from_env(Reader::Shim, |name| lookup(env, name.as_bytes()))
 }
 
 /// The environment block: `environ`, or before libc has set it, the one
@@ -138,56 +100,11 @@ pub fn read(envp: *const *const c_char) -> Config {
     } else {
         envp
     };
-    let get = |name: &[u8]| lookup(env, name).filter(|v| !v.is_empty());
-
-    if let Some(v) = get(env::ALLOCATOR.as_bytes())
-        && Backend::from_name(v).is_none()
-    {
-        warn(format_args!(
-            "unknown ALLOCMUX_ALLOCATOR={:?} (expected system, jemalloc or mimalloc); using system",
-            Bytes(v).to_str_lossy()
-        ));
+    let settings = Settings::from_env(Reader::Shim, |name| lookup(env, name.as_bytes()));
+    for problem in settings.problems() {
+        warn(format_args!("{problem}"));
     }
-    if let Some(v) = get(env::RECORD.as_bytes())
-        && env::parse_record(v).is_none()
-    {
-        warn(format_args!(
-            "unknown ALLOCMUX_RECORD={:?} (expected exact, sampled or off); using the default",
-            Bytes(v).to_str_lossy()
-        ));
-    }
-    // The stack settings take effect at the first allocation
-    // (`stack_mode`); here they are only checked, to warn once.
-    if let Some(v) = get(env::STACKS.as_bytes())
-        && StackMode::from_env_value(v, DEFAULT_SAMPLE_BYTES).is_none()
-    {
-        warn(format_args!(
-            "unknown ALLOCMUX_STACKS={:?} (expected off, sample or exact); using off",
-            Bytes(v).to_str_lossy()
-        ));
-    }
-    let _exact_first = number(
-        get(env::EXACT_FIRST.as_bytes()),
-        env::EXACT_FIRST,
-        0,
-        0,
-        env::MAX_EXACT_FIRST,
-    );
-    let _sample_bytes = number(
-        get(env::SAMPLE_BYTES.as_bytes()),
-        env::SAMPLE_BYTES,
-        DEFAULT_SAMPLE_BYTES,
-        1,
-        MAX_SAMPLE_BYTES,
-    );
-    let time_sample_mean = number(
-        get(env::TIME_SAMPLE.as_bytes()),
-        env::TIME_SAMPLE,
-        allocmux::recorder::DEFAULT_TIME_SAMPLE_MEAN as u64,
-        1,
-        env::MAX_TIME_SAMPLE,
-    ) as u32;
-    let output = get(env::OUTPUT.as_bytes()).filter(|v| {
+    let output = settings.output.filter(|v| {
         let ok = v.len() < 4000;
         if !ok {
             warn(format_args!(
@@ -198,22 +115,8 @@ pub fn read(envp: *const *const c_char) -> Config {
     });
     Config {
         output,
-        time_sample_mean,
-        http: get(env::HTTP.as_bytes()),
-    }
-}
-
-fn number(v: Option<&[u8]>, name: &str, default: u64, min: u64, max: u64) -> u64 {
-    let Some(v) = v else { return default };
-    match parse_number(v, min, max) {
-        Some(n) => n,
-        None => {
-            warn(format_args!(
-                "{name}={:?} is not a whole number from {min} to {max}; using {default}",
-                Bytes(v).to_str_lossy()
-            ));
-            default
-        }
+        time_sample_mean: settings.time_sample_mean,
+        http: settings.http,
     }
 }
 

@@ -13,7 +13,7 @@
 use core::ffi::{CStr, c_int, c_void};
 use core::sync::atomic::{AtomicPtr, Ordering::Relaxed};
 
-use allocmux::recorder::SpinLock;
+use allocmux_recorder::SpinLock;
 
 use crate::flusher;
 

@@ -1,7 +1,7 @@
 //! The live `/debug/pprof` endpoint (`ALLOCMUX_HTTP`): its socket, opened
 //! at start-up so the address is known (and taken) before the program
 //! runs, and served by the flusher thread between its writes
-//! (`allocmux::recorder::http` speaks the protocol).
+//! (`allocmux_recorder::http` speaks the protocol).
 //!
 //! The descriptors live in atomics, not with the thread, so that a `fork`
 //! child can close them whatever the parent's thread was doing: a child
@@ -13,7 +13,7 @@
 use core::ffi::c_int;
 use core::sync::atomic::{AtomicI32, Ordering::Relaxed};
 
-use allocmux::recorder::http::{BindError, Listener, Server};
+use allocmux_recorder::http::{BindError, Listener, Server};
 
 use crate::fmt::{Bytes, warn};
 
@@ -97,7 +97,7 @@ pub fn note_pending(server: &Server) {
 /// Waits until `deadline_ns` (`CLOCK_MONOTONIC`), a connection, or
 /// [`wake`]; serves the connection if one came.
 pub fn wait_and_serve(server: &mut Server, deadline_ns: u64, ticks_per_ns: Option<f64>) {
-    let now = allocmux::recorder::monotonic_ns();
+    let now = allocmux_recorder::monotonic_ns();
     let ms = deadline_ns
         .saturating_sub(now)
         .div_ceil(1_000_000)

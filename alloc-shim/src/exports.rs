@@ -62,7 +62,7 @@ macro_rules! malloc_exports {
     )*};
 }
 
-allocmux::for_each_malloc_function!(malloc_exports);
+allocmux_format::for_each_malloc_function!(malloc_exports);
 
 /// `_exit(2)`.
 #[cfg_attr(not(test), unsafe(no_mangle))]

@@ -26,9 +26,9 @@ use core::sync::atomic::{
     Ordering::SeqCst,
 };
 
-use allocmux::Backend;
-use allocmux::profile::State;
-use allocmux::recorder;
+use allocmux_format::Backend;
+use allocmux_format::profile::State;
+use allocmux_recorder as recorder;
 
 use crate::writer::{self, WRITER};
 use crate::{choice, endpoint, procfs, raw_thread, threading, tls};
@@ -218,14 +218,14 @@ extern "C" fn thread_main(_: *mut c_void) -> *mut c_void {
         let w = WRITER.lock();
         (w.process.clock_start, w.has_output)
     };
-    let ticks_per_ns = || recorder::ClockPair::now().ticks_per_ns_since(clock_start);
+    let ticks_per_ns = || recorder::read_clocks().ticks_per_ns_since(clock_start);
     let mut server = endpoint::server();
     let start = recorder::monotonic_ns();
     let mut next_flush = start + FLUSH_INTERVAL_MS * 1_000_000;
     // Serving only, without a profile to write: no timeline either, and
     // the periodic wake-ups only check that the program still runs.
     let mut next_sample = if has_output {
-        start + allocmux::timeline::BASE_INTERVAL_NS
+        start + allocmux_format::timeline::BASE_INTERVAL_NS
     } else {
         u64::MAX
     };
@@ -235,7 +235,7 @@ extern "C" fn thread_main(_: *mut c_void) -> *mut c_void {
         let due = next_flush.min(next_sample);
         match &mut server {
             // A request can delay a write by at most its time limits
-            // (`allocmux::recorder::http`), and one is served per wake-up.
+            // (`allocmux_recorder::http`), and one is served per wake-up.
             Some(s) => {
                 let due = due.min(s.due_ns().unwrap_or(u64::MAX));
                 if !PAUSE.load(SeqCst) {

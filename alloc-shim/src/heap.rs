@@ -67,7 +67,8 @@ use core::cell::UnsafeCell;
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 
-use allocmux::{Backend, recorder};
+use allocmux_format::Backend;
+use allocmux_recorder as recorder;
 use libmimalloc_sys::{mi_free, mi_malloc, mi_malloc_aligned, mi_realloc, mi_zalloc};
 
 use crate::writer::WRITER;

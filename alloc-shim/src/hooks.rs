@@ -8,18 +8,18 @@
 //!
 //! Every per-function list here (the table's fields, each table's
 //! functions) is generated from the one list of the malloc family,
-//! `allocmux::for_each_malloc_function!`.
+//! `allocmux_format::for_each_malloc_function!`.
 
 use core::marker::PhantomData;
 use core::sync::atomic::{AtomicPtr, Ordering::Relaxed};
 
-use allocmux::Backend as Allocator;
-use allocmux::profile::StackMode;
-use allocmux::recorder::Body;
-use allocmux::recorder::direct::{self, DirectTable};
+use allocmux_format::Backend as Allocator;
+use allocmux_format::direct::{self, DirectTable};
+use allocmux_format::profile::StackMode;
+use allocmux_recorder::Body;
 #[cfg(not(target_arch = "x86_64"))]
-use allocmux::recorder::enter;
-use allocmux::recorder::stacks::{StackBody, enter_live, enter_sampled, enter_stacks};
+use allocmux_recorder::enter;
+use allocmux_recorder::stacks::{StackBody, enter_live, enter_sampled, enter_stacks};
 
 use crate::backend::{Jemalloc, Mimalloc, MimallocLookup, System};
 use crate::choice::{self, Choice};
@@ -38,7 +38,7 @@ macro_rules! hooks_struct {
         }
     };
 }
-allocmux::for_each_malloc_function!(hooks_struct);
+allocmux_format::for_each_malloc_function!(hooks_struct);
 
 /// The slots the exports jump through, and the hook of one function read
 /// from its slot (`hook!(malloc)`).
@@ -81,14 +81,14 @@ macro_rules! slots_struct {
         pub(crate) use hook;
     };
 }
-allocmux::for_each_malloc_function!(slots_struct);
+allocmux_format::for_each_malloc_function!(slots_struct);
 
 /// The hooks in force.
 pub static SLOTS: Slots = Slots::of(&FIRST_CALL);
 
 /// Which table's hooks this library's exports are: `UNIVERSAL` as built
 /// (the exports jump through `SLOTS`), a table's code in a direct shim
-/// (see `allocmux::recorder::direct`), where the CLI has rewritten this
+/// (see `allocmux_format::direct`), where the CLI has rewritten this
 /// byte in the file. Not zero, so that it is stored in the file, not in
 /// `.bss`.
 #[cfg_attr(not(test), unsafe(export_name = "allocmux_direct_table"))]
@@ -150,7 +150,7 @@ unsafe fn plain<X: Body>(body: X) -> X::Out {
     // SAFETY: this thread's own state; the caller's arguments.
     #[cfg(target_arch = "x86_64")]
     unsafe {
-        allocmux::recorder::enter_fs(tls::state_in_tls(), body)
+        allocmux_recorder::enter_fs(tls::state_in_tls(), body)
     }
     // SAFETY: this thread's own state; the caller's arguments.
     #[cfg(not(target_arch = "x86_64"))]
@@ -212,7 +212,7 @@ unsafe fn unrecorded<X: Body>(body: X) -> X::Out {
 /// A table whose every function runs its body from `posix` (the type of
 /// the function's name) for backend `$B` through `$run`; with a table name
 /// `$direct`, each is exported as `allocmux_direct_$direct_$name`, for a
-/// direct shim's export to be it (see `allocmux::recorder::direct`).
+/// direct shim's export to be it (see `allocmux_format::direct`).
 macro_rules! body_hooks {
     ([$B:ty, $run:ident, $direct:tt] $($name:ident => $Func:ident ($($arg:ident : $ty:ty),*) $(-> $ret:ty)?;)*) => {{
         $(
@@ -251,10 +251,10 @@ macro_rules! recorded_hooks {
         recorded_hooks!($B, plain)
     };
     ($B:ty, $run:ident) => {
-        allocmux::for_each_malloc_function!(body_hooks, $B, $run, [])
+        allocmux_format::for_each_malloc_function!(body_hooks, $B, $run, [])
     };
     ($B:ty, $run:ident, $direct:ident) => {
-        allocmux::for_each_malloc_function!(body_hooks, $B, $run, [$direct])
+        allocmux_format::for_each_malloc_function!(body_hooks, $B, $run, [$direct])
     };
 }
 
@@ -281,13 +281,17 @@ macro_rules! bench_variant {
     ($hooks:expr, $B:ty) => {{
         unsafe extern "C" fn malloc(size: usize) -> *mut core::ffi::c_void {
             #[cfg(allocmux_bench = "count")]
-            tls::current().state.bench_count(allocmux::Func::Malloc);
+            tls::current()
+                .state
+                .bench_count(allocmux_format::Func::Malloc);
             // SAFETY: forwarded.
             unsafe { <$B as crate::backend::Backend>::malloc(size) }
         }
         unsafe extern "C" fn free(ptr: *mut core::ffi::c_void) {
             #[cfg(allocmux_bench = "count")]
-            tls::current().state.bench_count(allocmux::Func::Free);
+            tls::current()
+                .state
+                .bench_count(allocmux_format::Func::Free);
             if !ptr.is_null() {
                 // SAFETY: forwarded.
                 unsafe { <$B as crate::backend::Backend>::free(ptr) }
@@ -295,7 +299,9 @@ macro_rules! bench_variant {
         }
         unsafe extern "C" fn calloc(count: usize, size: usize) -> *mut core::ffi::c_void {
             #[cfg(allocmux_bench = "count")]
-            tls::current().state.bench_count(allocmux::Func::Calloc);
+            tls::current()
+                .state
+                .bench_count(allocmux_format::Func::Calloc);
             if count.checked_mul(size).is_none() {
                 return core::ptr::null_mut();
             }
@@ -307,7 +313,9 @@ macro_rules! bench_variant {
             size: usize,
         ) -> *mut core::ffi::c_void {
             #[cfg(allocmux_bench = "count")]
-            tls::current().state.bench_count(allocmux::Func::Realloc);
+            tls::current()
+                .state
+                .bench_count(allocmux_format::Func::Realloc);
             if ptr.is_null() {
                 // SAFETY: forwarded.
                 return unsafe { <$B as crate::backend::Backend>::malloc(size) };
@@ -380,4 +388,4 @@ macro_rules! first_call_hooks {
 }
 
 /// The process's first call, whatever the function: choose, then forward.
-static FIRST_CALL: Hooks = allocmux::for_each_malloc_function!(first_call_hooks);
+static FIRST_CALL: Hooks = allocmux_format::for_each_malloc_function!(first_call_hooks);

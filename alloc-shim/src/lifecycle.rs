@@ -6,9 +6,9 @@
 use core::ffi::{c_char, c_int, c_void};
 use core::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
-use allocmux::Backend;
-use allocmux::profile::State;
-use allocmux::recorder::{self, AtFork, ClockPair};
+use allocmux_format::Backend;
+use allocmux_format::profile::State;
+use allocmux_recorder::{self as recorder, AtFork, read_clocks};
 
 use crate::writer::{self, WRITER};
 use crate::{backend, choice, config, endpoint, fd, flusher, procfs, threading, tls};
@@ -62,7 +62,7 @@ pub fn init(envp: *const *const c_char) {
     recorder::prepare_thread_key();
     {
         let mut w = WRITER.lock();
-        w.process.clock_start = ClockPair::now();
+        w.process.clock_start = read_clocks();
         w.process.stderr_id = fd::fd_identity(2);
         w.process.exe_len = procfs::read_link(c"/proc/self/exe", &mut w.process.exe);
         let mut cmdline = [0u8; 4096];
@@ -237,7 +237,7 @@ fn register_fork_handlers() {
 /// the program's own locks, which the forking thread waits for inside
 /// `fork` (stdio's, glibc's allocator's), and one a signal handler's `fork`
 /// may find held by the very frame it interrupted. The child sorts out
-/// what the fork left instead (see `allocmux::recorder::SpinLock`).
+/// what the fork left instead (see `allocmux_recorder::SpinLock`).
 ///
 /// The backend's own locks are taken, as glibc takes its allocator's:
 /// jemalloc's through its own handlers, mimalloc's (it has none) by the
@@ -322,7 +322,7 @@ extern "C" fn fork_child() {
     }
     let has_output = {
         let mut w = WRITER.lock();
-        w.process.clock_start = ClockPair::now();
+        w.process.clock_start = read_clocks();
         w.process.http_len = 0; // see `endpoint`: a child serves nothing
         writer::start_process(&mut w);
         w.has_output

@@ -6,7 +6,7 @@
 use core::ffi::c_int;
 use core::fmt::Write as _;
 
-use allocmux::recorder::env::expand_output_template;
+use allocmux_format::settings::expand_output_template;
 
 use crate::fd::{errno, fd_identity, write_all};
 use crate::fmt::{Bytes, Errno, PathBuf, warn};

@@ -21,11 +21,11 @@ use core::ffi::{c_int, c_void};
 use core::marker::PhantomData;
 use core::ptr;
 
-use allocmux::Func;
-use allocmux::recorder::stacks::StackBody;
-use allocmux::recorder::{Body, Scope};
+use allocmux_format::Func;
+use allocmux_recorder::stacks::StackBody;
+use allocmux_recorder::{Body, Scope};
 
-use allocmux::recorder::EXACT_TIMING_BYTES;
+use allocmux_recorder::EXACT_TIMING_BYTES;
 
 use crate::backend::Backend;
 use crate::tls;
@@ -742,7 +742,7 @@ pub unsafe fn memalign_via_aligned<B: Backend>(align: usize, size: usize) -> *mu
 /// # Safety
 /// `B` must be a backend.
 pub unsafe fn pvalloc_via_aligned<B: Backend>(size: usize) -> *mut c_void {
-    let page = allocmux::recorder::process::page_size();
+    let page = allocmux_recorder::process::page_size();
     match size.checked_add(page - 1) {
         // SAFETY: the page size is a power of two.
         Some(s) => unsafe { B::aligned(page, (s & !(page - 1)).max(page)) },

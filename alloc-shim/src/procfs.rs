@@ -5,7 +5,7 @@
 /// descriptor kept open could be closed or reused by the program (shells
 /// and daemons close every descriptor they do not know).
 pub fn rss_bytes() -> u64 {
-    let page_size = allocmux::recorder::process::page_size() as u64;
+    let page_size = allocmux_recorder::process::page_size() as u64;
     // Seven numbers: 128 bytes hold them whole, and the kernel produces
     // them in one read, so one read (not a loop to end of file, whose
     // second, empty read is a system call on every sample) is enough.

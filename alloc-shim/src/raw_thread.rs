@@ -113,13 +113,13 @@ pub fn runs_here() -> bool {
 /// Waits up to `timeout_ms` for the thread [`spawn`] started last to end;
 /// whether it has.
 pub fn wait_for_end(timeout_ms: u64) -> bool {
-    let deadline = allocmux::recorder::monotonic_ns() + timeout_ms * 1_000_000;
+    let deadline = allocmux_recorder::monotonic_ns() + timeout_ms * 1_000_000;
     loop {
         let tid = TID.load(Acquire);
         if tid == 0 {
             return true;
         }
-        if allocmux::recorder::monotonic_ns() >= deadline {
+        if allocmux_recorder::monotonic_ns() >= deadline {
             return false;
         }
         // The kernel's wake at the thread's end is a shared one.

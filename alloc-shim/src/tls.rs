@@ -12,10 +12,10 @@
 use core::cell::Cell;
 
 use crate::backend::mimalloc_fork::Held;
-use allocmux::recorder::ThreadState;
+use allocmux_recorder::ThreadState;
 #[cfg(target_arch = "x86_64")]
-use allocmux::recorder::stacks::FsStacks;
-use allocmux::recorder::stacks::StackThread;
+use allocmux_recorder::stacks::FsStacks;
+use allocmux_recorder::stacks::StackThread;
 
 /// What the shim keeps per thread. All-zero is valid (it lives in `.tbss`).
 #[repr(C, align(64))]
@@ -113,11 +113,11 @@ pub fn current() -> &'static ShimThread {
 /// address.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-pub fn state_in_tls() -> allocmux::recorder::FsState<Block> {
+pub fn state_in_tls() -> allocmux_recorder::FsState<Block> {
     const { assert!(core::mem::offset_of!(ShimThread, state) == 0) };
     // SAFETY: every thread's block holds its own `ThreadState` first
     // (`ShimThread` is `repr(C)`, the assertion above).
-    unsafe { allocmux::recorder::FsState::new() }
+    unsafe { allocmux_recorder::FsState::new() }
 }
 
 /// The calling thread's stack-sampling state, as [`state_in_tls`] gives
@@ -135,7 +135,7 @@ pub fn stacks_in_tls() -> FsStacks<Block, { core::mem::offset_of!(ShimThread, st
 pub struct Block;
 
 #[cfg(target_arch = "x86_64")]
-impl allocmux::recorder::TlsBlock for Block {
+impl allocmux_recorder::TlsBlock for Block {
     #[inline(always)]
     fn offset() -> usize {
         let offset: usize;

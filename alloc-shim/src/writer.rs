@@ -8,11 +8,11 @@
 
 use core::fmt::Write as _;
 
-use allocmux::AllocatorStats;
-use allocmux::profile::{self, AllocatorReading, Header, Recording, State};
-use allocmux::recorder::{self, ClockPair, SpinLock, process};
-use allocmux::stats::{ByteSize as Size, Totals};
-use allocmux::timeline::{TimelineBuffer, TimelinePoint};
+use allocmux_format::AllocatorStats;
+use allocmux_format::profile::{self, AllocatorReading, Header, Recording, State};
+use allocmux_format::stats::{ByteSize as Size, Totals};
+use allocmux_format::timeline::{TimelineBuffer, TimelinePoint};
+use allocmux_recorder::{self as recorder, ClockPair, SpinLock, process, read_clocks};
 
 use crate::fmt::SliceWriter;
 use crate::output::{self, Claim, FdWriter, PATH_MAX, Temporary};
@@ -263,7 +263,7 @@ pub fn read_allocator_stats() -> Option<(u64, u64, AllocatorStats)> {
     if !choice.recorded {
         return None;
     }
-    let stats = match AllocatorStats::read(choice.backend)? {
+    let stats = match recorder::allocator_stats::read(choice.backend)? {
         // The shim's own small blocks in glibc's heap are not the
         // program's (its large ones are mappings of their own: `heap`).
         AllocatorStats::System(g) => {
@@ -297,7 +297,7 @@ pub fn write_profile(w: &mut Writer, state: State, exiting_thread: bool) {
     }
     let current = exiting_thread.then(|| &tls::current().state);
     let (totals, recording, time_sample_mean) = process_totals(current);
-    let clock_end = ClockPair::now();
+    let clock_end = read_clocks();
     if state == State::Exited {
         // The last point, with the live bytes of the exit profile itself.
         w.timeline.push_sample(
@@ -418,7 +418,7 @@ pub fn summary(w: &mut Writer) {
 /// The one-line summary on stderr that stands in for a profile.
 fn summary_line(w: &mut Writer) {
     let (t, recording, time_sample_mean) = process_totals(Some(&tls::current().state));
-    let now = ClockPair::now();
+    let now = read_clocks();
     let alloc_ns = match now.ticks_per_ns_since(w.process.clock_start) {
         Some(ticks_per_ns) => t.estimated_allocator_ticks(time_sample_mean) / ticks_per_ns,
         None => 0.0,
@@ -447,7 +447,7 @@ fn summary_line(w: &mut Writer) {
         choice::current().backend.name(),
         if about.is_empty() { "" } else { ", sampled" },
         t.allocation_calls(),
-        t.calls_of(allocmux::Func::Free),
+        t.calls_of(allocmux_format::Func::Free),
         Size(t.bytes_allocated),
         Size(t.peak_live_bytes),
         Size(t.live_bytes()),
@@ -487,5 +487,5 @@ impl core::fmt::Display for TimeShare {
 
 /// The process's CPU time so far.
 fn cpu_ns() -> u64 {
-    allocmux::recorder::clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID)
+    allocmux_recorder::clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID)
 }

@@ -7,8 +7,8 @@ mod common;
 
 use std::process::Command;
 
-use allocmux::AllocatorStats;
-use allocmux::profile::AllocatorReading;
+use allocmux_format::AllocatorStats;
+use allocmux_format::profile::AllocatorReading;
 use common::*;
 
 const MIB: u64 = 1 << 20;

@@ -21,7 +21,7 @@ use std::process::Command;
 mod common;
 use common::*;
 
-use allocmux::profile::StackMode;
+use allocmux_format::profile::StackMode;
 
 /// 100 KB: far beyond any sane value, within the kernel's 128 KiB limit
 /// for one environment string.
@@ -160,7 +160,7 @@ const COUNTS_OUT: &str = "counts: 10 iterations, checksum 10\n";
 
 fn bad_values_warn_once_and_fall_back(backend: &str) {
     let exe = compile_c("counts.c");
-    let default_time = allocmux::recorder::DEFAULT_TIME_SAMPLE_MEAN;
+    let default_time = allocmux_recorder::DEFAULT_TIME_SAMPLE_MEAN;
     for (settings, warns, want) in bad_settings() {
         let shown: Vec<String> = settings
             .iter()

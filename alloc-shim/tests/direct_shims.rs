@@ -1,4 +1,4 @@
-//! Direct shims (`allocmux::recorder::direct`): the library `allocmux run`
+//! Direct shims (`allocmux_format::direct`): the library `allocmux run`
 //! preloads for stacks off and sampled stacks under glibc and jemalloc, and
 //! for the sampled level under every backend, whose exports are one hook
 //! table's functions. The rest of the suite runs
@@ -11,8 +11,8 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use allocmux::profile::StackMode;
-use allocmux::recorder::direct::TABLES;
+use allocmux_format::direct::TABLES;
+use allocmux_format::profile::StackMode;
 use common::*;
 
 /// The direct shim of `backend` with stacks `stacks` (`off`, `sample`).
@@ -158,7 +158,10 @@ fn a_live_direct_shim_records_at_the_sampled_level() {
         );
         assert_eq!(p.allocator, backend, "{}", table.name);
         assert!(
-            matches!(p.recording, allocmux::profile::Recording::Sampled { .. }),
+            matches!(
+                p.recording,
+                allocmux_format::profile::Recording::Sampled { .. }
+            ),
             "{}: {:?}",
             table.name,
             p.recording

@@ -71,7 +71,7 @@ fn measure(backend: &str, n: u64) -> Measured {
         .map(|l| l.len() + 1)
         .sum();
     assert!(
-        profile.timeline.points.len() <= allocmux::timeline::CAPACITY,
+        profile.timeline.points.len() <= allocmux_format::timeline::CAPACITY,
         "{what}"
     );
     Measured {
@@ -105,7 +105,11 @@ fn exact_stacks_memory_grows_with_stacks_not_calls(backend: &str) {
 
     for (m, n) in [(&short, N), (&long, 10 * N)] {
         let s = &m.profile.stacks;
-        assert_eq!(s.mode, allocmux::profile::StackMode::Exact, "{figures}");
+        assert_eq!(
+            s.mode,
+            allocmux_format::profile::StackMode::Exact,
+            "{figures}"
+        );
         assert_eq!(s.lost, 0, "{figures}");
         let allocs: u64 = s.stacks.iter().map(|st| st.counts.allocs).sum();
         assert!(

@@ -416,7 +416,7 @@ fn periodic_flush_survives_sigkill(backend: &str) {
 /// and parses (a rename makes each flush appear whole).
 fn flushed_points(path: &Path) -> Option<usize> {
     let text = std::fs::read_to_string(path).ok()?;
-    let procs = allocmux::profile::parse(&text).ok()?;
+    let procs = allocmux_format::profile::parse(&text).ok()?;
     Some(procs.first()?.timeline.points.len())
 }
 
@@ -548,7 +548,7 @@ fn symlink_at_tmp_sibling_does_not_silently_lose_the_profile() {
     let content = std::fs::read_to_string(&out).unwrap_or_default();
     let warned = String::from_utf8_lossy(&o.stderr).contains("allocmux:");
     assert!(
-        allocmux::profile::parse(&content).is_ok() || warned,
+        allocmux_format::profile::parse(&content).is_ok() || warned,
         "SHIM BUG: with a symlink at out.prof.tmp no profile is ever written (out.prof holds \
          {} bytes) and nothing is reported on stderr: {:?}",
         content.len(),
@@ -682,7 +682,7 @@ fn unknown_allocator_warns_once_and_uses_system() {
 
 #[test]
 fn bad_numeric_settings_warn_and_fall_back() {
-    let default = allocmux::recorder::DEFAULT_TIME_SAMPLE_MEAN;
+    let default = allocmux_recorder::DEFAULT_TIME_SAMPLE_MEAN;
     // Good values: no warning, and the sample mean is honoured.
     let (lines, p) = counts_with(
         "jemalloc",

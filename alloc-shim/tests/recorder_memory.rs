@@ -19,7 +19,7 @@ mod common;
 use std::path::PathBuf;
 use std::process::Command;
 
-use allocmux::profile::StackMode;
+use allocmux_format::profile::StackMode;
 use common::*;
 
 fn fixture() -> PathBuf {
@@ -88,7 +88,7 @@ fn run_case(
         "off" => StackMode::Off,
         "exact" => StackMode::Exact,
         _ => StackMode::Sample {
-            mean_bytes: allocmux::recorder::env::DEFAULT_SAMPLE_BYTES,
+            mean_bytes: allocmux_format::settings::DEFAULT_SAMPLE_BYTES,
         },
     };
     assert_eq!(p.stacks.mode, want_mode, "{facts}");

@@ -8,7 +8,7 @@ mod common;
 
 use std::process::Command;
 
-use allocmux::profile::{Recording, StackMode};
+use allocmux_format::profile::{Recording, StackMode};
 use common::*;
 
 /// Runs the fixture of the exact-prefix test (1,000 blocks held, 20,000

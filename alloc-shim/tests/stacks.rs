@@ -10,8 +10,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use allocmux::SiteCounts;
-use allocmux::profile::StackMode;
+use allocmux_format::SiteCounts;
+use allocmux_format::profile::StackMode;
 use common::*;
 use object::{Object, ObjectSymbol, SymbolKind};
 
@@ -612,7 +612,7 @@ fn every_export_has_an_unwind_entry() {
         })
         .collect();
     assert!(!ranges.is_empty(), "no FDE parsed from readelf's output");
-    for f in allocmux::Func::ALL {
+    for f in allocmux_format::Func::ALL {
         let symbol = file
             .dynamic_symbols()
             .find(|s| s.name() == Ok(f.name()))

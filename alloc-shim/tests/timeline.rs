@@ -7,7 +7,7 @@ mod common;
 
 use std::process::Command;
 
-use allocmux::timeline::{BASE_INTERVAL_NS, CAPACITY, Timeline, TimelinePoint};
+use allocmux_format::timeline::{BASE_INTERVAL_NS, CAPACITY, Timeline, TimelinePoint};
 use common::*;
 
 const MIB: u64 = 1 << 20;

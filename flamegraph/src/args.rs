@@ -4,9 +4,9 @@
 
 use std::path::PathBuf;
 
-use allocmux::Backend;
-use allocmux::profile::StackMode;
-use allocmux::recorder::env::{DEFAULT_SAMPLE_BYTES, Level};
+use allocmux_format::Backend;
+use allocmux_format::profile::StackMode;
+use allocmux_format::settings::{DEFAULT_SAMPLE_BYTES, Level};
 use anyhow::{Result, bail};
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::{Parser, Subcommand};
@@ -312,13 +312,14 @@ fn record_parser() -> impl TypedValueParser<Value = Level> {
             .help("Only a sample of stacks: every figure an estimate, at a fraction of the cost"),
         PossibleValue::new("off").help("Forward to the allocator only"),
     ];
-    PossibleValuesParser::new(values)
-        .map(|name| allocmux::recorder::env::parse_record(name.as_bytes()).expect("a listed level"))
+    PossibleValuesParser::new(values).map(|name| {
+        allocmux_format::settings::parse_record(name.as_bytes()).expect("a listed level")
+    })
 }
 
 /// `--http`'s value: an address the shim can serve on.
 fn http_parser(value: &str) -> Result<String, String> {
-    match allocmux::recorder::env::parse_http_address(value.as_bytes()) {
+    match allocmux_format::settings::parse_http_address(value.as_bytes()) {
         Some(_) => Ok(value.to_string()),
         None => Err("expected ADDR:PORT, such as 127.0.0.1:6060, [::1]:6060 or localhost:0".into()),
     }

@@ -1,7 +1,7 @@
 //! Direct shims, made from the shim as built: the same library with each
 //! malloc-family export's dynamic symbol pointed at one hook table's
 //! function and the table's marker byte set (see
-//! `allocmux::recorder::direct`). The loader binds the program's `malloc`
+//! `allocmux_format::direct`). The loader binds the program's `malloc`
 //! to the hook itself, so a call skips the universal library's jump
 //! through the table in force.
 //!
@@ -9,8 +9,8 @@
 //! and one byte of read-only data change: no section, segment or string
 //! moves, and the symbol hash tables, which are keyed by name, stay valid.
 
-use allocmux::Func;
-use allocmux::recorder::direct::{self, DirectTable};
+use allocmux_format::Func;
+use allocmux_format::direct::{self, DirectTable};
 use object::read::elf::{ElfFile64, FileHeader};
 use object::{Endian, Endianness, Object, ObjectSection, ObjectSymbol};
 
@@ -72,7 +72,7 @@ fn make_aligned(universal: &[u8], table: &DirectTable) -> Result<Vec<u8>, String
 #[cfg(test)]
 mod tests {
     use super::*;
-    use allocmux::recorder::direct::TABLES;
+    use allocmux_format::direct::TABLES;
 
     /// The dynamic symbol `name`'s value in `data`.
     fn value(data: &[u8], name: &str) -> u64 {

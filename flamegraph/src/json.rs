@@ -13,8 +13,8 @@
 
 use std::collections::BTreeMap;
 
-use allocmux::profile::{ProcessProfile, State};
-use allocmux::stats::{Func, SIZE_BUCKETS, Totals, bucket_floor};
+use allocmux_format::profile::{ProcessProfile, State};
+use allocmux_format::stats::{Func, SIZE_BUCKETS, Totals, bucket_floor};
 use serde::Serialize;
 
 use crate::compare::{Comparison, Figure, Summary, Verdict};

@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use allocmux::Backend;
-use allocmux::profile::{self, ProcessProfile, StackMode, State};
-use allocmux::recorder::env;
+use allocmux_format::Backend;
+use allocmux_format::profile::{self, ProcessProfile, StackMode, State};
+use allocmux_format::settings as env;
 use anyhow::{Context, Result, bail};
 
 use crate::shim::{Origin, Probe, Shim};
@@ -109,7 +109,10 @@ pub fn shim_hooks(overrides: &[(String, String)]) -> (env::Level, StackMode) {
             .find(|(k, _)| *k == name)
             .map(|(_, v)| v.as_slice())
     };
-    (env::shim_record_level(var), env::shim_hooks_mode(var))
+    {
+        let settings = env::Settings::from_env(env::Reader::Shim, var);
+        (settings.level, settings.hooks_mode())
+    }
 }
 
 /// `LD_PRELOAD` for a program run under `shim`: the shim first, then what

@@ -13,8 +13,8 @@ use plotters::chart::SeriesAnno;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use allocmux::profile::ProcessProfile;
-use allocmux::timeline::{Timeline, TimelinePoint};
+use allocmux_format::profile::ProcessProfile;
+use allocmux_format::timeline::{Timeline, TimelinePoint};
 
 /// Default sizes and fonts, shared by [`PlotOptions::new`] and callers.
 pub mod defaults {
@@ -455,7 +455,7 @@ mod tests {
     #[test]
     fn processes_of_one_run_share_an_axis_and_separate_runs_start_at_zero() {
         let proc = |start: u64, end: u64| {
-            let mut p = allocmux::profile::parse(
+            let mut p = allocmux_format::profile::parse(
                 "allocmux-profile 1\nprocess\npid 1\nclock_start 0 0\nend\n",
             )
             .unwrap()

@@ -324,7 +324,7 @@ pub fn encode(set: &StackSet<'_>, default: Option<Weight>, comments: &[String]) 
         .profiles
         .iter()
         .find_map(|p| match p.stacks.mode {
-            allocmux::profile::StackMode::Sample { mean_bytes } => Some(mean_bytes),
+            allocmux_format::profile::StackMode::Sample { mean_bytes } => Some(mean_bytes),
             _ => None,
         })
         .unwrap_or(1);

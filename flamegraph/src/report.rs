@@ -3,9 +3,9 @@
 
 use std::io::{self, Write};
 
-use allocmux::profile::{ProcessProfile, Recording, State};
-use allocmux::stats::{Func, Totals};
-use allocmux::{AllocatorStats, Backend};
+use allocmux_format::profile::{ProcessProfile, Recording, State};
+use allocmux_format::stats::{Func, Totals};
+use allocmux_format::{AllocatorStats, Backend};
 
 use crate::json::ReportJson;
 use crate::sys::ChildExit;
@@ -663,7 +663,7 @@ impl std::fmt::Display for Count {
 }
 
 /// A byte count in binary units (the shared, allocation-free formatter).
-pub use allocmux::stats::ByteSize as Bytes;
+pub use allocmux_format::stats::ByteSize as Bytes;
 
 /// A duration in ns, shown with a fitting unit.
 #[derive(Debug)]
@@ -711,7 +711,7 @@ mod tests {
             text += &format!("calls malloc {calls}\n");
         }
         text += "end\n";
-        allocmux::profile::parse(&text).unwrap().remove(0)
+        allocmux_format::profile::parse(&text).unwrap().remove(0)
     }
 
     #[test]
@@ -741,7 +741,7 @@ mod tests {
         text += "allocator_stats 1500000000 12582912\nallocator_stat allocated 12582912\n\
                  allocator_stat active 13736345\nallocator_stat resident 20971520\n\
                  allocator_stat mapped 33554432\nallocator_stat retained 0\nend\n";
-        let p = allocmux::profile::parse(&text).unwrap().remove(0);
+        let p = allocmux_format::profile::parse(&text).unwrap().remove(0);
         let r = Report::new(vec![p.clone()], None);
         let mut out = Vec::new();
         r.write_human(&mut out).unwrap();
@@ -784,7 +784,7 @@ mod tests {
                     allocator_stats 1120000000 552\nallocator_stat allocated 552\n\
                     allocator_stat active 4096\nallocator_stat resident 2035712\n\
                     allocator_stat mapped 33554432\nallocator_stat retained 0\nend\n";
-        let p = allocmux::profile::parse(text).unwrap().remove(0);
+        let p = allocmux_format::profile::parse(text).unwrap().remove(0);
         let mut out = Vec::new();
         Report::new(vec![p], None).write_human(&mut out).unwrap();
         let out = String::from_utf8(out).unwrap();

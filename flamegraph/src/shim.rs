@@ -20,10 +20,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use allocmux::Backend;
-use allocmux::profile::StackMode;
-use allocmux::recorder::direct::DirectTable;
-use allocmux::recorder::env::Level;
+use allocmux_format::Backend;
+use allocmux_format::direct::DirectTable;
+use allocmux_format::profile::StackMode;
+use allocmux_format::settings::Level;
 use anyhow::{Context, Result, anyhow, bail};
 
 use crate::elf::{self, Elf, Kind};
@@ -138,7 +138,7 @@ fn cache_name(stem: &str, bytes: &[u8]) -> String {
     format!("{stem}-{:016x}.so", fnv1a(bytes))
 }
 
-/// The forwarder of `backend` (see `allocmux::recorder::direct`): a
+/// The forwarder of `backend` (see `allocmux_format::direct`): a
 /// direct shim whose exports forward to the backend and record nothing;
 /// none under glibc, whose forwarder is no preload at all.
 pub fn forwarder_library(backend: Backend) -> Result<Option<(Vec<u8>, String)>> {

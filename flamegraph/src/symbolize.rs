@@ -24,7 +24,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::rc::Rc;
 
-use allocmux::profile::Module;
+use allocmux_format::profile::Module;
 use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{CodeInfo, Input, Symbolized};
 use rustc_hash::FxHashMap;
@@ -87,6 +87,8 @@ impl Frame {
             || f.starts_with("__rg_")
             || f.starts_with("allocmux::")
             || f.starts_with("<allocmux::")
+            || f.starts_with("allocmux_recorder::")
+            || f.starts_with("<allocmux_recorder::")
             // A global allocator's own code: System's, jemallocator's,
             // mimalloc's `GlobalAlloc` impls and std's helpers under them.
             || f.contains(" as core::alloc::global::GlobalAlloc>::")
@@ -104,7 +106,8 @@ pub type Resolved = Rc<[Frame]>;
 /// preload shim (a module whose file name starts with `liballocmux_shim`)
 /// and Rust's global-allocator glue (`__rust_alloc`, `__rust_alloc_zeroed`,
 /// `__rust_realloc`, `__rdl_*`, `__rg_*`, also under the `__rustc::`
-/// namespace newer rustc puts them in, anything in the `allocmux` crate,
+/// namespace newer rustc puts them in, anything in the `allocmux` and
+/// `allocmux_recorder` crates,
 /// and any `GlobalAlloc` implementation with std's helpers below it, such
 /// as `<std::alloc::System as GlobalAlloc>::alloc` (inlined into
 /// `__rdl_alloc`, it is where the `malloc` call is) or
@@ -394,7 +397,7 @@ mod tests {
             frame("__rust_alloc", Some("/bin/app")),
             frame("__rustc::__rdl_alloc", Some("/bin/app")),
             frame(
-                "<allocmux::Counting<A> as core::alloc::global::GlobalAlloc>::alloc",
+                "<allocmux_recorder::wrapper::Counting<A> as core::alloc::global::GlobalAlloc>::alloc",
                 Some("/bin/app"),
             ),
             frame("alloc::raw_vec::RawVec<T,A>::grow_one", Some("/bin/app")),

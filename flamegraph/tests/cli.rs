@@ -404,7 +404,7 @@ fn bad_profiles_get_a_reason() {
 /// A profile of `timeline fork` (a parent holding 64 MiB, a forked child
 /// holding 1 MiB) saved by `allocmux run -o`, and its processes in start
 /// order.
-fn timeline_profile(dir: &Path) -> (PathBuf, Vec<allocmux::profile::ProcessProfile>) {
+fn timeline_profile(dir: &Path) -> (PathBuf, Vec<allocmux_format::profile::ProcessProfile>) {
     let prof = dir.join("run.prof");
     ok(run(allocmux()
         .args(["run", "-o"])
@@ -412,7 +412,7 @@ fn timeline_profile(dir: &Path) -> (PathBuf, Vec<allocmux::profile::ProcessProfi
         .arg("--")
         .arg(timeline_fixture())
         .arg("fork")));
-    let mut procs = allocmux::profile::parse(&fs::read_to_string(&prof).unwrap()).unwrap();
+    let mut procs = allocmux_format::profile::parse(&fs::read_to_string(&prof).unwrap()).unwrap();
     assert_eq!(procs.len(), 2, "the parent and its fork child");
     procs.sort_by_key(|p| p.clock_start.mono_ns);
     (prof, procs)

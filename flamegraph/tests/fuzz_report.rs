@@ -6,9 +6,9 @@
 //!
 //! `ALLOCMUX_FUZZ_CASES` sets the number of cases (default 1,000).
 
-use allocmux::profile;
 use allocmux_cli::plot;
 use allocmux_cli::report::Report;
+use allocmux_format::profile;
 use allocmux_testkit::fuzz::{CORPUS, apply, cases, edit};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence};

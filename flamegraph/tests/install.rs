@@ -26,8 +26,9 @@ mod common;
 use common::*;
 
 /// The crates of this workspace that `allocmux-cli` is installed from.
-const PACKAGES: [&str; 4] = [
-    "allocmux",
+const PACKAGES: [&str; 5] = [
+    "allocmux-format",
+    "allocmux-recorder",
     "allocmux-shim",
     "allocmux-workloads",
     "allocmux-cli",

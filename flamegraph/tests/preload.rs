@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use allocmux::profile::{self, StackMode};
+use allocmux_format::profile::{self, StackMode};
 
 mod common;
 use common::*;
@@ -103,7 +103,7 @@ fn preload_prints_what_run_sets_and_the_program_runs_under_it() {
     let p = profile::parse(&std::fs::read_to_string(&files[0]).unwrap()).unwrap();
     assert_eq!(p[0].allocator, "jemalloc");
     assert_eq!(p[0].stacks.mode, StackMode::Exact);
-    assert!(p[0].totals.calls_of(allocmux::Func::Malloc) >= 1000);
+    assert!(p[0].totals.calls_of(allocmux_format::Func::Malloc) >= 1000);
 }
 
 #[test]

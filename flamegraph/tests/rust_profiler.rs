@@ -8,8 +8,8 @@ mod common;
 
 use std::alloc::System;
 
-use allocmux::profile::{self, StackMode};
 use allocmux::{Counting, Profiler};
+use allocmux_format::profile::{self, StackMode};
 use common::{allocmux, ok, parse_svg, run, text};
 
 #[global_allocator]
@@ -76,9 +76,9 @@ fn an_exact_profile_renders_with_the_programs_function_on_top() {
         .allocator_stats
         .as_ref()
         .expect("the allocator's statistics");
-    assert_eq!(glibc.stats.backend(), allocmux::Backend::System);
+    assert_eq!(glibc.stats.backend(), allocmux_format::Backend::System);
     assert!(glibc.live_bytes >= (BUFFERS * BUFFER_BYTES) as u64);
-    assert!(p.totals.calls_of(allocmux::Func::Malloc) >= BUFFERS as u64);
+    assert!(p.totals.calls_of(allocmux_format::Func::Malloc) >= BUFFERS as u64);
 
     // By count, the heaviest stacks are `make_buffers`'s (one per thread
     // it ran on), with every one of its allocations, bytes and leaks

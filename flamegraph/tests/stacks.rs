@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-use allocmux::SiteCounts;
-use allocmux::profile::{self, Module, ProcessProfile, Stack, StackMode, Stacks};
+use allocmux_format::SiteCounts;
+use allocmux_format::profile::{self, Module, ProcessProfile, Stack, StackMode, Stacks};
 use serde_json::Value;
 
 mod common;

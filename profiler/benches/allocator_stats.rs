@@ -11,7 +11,7 @@
 use std::ffi::c_void;
 use std::hint::black_box;
 
-use allocmux::{AllocatorStats, Backend};
+use allocmux::Backend;
 use criterion::{Criterion, criterion_group, criterion_main};
 
 const BLOCKS: usize = 100_000;
@@ -77,7 +77,7 @@ fn bench(c: &mut Criterion) {
             let blocks = populate(alloc, free, fragmented);
             let case = if fragmented { "fragmented" } else { "compact" };
             g.bench_function(format!("{}/{case}", backend.name()), |b| {
-                b.iter(|| black_box(AllocatorStats::read(black_box(backend))))
+                b.iter(|| black_box(allocmux::read_allocator_stats(black_box(backend))))
             });
             for p in blocks {
                 // SAFETY: live blocks of this allocator, freed once.

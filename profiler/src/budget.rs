@@ -11,9 +11,10 @@ use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use crate::counting::{Stats, measure, require_counting};
-use crate::recorder::{process, watch};
-use crate::stats::ByteSize;
+use allocmux_format::Stats;
+use allocmux_format::stats::ByteSize;
+use allocmux_recorder::counting::{measure, require_counting};
+use allocmux_recorder::{process, watch};
 
 /// The baseline file's name, in the directory of the crate under test
 /// (`CARGO_MANIFEST_DIR`, which `cargo test` sets) unless
@@ -630,7 +631,14 @@ const OWN_SRC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/");
 /// Frames of the recorder and the unwinder: never the allocation's cause.
 fn is_recorder(f: &Frame) -> bool {
     f.file.as_deref().is_some_and(|p| p.starts_with(OWN_SRC))
-        || ["allocmux::", "<allocmux::", "backtrace::", "<backtrace::"]
+        || [
+            "allocmux::",
+            "<allocmux::",
+            "allocmux_recorder::",
+            "<allocmux_recorder::",
+            "backtrace::",
+            "<backtrace::",
+        ]
             .iter()
             .any(|p| f.name.starts_with(p))
         || f.name.starts_with("__rust") // the global allocator's shims

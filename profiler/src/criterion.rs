@@ -53,8 +53,8 @@ use std::time::SystemTime;
 use criterion::measurement::{Measurement, ValueFormatter, WallTime};
 use criterion::{Criterion, Throughput};
 
-use crate::counting::{require_counting, thread_counts};
-use crate::recorder::ticks_to_ns;
+use allocmux_recorder::counting::{require_counting, thread_counts};
+use allocmux_recorder::ticks_to_ns;
 
 #[doc(hidden)]
 pub use criterion as __criterion;

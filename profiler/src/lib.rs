@@ -147,7 +147,7 @@
 //!         }
 //!     }
 //!     // With `Counting<tikv_jemallocator::Jemalloc>`, name the backend:
-//!     if let Some(AllocatorStats::Jemalloc(j)) = AllocatorStats::read(Backend::Jemalloc) {
+//!     if let Some(AllocatorStats::Jemalloc(j)) = allocmux::read_allocator_stats(Backend::Jemalloc) {
 //!         println!("{} bytes free in active pages", j.active - j.allocated);
 //!     }
 //!     # drop(cache);
@@ -292,9 +292,9 @@
 //! The per-thread state belongs to the crate, not to the `Counting` value,
 //! so [`measure`] and [`snapshot`] need no reference to the static, and
 //! one `Counting` per process (the global allocator) is the supported
-//! case. The recording core is the one the `LD_PRELOAD` shim uses; the
-//! crate's other public modules (the profile format, plain statistics, the
-//! memory timeline) are what the allocmux tools share with it.
+//! case. The recording core is the one the `LD_PRELOAD` shim uses
+//! (`allocmux-recorder`); the profile format and the plain statistics are
+//! in `allocmux-format`, which reads profiles without either.
 //!
 //! # Examples and cost
 //!
@@ -311,29 +311,29 @@
 //! nanoseconds, with one and two threads, is measured by
 //! `scripts/bench.sh` and kept in the repository's `BENCHMARKS.md`.
 #![deny(missing_docs)]
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
-mod allocator_stats;
-mod backend;
 #[cfg(feature = "budget")]
 mod budget;
-mod counting;
 #[cfg(feature = "criterion")]
 pub mod criterion;
-pub mod profile;
 mod profiler;
-// Internal to allocmux's own shim and command line (see its module docs).
-#[doc(hidden)]
-#[allow(unsafe_code)]
-pub mod recorder;
-pub mod stats;
-pub mod timeline;
 
-pub use allocator_stats::{AllocatorStats, GlibcStats, JemallocStats, MimallocStats};
-pub use backend::{Backend, UnknownBackend};
+pub use allocmux_format::{
+    AllocatorStats, Backend, Func, GlibcStats, JemallocStats, MimallocStats, SiteCounts, Stats,
+    Totals, UnknownBackend,
+};
+pub use allocmux_recorder::counting::{measure, snapshot};
+pub use allocmux_recorder::{Counting, Switchable};
 #[cfg(feature = "budget")]
 pub use budget::{BLESS_ENV, BUDGETS_FILE, Budget, Exceeded};
-pub use counting::{Stats, measure, snapshot};
 pub use profiler::{DEFAULT_FILE, DEFAULT_SAMPLE_BYTES, Profiler, ProfilerBuilder};
-pub use recorder::{Counting, Switchable};
-pub use stats::{Func, SiteCounts, Totals};
+
+/// Reads the statistics of `backend` (see [`AllocatorStats`]), or `None`
+/// if this build does not have it (the `jemalloc` and `mimalloc`
+/// features), its statistics cannot be read, or, for the system
+/// allocator, the C library is not glibc. A few microseconds, and some of
+/// the allocator's locks: not for a hot path.
+pub fn read_allocator_stats(backend: Backend) -> Option<AllocatorStats> {
+    allocmux_recorder::allocator_stats::read(backend)
+}

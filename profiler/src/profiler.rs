@@ -15,10 +15,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::thread::JoinHandle;
 
-use crate::profile::{self, AllocatorReading, Header, StackMode, State};
-use crate::recorder::http::{BindError, Listener, Server};
-use crate::recorder::{self, env, stacks};
-use crate::{AllocatorStats, Backend};
+use crate::Backend;
+use allocmux_format::profile::{self, AllocatorReading, Header, StackMode, State};
+use allocmux_format::settings as env;
+use allocmux_recorder::http::{BindError, Listener, Server};
+use allocmux_recorder::{self as recorder, stacks};
 
 /// Mean bytes between sampled allocations when neither the builder nor
 /// `ALLOCMUX_SAMPLE_BYTES` says: jemalloc's `lg_prof_sample` default, as
@@ -315,37 +316,27 @@ fn start_serving(address: &str) -> Option<Serving> {
 /// The serving thread: its allocations are allocmux's, not the program's.
 fn serve(mut server: Server, stop: &AtomicBool) {
     recorder::own_thread();
-    let ticks_per_ns = || recorder::ClockPair::now().ticks_per_ns_since(recorder::clock_start());
+    let ticks_per_ns = || recorder::read_clocks().ticks_per_ns_since(recorder::clock_start());
     server.serve_until(stop, SERVE_POLL_MS, ticks_per_ns);
 }
 
-/// The stack mode `ALLOCMUX_STACKS` and `ALLOCMUX_SAMPLE_BYTES` ask for:
-/// sampling unless `exact` (or `off`) is set, with a warning for values
-/// that mean nothing. (The shim's default is `off`: see [`env`].)
+/// The stack mode `ALLOCMUX_STACKS` and `ALLOCMUX_SAMPLE_BYTES` ask for,
+/// with a `Profiler`'s defaults (sampling unless told otherwise; see
+/// [`env::Settings`]), warning about values of theirs that mean nothing.
 fn mode_from_env() -> StackMode {
-    let mean_bytes = match std::env::var(env::SAMPLE_BYTES) {
-        Err(_) => DEFAULT_SAMPLE_BYTES,
-        Ok(v) => match env::parse_number(v.as_bytes(), 1, u64::MAX) {
-            Some(n) => n,
-            None => {
-                eprintln!(
-                    "allocmux: warning: ALLOCMUX_SAMPLE_BYTES={v:?} is not a positive number; \
-                     using {DEFAULT_SAMPLE_BYTES}"
-                );
-                DEFAULT_SAMPLE_BYTES
-            }
-        },
-    };
-    match std::env::var(env::STACKS).as_deref() {
-        Ok("") | Err(_) => StackMode::Sample { mean_bytes },
-        Ok(v) => StackMode::from_env_value(v.as_bytes(), mean_bytes).unwrap_or_else(|| {
-            eprintln!(
-                "allocmux: warning: ALLOCMUX_STACKS={v:?} is not off, sample or exact; \
-                 sampling"
-            );
-            StackMode::Sample { mean_bytes }
-        }),
+    let vars: Vec<(&str, Vec<u8>)> = [env::STACKS, env::SAMPLE_BYTES]
+        .into_iter()
+        .filter_map(|name| Some((name, std::env::var_os(name)?.into_vec())))
+        .collect();
+    let settings = env::Settings::from_env(env::Reader::Profiler, |name| {
+        vars.iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.as_slice())
+    });
+    for problem in settings.problems() {
+        eprintln!("allocmux: warning: Profiler: {problem}");
     }
+    settings.stacks
 }
 
 /// Whether allocmux's preload shim is loaded (then it owns `ALLOCMUX_OUTPUT`).
@@ -379,17 +370,17 @@ fn profile_text(state: State, http: &str) -> String {
         state,
         threads: recorder::threads_seen(),
         clock_start: recorder::clock_start(),
-        clock_end: recorder::ClockPair::now(),
+        clock_end: recorder::read_clocks(),
         cpu_ns: recorder::clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID),
         max_rss_bytes: recorder::process::max_rss_bytes(),
         time_sample_mean: recorder::time_sample_mean(),
         http: http.as_bytes(),
         exec: b"",
-        recording: crate::profile::Recording::Exact,
+        recording: profile::Recording::Exact,
     };
     // The allocator's own figures, when it is one allocmux knows.
     let allocator = Backend::from_name(header.allocator.as_bytes())
-        .and_then(AllocatorStats::read)
+        .and_then(allocmux_recorder::allocator_stats::read)
         .map(|stats| {
             let t_ns = header
                 .clock_end

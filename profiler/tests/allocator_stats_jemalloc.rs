@@ -12,7 +12,7 @@ static ALLOC: Counting<Jemalloc> = Counting::new(Jemalloc);
 const BLOCK: u64 = 32 << 20;
 
 fn read() -> JemallocStats {
-    match AllocatorStats::read(Backend::Jemalloc) {
+    match allocmux::read_allocator_stats(Backend::Jemalloc) {
         Some(AllocatorStats::Jemalloc(j)) => j,
         other => panic!("no jemalloc statistics: {other:?}"),
     }

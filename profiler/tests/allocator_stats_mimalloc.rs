@@ -11,7 +11,7 @@ static ALLOC: Counting<MiMalloc> = Counting::new(MiMalloc);
 const BLOCK: u64 = 32 << 20;
 
 fn read() -> MimallocStats {
-    match AllocatorStats::read(Backend::Mimalloc) {
+    match allocmux::read_allocator_stats(Backend::Mimalloc) {
         Some(AllocatorStats::Mimalloc(m)) => m,
         other => panic!("no mimalloc statistics: {other:?}"),
     }

@@ -14,7 +14,7 @@ const BLOCK: u64 = 32 << 20;
 const SMALL: u64 = 100_000;
 
 fn read() -> GlibcStats {
-    match AllocatorStats::read(Backend::System) {
+    match allocmux::read_allocator_stats(Backend::System) {
         Some(AllocatorStats::System(g)) => g,
         other => panic!("no glibc statistics: {other:?}"),
     }
@@ -64,7 +64,7 @@ fn main() {
     // mimalloc is linked in but never allocated with here: nothing
     // committed, so a reading is of the mimalloc that serves the program
     // (allocator_stats_mimalloc.rs) and not of some other one.
-    match AllocatorStats::read(Backend::Mimalloc) {
+    match allocmux::read_allocator_stats(Backend::Mimalloc) {
         Some(AllocatorStats::Mimalloc(m)) => assert_eq!(m.committed, 0, "{m:?}"),
         other => panic!("{other:?}"),
     }

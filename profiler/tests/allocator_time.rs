@@ -8,7 +8,7 @@
 use std::alloc::System;
 
 use allocmux::Counting;
-use allocmux::recorder::{DEFAULT_TIME_SAMPLE_MEAN, set_time_sample_mean};
+use allocmux_recorder::{DEFAULT_TIME_SAMPLE_MEAN, set_time_sample_mean};
 
 #[global_allocator]
 static ALLOC: Counting<System> = Counting::new(System);

@@ -12,7 +12,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
 use allocmux::Counting;
-use allocmux::recorder::{DEFAULT_TIME_SAMPLE_MEAN, MAX_SAMPLED_TICKS, snapshot, time_sample_mean};
+use allocmux_recorder::{DEFAULT_TIME_SAMPLE_MEAN, MAX_SAMPLED_TICKS, snapshot, time_sample_mean};
 
 /// Spins in every allocation while `SPINNING` is set on the thread, and
 /// adds the time of each call (allocation, spin, free) to `SPUN`: the true

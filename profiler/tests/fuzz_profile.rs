@@ -9,7 +9,7 @@
 //! `ALLOCMUX_FUZZ_CASES` sets the number of random cases (default 2,000,
 //! a few seconds); docs/profile-format.md gives the long run's figures.
 
-use allocmux::profile::{self, ProcessProfile};
+use allocmux_format::profile::{self, ProcessProfile};
 use allocmux_testkit::fuzz::{CORPUS, apply, cases, edit};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence};

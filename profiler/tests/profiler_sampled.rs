@@ -5,8 +5,8 @@
 
 use std::alloc::System;
 
-use allocmux::profile::{self, StackMode};
 use allocmux::{Counting, Profiler};
+use allocmux_format::profile::{self, StackMode};
 
 #[global_allocator]
 static ALLOC: Counting<System> = Counting::new(System);

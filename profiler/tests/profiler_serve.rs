@@ -78,5 +78,5 @@ fn serves_the_heap_to_go_tool_pprof() {
 
 #[test]
 fn an_address_that_cannot_be_used_is_not_served() {
-    assert!(allocmux::recorder::http::Listener::bind(b"127.0.0.1:70000").is_err());
+    assert!(allocmux_recorder::http::Listener::bind(b"127.0.0.1:70000").is_err());
 }

@@ -11,7 +11,7 @@
 use std::process::Command;
 
 use allocmux::Func;
-use allocmux::profile::{ProcessProfile, StackMode, State};
+use allocmux_format::profile::{ProcessProfile, StackMode, State};
 use allocmux_testkit::{BACKENDS, require, run_under_with, text};
 
 mod common;

@@ -119,7 +119,7 @@ unsafe impl Backend for Jemalloc {
 /// jemalloc for sampled allocations in sample mode: every block aligned to
 /// `SAMPLED_BLOCK_BYTES` (a page), which the `free` hook, learning no
 /// block sizes under jemalloc, tells by its address (see
-/// `allocmux::recorder::stacks::enter_sampled`). jemalloc's extended calls
+/// `allocmux_recorder::stacks::enter_sampled`). jemalloc's extended calls
 /// give every form its aligned equivalent (`calloc` with `MALLOCX_ZERO`,
 /// `realloc` with `rallocx`). A small sampled block takes a page-sized
 /// slab region, as jemalloc's own sampler serves one; a large one loses
@@ -129,7 +129,7 @@ unsafe impl Backend for Jemalloc {
 pub struct JemallocAligned;
 
 /// The alignment of [`JemallocAligned`]'s blocks.
-const SAMPLED_ALIGN: usize = allocmux::recorder::stacks::SAMPLED_BLOCK_BYTES;
+const SAMPLED_ALIGN: usize = allocmux_recorder::stacks::SAMPLED_BLOCK_BYTES;
 
 impl JemallocAligned {
     /// `mallocx` of at least one byte aligned to `align` (at least

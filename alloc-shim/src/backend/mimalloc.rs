@@ -5,8 +5,8 @@ use core::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 use super::Backend;
 use crate::posix::{memalign_via_aligned, pvalloc_via_aligned};
-use allocmux::recorder::EXACT_TIMING_BYTES;
-use allocmux::recorder::process::page_size;
+use allocmux_recorder::EXACT_TIMING_BYTES;
+use allocmux_recorder::process::page_size;
 
 unsafe extern "C" {
     fn mi_calloc(count: usize, size: usize) -> *mut c_void;
@@ -419,7 +419,7 @@ pub mod fork {
     use core::ffi::c_void;
 
     use crate::tls;
-    use allocmux::recorder::monotonic_ns;
+    use allocmux_recorder::monotonic_ns;
 
     unsafe extern "C" {
         /// mimalloc's own sub-process for a null id (`mi_subproc_main()`

@@ -1,6 +1,7 @@
 //! The allocators the shim forwards to, behind one small interface.
 //!
-//! Each backend only forwards; the C semantics (errno, overflow, alignment
+//! Each backend forwards, and tells block sizes as cheaply as its allocator
+//! can (see [`Backend`]); the C semantics (errno, overflow, alignment
 //! rules, `realloc(p, 0)`) are applied once, above, in `posix`.
 
 mod jemalloc;
@@ -21,7 +22,7 @@ pub use page_aligned::PageAligned;
 use core::ffi::c_void;
 
 /// The operations the POSIX layer needs from an allocator. (Which
-/// allocator is named by [`allocmux::Backend`]; `hooks::install` maps it
+/// allocator is named by [`allocmux_format::Backend`]; `hooks::install` maps it
 /// to the type.)
 ///
 /// Besides forwarding, a backend tells the bytes of the blocks it hands out
@@ -47,7 +48,7 @@ pub unsafe trait Backend: Copy {
     const OWN_COUNTERS: bool = false;
 
     /// The backend that serves sampled allocations in sample mode (see
-    /// `allocmux::recorder::stacks::enter_sampled`): itself, where the
+    /// `allocmux_recorder::stacks::enter_sampled`): itself, where the
     /// `free` hook learns each block's size; where it does not (with
     /// [`OWN_COUNTERS`](Backend::OWN_COUNTERS)), one whose blocks are
     /// aligned to `SAMPLED_BLOCK_BYTES`, for the `free` hook to tell by
@@ -55,7 +56,7 @@ pub unsafe trait Backend: Copy {
     type Sampled: Backend;
 
     /// The backend that serves sampled allocations at the sampled level
-    /// (see `allocmux::recorder::stacks::enter_live`), where every `free`
+    /// (see `allocmux_recorder::stacks::enter_live`), where every `free`
     /// tells them by their address: one whose blocks are aligned to
     /// `SAMPLED_BLOCK_BYTES` ([`PageAligned`], or jemalloc's own aligned
     /// calls). Its blocks are this backend's, freed by its `free`.

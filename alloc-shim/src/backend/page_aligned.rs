@@ -1,6 +1,6 @@
 //! A backend's blocks aligned to `SAMPLED_BLOCK_BYTES` (a page), for the
 //! sampled allocations of the sampled level (see
-//! `allocmux::recorder::stacks::enter_live`), whose `free` tells a sampled
+//! `allocmux_recorder::stacks::enter_live`), whose `free` tells a sampled
 //! block by its address. Built on the backend's own aligned allocation;
 //! jemalloc has a better one of its own (`JemallocAligned`, with
 //! `rallocx`).
@@ -8,7 +8,7 @@
 use core::ffi::c_void;
 use core::marker::PhantomData;
 
-use allocmux::recorder::stacks::SAMPLED_BLOCK_BYTES;
+use allocmux_recorder::stacks::SAMPLED_BLOCK_BYTES;
 
 use super::Backend;
 use crate::posix::{memalign_via_aligned, set_errno};

@@ -2,8 +2,8 @@
 
 use std::path::Path;
 
-use allocmux::Func;
-use allocmux::profile::ProcessProfile;
+use allocmux_format::Func;
+use allocmux_format::profile::ProcessProfile;
 
 /// Parses every file in `dir` as a profile of exactly one process, sorted
 /// by file name. A leftover temporary file or an unreadable profile fails
@@ -44,7 +44,7 @@ pub fn is_temporary(name: &str) -> bool {
 pub fn read_profile(path: &Path) -> ProcessProfile {
     let text = std::fs::read_to_string(path)
         .unwrap_or_else(|e| panic!("reading the profile {}: {e}", path.display()));
-    let mut procs = allocmux::profile::parse(&text).unwrap_or_else(|e| {
+    let mut procs = allocmux_format::profile::parse(&text).unwrap_or_else(|e| {
         panic!(
             "the profile {} does not parse: {e}\n--- content ---\n{text}",
             path.display()

@@ -5,10 +5,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Mutex;
 
-use allocmux::Backend;
-use allocmux::profile::ProcessProfile;
-use allocmux::recorder::direct::DirectTable;
-use allocmux::recorder::env;
+use allocmux_format::Backend;
+use allocmux_format::direct::DirectTable;
+use allocmux_format::profile::ProcessProfile;
+use allocmux_format::settings as env;
 
 use crate::process::{run, scrub, set_on};
 use crate::profiles::read_profiles;
@@ -31,7 +31,10 @@ pub fn shim() -> &'static str {
 pub fn shim_for(cmd: &Command, backend: &str) -> PathBuf {
     let backend = Backend::from_name(backend.as_bytes()).unwrap_or(Backend::System);
     let var = |name: &str| set_on(cmd, name).map(|v| v.as_bytes());
-    let (level, mode) = (env::shim_record_level(var), env::shim_hooks_mode(var));
+    let (level, mode) = {
+        let settings = env::Settings::from_env(env::Reader::Shim, var);
+        (settings.level, settings.hooks_mode())
+    };
     let Some(table) = DirectTable::serving(backend, level, mode) else {
         return PathBuf::from(shim());
     };

@@ -5,8 +5,8 @@
 //! sees it all.
 #![allow(dead_code, unused_macros, unused_imports)] // each test binary uses a different subset
 
-pub use allocmux::Func;
-pub use allocmux::profile::{ProcessProfile, State};
+pub use allocmux_format::Func;
+pub use allocmux_format::profile::{ProcessProfile, State};
 pub use allocmux_testkit::*;
 // The shortened form as `text` (it takes precedence over the glob's whole
 // one): the shim's tests print outputs that can run to megabytes.

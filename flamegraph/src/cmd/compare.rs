@@ -11,7 +11,7 @@ use crate::compare;
 use crate::json::CompareJson;
 use crate::output::{JsonOut, OutputFile};
 use crate::report::shell_words;
-use allocmux::Backend;
+use allocmux_format::Backend;
 
 /// What `allocmux compare` is told.
 #[derive(Debug)]

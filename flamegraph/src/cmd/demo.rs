@@ -4,8 +4,8 @@
 
 use std::path::PathBuf;
 
-use allocmux::Backend;
-use allocmux::profile::StackMode;
+use allocmux_format::Backend;
+use allocmux_format::profile::StackMode;
 use anyhow::{Context, Result};
 
 use crate::compare::{self, Summary};
@@ -128,7 +128,7 @@ pub fn run(opts: &DemoOptions) -> Result<i32> {
         out.exit
     );
     out.check_recorded()?;
-    profile.write(allocmux::profile::to_string(&out.profiles).as_bytes())?;
+    profile.write(allocmux_format::profile::to_string(&out.profiles).as_bytes())?;
     let report = out.report(&command, "system");
     let mut sym = Symbolizer::new();
     let set = StackSet::build(&out.profiles, &mut sym)

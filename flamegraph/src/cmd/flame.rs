@@ -6,8 +6,8 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 
-use allocmux::Backend;
-use allocmux::profile::StackMode;
+use allocmux_format::Backend;
+use allocmux_format::profile::StackMode;
 
 use crate::launch::{self, StackRecording};
 use crate::output::OutputFile;

@@ -8,8 +8,8 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 
-use allocmux::Backend;
-use allocmux::recorder::env::{self, Level};
+use allocmux_format::Backend;
+use allocmux_format::settings::{self as env, Level};
 
 use crate::launch::{self, StackRecording};
 use crate::shim::Origin;

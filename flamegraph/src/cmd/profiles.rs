@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 
-use allocmux::profile::ProcessProfile;
+use allocmux_format::profile::ProcessProfile;
 
 use crate::report::shell_words;
 use crate::stacks::StackSet;
@@ -21,7 +21,7 @@ pub(super) fn load(paths: &[PathBuf]) -> Result<Vec<ProcessProfile>> {
         let text = String::from_utf8(text).map_err(|_| {
             anyhow::anyhow!("{} is not an allocmux profile (not text)", path.display())
         })?;
-        let mut p = allocmux::profile::parse(&text)
+        let mut p = allocmux_format::profile::parse(&text)
             .with_context(|| format!("cannot read profile {}", path.display()))?;
         profiles.append(&mut p);
     }

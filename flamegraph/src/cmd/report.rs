@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 
-use allocmux::profile::ProcessProfile;
+use allocmux_format::profile::ProcessProfile;
 
 use super::profiles;
 use crate::output::OutputFile;

@@ -6,9 +6,9 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 
-use allocmux::Backend;
-use allocmux::profile::StackMode;
-use allocmux::recorder::env::{self, Level};
+use allocmux_format::Backend;
+use allocmux_format::profile::StackMode;
+use allocmux_format::settings::{self as env, Level};
 
 use crate::launch::{self, StackRecording};
 use crate::output::{JsonOut, OutputFile};
@@ -96,7 +96,7 @@ fn write_report(
         crate::error::say(format_args!("{e:#}"));
     }
     if let Some(out) = &profile_out {
-        out.write(allocmux::profile::to_string(&outcome.profiles).as_bytes())?;
+        out.write(allocmux_format::profile::to_string(&outcome.profiles).as_bytes())?;
     }
     let report = outcome.report(&o.command, o.allocator.name());
     if let Some(json) = json {

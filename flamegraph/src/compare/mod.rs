@@ -19,8 +19,8 @@ use std::io::Write;
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use allocmux::Backend;
-use allocmux::profile::ProcessProfile;
+use allocmux_format::Backend;
+use allocmux_format::profile::ProcessProfile;
 
 use crate::launch::{self, Launch, Output};
 use crate::report::shell_words;

@@ -7,11 +7,11 @@ use anyhow::{Result, anyhow};
 use plotters::prelude::*;
 
 use super::{Comparison, Figure, Summary};
-use allocmux::timeline::Timeline;
+use allocmux_format::timeline::Timeline;
 
 use crate::plot::{NamedTimeline, PlotOptions};
 use crate::report::{Bytes, Dur};
-use allocmux::Backend;
+use allocmux_format::Backend;
 
 /// Size of the upper part (the two panels and the verdict), in pixels.
 const SIZE: (u32, u32) = (1000, 480);
@@ -25,8 +25,6 @@ pub fn colour(a: Backend) -> RGBColor {
         Backend::System => RGBColor(0x4c, 0x72, 0xb0),
         Backend::Jemalloc => RGBColor(0xdd, 0x84, 0x52),
         Backend::Mimalloc => RGBColor(0x55, 0xa8, 0x68),
-        // `Backend` may grow: a new allocator gets a neutral grey.
-        _ => RGBColor(0x80, 0x80, 0x80),
     }
 }
 

@@ -8,7 +8,7 @@ use std::io::{self, Write};
 use super::{Comparison, RunRecord};
 use crate::report::{Bytes, Count, Dur, shell_words};
 use crate::stats::{Interval, Spread, fewest_pairs, paired_ratio};
-use allocmux::Backend;
+use allocmux_format::Backend;
 
 /// Width of a speed interval (high over low) above which the runs are
 /// called too noisy to resolve the differences allocators usually make.

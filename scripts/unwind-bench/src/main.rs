@@ -28,7 +28,7 @@ use std::arch::asm;
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::time::Instant;
 
-use allocmux::recorder::unwind::{self, StackUnwinder};
+use allocmux_recorder::unwind::{self, StackUnwinder};
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, Module, MustNotAllocateDuringUnwind, Unwinder};
 

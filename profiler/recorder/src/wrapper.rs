@@ -53,11 +53,11 @@ use core::sync::atomic::{
 };
 use std::sync::OnceLock;
 
-use super::clock::{ClockPair, monotonic_ns};
+use super::clock::{ClockPair, monotonic_ns, read_clocks};
 use super::stacks::{self, StackBody, StackThread, enter_stacks};
 use super::thread::{Body, Scope, ThreadState, enter, set_time_sample_mean, time_sample_mean};
 use super::watch;
-use crate::stats::Func;
+use allocmux_format::stats::Func;
 
 thread_local! {
     /// The calling thread's recorder state (see the module docs for why a
@@ -70,7 +70,7 @@ thread_local! {
 
 /// Runs `f` on the calling thread's state.
 #[inline(always)]
-pub(crate) fn with_thread<R>(f: impl FnOnce(&ThreadState) -> R) -> R {
+pub fn with_thread<R>(f: impl FnOnce(&ThreadState) -> R) -> R {
     // Only the address goes through `LocalKey::with`: with the allocator's
     // whole work in its closure, LLVM kept `with` out of line, calling the
     // key's accessor through a pointer and checking for a destroyed key;
@@ -87,7 +87,7 @@ pub(crate) fn with_thread<R>(f: impl FnOnce(&ThreadState) -> R) -> R {
 /// Makes the calling thread allocmux's own (a `Profiler`'s server): its
 /// calls are neither counted nor sampled for stacks. Call before its
 /// first allocation.
-pub(crate) fn own_thread() {
+pub fn own_thread() {
     with_thread(|t| t.ignore());
     // A countdown that never runs out: no allocation of this thread is
     // sampled (exact mode samples every one, and this thread's must not
@@ -95,7 +95,7 @@ pub(crate) fn own_thread() {
     with_stack_thread(|st| st.resume(i64::MAX));
 }
 
-pub(crate) fn with_stack_thread<R>(f: impl FnOnce(&StackThread) -> R) -> R {
+pub fn with_stack_thread<R>(f: impl FnOnce(&StackThread) -> R) -> R {
     let p = STACKS.with(|t| t as *const StackThread);
     // SAFETY: as in `with_thread`: this thread's state, never destroyed,
     // borrowed only until this function returns.
@@ -169,7 +169,7 @@ unsafe fn record_with_stack<B: StackBody>(t: &ThreadState, body: B) -> B::Out {
 ///
 /// Counts are exact under any number of threads: each thread counts on its
 /// own state, read by [`snapshot`](Self::snapshot) (the process) and
-/// [`crate::measure`] (one closure on one thread). The counters are global
+/// [`measure`](crate::counting::measure) (one closure on one thread). The counters are global
 /// to the crate, so use one `Counting` per process, as the
 /// `#[global_allocator]`.
 #[derive(Debug, Default, Clone, Copy)]
@@ -190,8 +190,8 @@ impl<A> Counting<A> {
 
     /// The process's counts so far: every thread's, including those that
     /// have exited. Take two and subtract them for what happened between.
-    pub fn snapshot(&self) -> crate::Stats {
-        crate::snapshot()
+    pub fn snapshot(&self) -> allocmux_format::Stats {
+        crate::counting::snapshot()
     }
 }
 
@@ -504,7 +504,7 @@ fn on_register(inner_type: &'static str) {
     }
     // Keeps a mean set by the program before its first allocation.
     set_time_sample_mean(time_sample_mean());
-    let start = ClockPair::now();
+    let start = read_clocks();
     START_TSC.store(start.tsc, Relaxed);
     START_NS.store(start.mono_ns, Relaxed);
     // Nothing is held across `fork` (see `SpinLock`). The child keeps the
@@ -522,12 +522,12 @@ fn on_register(inner_type: &'static str) {
 
 /// Whether a [`Counting`] has registered a thread (it is the global
 /// allocator and something has allocated through it).
-pub(crate) fn is_counting() -> bool {
+pub fn is_counting() -> bool {
     INIT.load(Acquire) == INIT_DONE
 }
 
 /// The clocks at the first registration: where the profile's run starts.
-pub(crate) fn clock_start() -> ClockPair {
+pub fn clock_start() -> ClockPair {
     ClockPair {
         tsc: START_TSC.load(Relaxed),
         mono_ns: START_NS.load(Relaxed),
@@ -537,7 +537,7 @@ pub(crate) fn clock_start() -> ClockPair {
 /// The profile's name for the allocator inside the `Counting`: `system`,
 /// `jemalloc`, `mimalloc` for the allocators allocmux knows (for
 /// `Switchable`, the backend it chose), else the type's last path segment.
-pub(crate) fn inner_allocator_name() -> &'static str {
+pub fn inner_allocator_name() -> &'static str {
     let Some(ty) = INNER_TYPE.get() else {
         return "unknown";
     };
@@ -553,7 +553,7 @@ pub(crate) fn inner_allocator_name() -> &'static str {
 
 /// Turns on stack recording for the wrapper (once per process), with
 /// `fork` handlers that keep the stack table consistent in a child.
-pub(crate) fn start_stacks(mode: crate::profile::StackMode) {
+pub fn start_stacks(mode: allocmux_format::profile::StackMode) {
     // The recorder's own modules are the program's executable here: no
     // module is skipped; the CLI trims allocmux's frames by name.
     with_stack_thread(|st| st.as_recorder(|| stacks::configure(mode, false, 0)));
@@ -574,16 +574,16 @@ const MIN_CALIBRATION_NS: u64 = 2_000_000;
 /// Converts TSC ticks to nanoseconds with the rate seen since the first
 /// registration (the shim's method: two clock pairs, as far apart as the
 /// process allows). 0 before anything was counted.
-pub(crate) fn ticks_to_ns(ticks: u64) -> u64 {
+pub fn ticks_to_ns(ticks: u64) -> u64 {
     let (start_tsc, start_ns) = (START_TSC.load(Relaxed), START_NS.load(Relaxed));
     if ticks == 0 || start_ns == 0 {
         return 0;
     }
-    let mut now = ClockPair::now();
+    let mut now = read_clocks();
     while now.mono_ns.saturating_sub(start_ns) < MIN_CALIBRATION_NS {
         core::hint::spin_loop();
         if monotonic_ns().saturating_sub(start_ns) >= MIN_CALIBRATION_NS {
-            now = ClockPair::now();
+            now = read_clocks();
         }
     }
     let start = ClockPair {

@@ -13,7 +13,8 @@ use core::alloc::{GlobalAlloc, Layout};
 use core::sync::atomic::{AtomicU8, Ordering::Relaxed};
 use std::alloc::System;
 
-use crate::Backend;
+use allocmux_format::Backend;
+use allocmux_format::settings::{ALLOCATOR, Reader, Settings};
 
 const UNCHOSEN: u8 = 0;
 const SYSTEM: u8 = 1;
@@ -50,6 +51,16 @@ impl Switchable {
         Switchable { _private: () }
     }
 
+    /// Whether this build can switch to `backend` (jemalloc and mimalloc
+    /// are cargo features of allocmux, both on by default).
+    pub const fn can_use(backend: Backend) -> bool {
+        match backend {
+            Backend::System => true,
+            Backend::Jemalloc => cfg!(feature = "jemalloc"),
+            Backend::Mimalloc => cfg!(feature = "mimalloc"),
+        }
+    }
+
     /// The backend in use, choosing it now if nothing has allocated yet.
     pub fn backend(&self) -> Backend {
         match choice() {
@@ -59,13 +70,13 @@ impl Switchable {
         }
     }
 
-    /// The statistics of the backend in use ([`AllocatorStats::read`]
+    /// The statistics of the backend in use ([`allocator_stats::read`]
     /// for [`Switchable::backend`]): with `Counting<Switchable>`,
     /// `ALLOC.inner().allocator_stats()`.
     ///
-    /// [`AllocatorStats::read`]: crate::AllocatorStats::read
-    pub fn allocator_stats(&self) -> Option<crate::AllocatorStats> {
-        crate::AllocatorStats::read(self.backend())
+    /// [`allocator_stats::read`]: crate::allocator_stats::read
+    pub fn allocator_stats(&self) -> Option<allocmux_format::AllocatorStats> {
+        crate::allocator_stats::read(self.backend())
     }
 }
 
@@ -81,25 +92,19 @@ fn choice() -> u8 {
 /// stored one first: then that one holds, so no two calls ever disagree.
 ///
 /// This runs inside the first allocation, so it must not allocate: the
-/// variable is read with `getenv` (std's `env::var` builds a `String`), and
-/// the complaint is written with `write(2)`, not formatted.
+/// settings are read with `getenv` (std's `env::var` builds a `String`),
+/// and the complaint is written with `write(2)`, not formatted.
 #[cold]
 #[inline(never)]
 fn choose() -> u8 {
-    // SAFETY: a NUL-terminated name; getenv does not allocate and returns
-    // NULL or a NUL-terminated string that stays valid while nobody calls
-    // setenv (the process is starting, or the program is ours to trust).
-    let value = unsafe {
-        let p = libc::getenv(c"ALLOCMUX_ALLOCATOR".as_ptr());
-        if p.is_null() {
-            &[][..]
-        } else {
-            core::ffi::CStr::from_ptr(p).to_bytes()
-        }
-    };
-    let wanted = Backend::from_name(value);
+    let settings = Settings::from_env(Reader::Shim, getenv);
+    let value = getenv(ALLOCATOR).unwrap_or_default();
+    let wanted = settings
+        .problems()
+        .all(|p| p.name != ALLOCATOR)
+        .then_some(settings.allocator);
     let backend = match wanted {
-        Some(b) if b.is_available() => b,
+        Some(b) if Switchable::can_use(b) => b,
         _ => Backend::System,
     };
     let code = match backend {
@@ -115,7 +120,7 @@ fn choose() -> u8 {
                     value,
                     b" (expected system, jemalloc or mimalloc); using system\n",
                 ]),
-                Some(b) if !b.is_available() => complain(&[
+                Some(b) if !Switchable::can_use(b) => complain(&[
                     b"allocmux: ALLOCMUX_ALLOCATOR=",
                     value,
                     b" is not built in (a cargo feature of allocmux); using system\n",
@@ -125,6 +130,24 @@ fn choose() -> u8 {
             code
         }
         Err(first) => first,
+    }
+}
+
+/// The value of the environment variable `name` (at most 63 bytes), read
+/// with `getenv`, which allocates nothing.
+fn getenv(name: &str) -> Option<&'static [u8]> {
+    let mut c_name = [0u8; 64];
+    if name.len() >= c_name.len() {
+        return None;
+    }
+    c_name[..name.len()].copy_from_slice(name.as_bytes());
+    // SAFETY: a NUL-terminated name (the buffer is longer than it); getenv
+    // does not allocate and returns NULL or a NUL-terminated string that
+    // stays valid while nobody calls setenv (the process is starting, or
+    // the program is ours to trust).
+    unsafe {
+        let p = libc::getenv(c_name.as_ptr().cast());
+        (!p.is_null()).then(|| core::ffi::CStr::from_ptr(p).to_bytes())
     }
 }
 

@@ -20,7 +20,7 @@
 
 use crate::Backend;
 use crate::profile::StackMode;
-use crate::recorder::env::Level;
+use crate::settings::Level;
 
 /// One hook table with a direct shim.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -494,7 +494,7 @@ pub fn zeroed_box<T: Zeroable>() -> Option<Box<T>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::recorder::test_alloc::{self, largest_allocation};
+    use crate::test_alloc::{self, largest_allocation};
 
     #[test]
     fn chunks_grow_a_chunk_at_a_time() {

@@ -1,5 +1,4 @@
-//! Reading the allocators' own statistics: the calls behind
-//! [`AllocatorStats::read`](crate::AllocatorStats::read).
+//! Reading the allocators' own statistics ([`read`]).
 //!
 //! None of them allocates through `malloc` (jemalloc's control interface
 //! uses its internal metadata allocator, glibc's `mallinfo2` and mimalloc's
@@ -10,7 +9,31 @@
 //! thread (or a `fork`'s atfork handler) may be waiting for while holding
 //! one of those: read first, then take your own locks.
 
-use crate::allocator_stats::{GlibcStats, JemallocStats, MimallocStats};
+use allocmux_format::{AllocatorStats, Backend, GlibcStats, JemallocStats, MimallocStats};
+
+/// Reads the statistics of `backend`, or `None` if this build does not
+/// have it (the `jemalloc` and `mimalloc` features), its statistics
+/// cannot be read (jemalloc built without `stats`), or, for the system
+/// allocator, the C library is not glibc.
+///
+/// jemalloc's and mimalloc's are the static builds that
+/// [`Switchable`](crate::Switchable), tikv-jemallocator and the mimalloc
+/// crate use (tikv-jemalloc-sys's `_rjem_` symbols, libmimalloc-sys);
+/// reading one the process does not allocate with gives its (small)
+/// start-up figures, and initialises it if nothing had. Glibc's figures
+/// cover everything glibc's malloc serves in the process, Rust's
+/// `System` and C code alike.
+///
+/// Costs a few microseconds (jemalloc refreshes its totals over its
+/// arenas; glibc walks its free lists under its arena locks); not for a
+/// hot path. See docs/recording.md for the measured figures.
+pub fn read(backend: Backend) -> Option<AllocatorStats> {
+    match backend {
+        Backend::System => read_glibc_stats().map(AllocatorStats::System),
+        Backend::Jemalloc => read_jemalloc_stats().map(AllocatorStats::Jemalloc),
+        Backend::Mimalloc => read_mimalloc_stats().map(AllocatorStats::Mimalloc),
+    }
+}
 
 /// jemalloc's totals after advancing its epoch (they are cached per epoch),
 /// through tikv-jemalloc-ctl, which calls tikv-jemalloc-sys's
@@ -20,13 +43,15 @@ use crate::allocator_stats::{GlibcStats, JemallocStats, MimallocStats};
 pub fn read_jemalloc_stats() -> Option<JemallocStats> {
     use tikv_jemalloc_ctl::{epoch, stats};
     epoch::advance().ok()?;
-    Some(JemallocStats {
-        allocated: stats::allocated::read().ok()? as u64,
-        active: stats::active::read().ok()? as u64,
-        resident: stats::resident::read().ok()? as u64,
-        mapped: stats::mapped::read().ok()? as u64,
-        retained: stats::retained::read().ok()? as u64,
-    })
+    // Built field by field: the type is `#[non_exhaustive]` in
+    // allocmux-format.
+    let mut reading = JemallocStats::default();
+    reading.allocated = stats::allocated::read().ok()? as u64;
+    reading.active = stats::active::read().ok()? as u64;
+    reading.resident = stats::resident::read().ok()? as u64;
+    reading.mapped = stats::mapped::read().ok()? as u64;
+    reading.retained = stats::retained::read().ok()? as u64;
+    Some(reading)
 }
 
 /// Without the `jemalloc` feature there is no jemalloc to ask.
@@ -54,12 +79,14 @@ pub fn read_mimalloc_stats() -> Option<MimallocStats> {
             &mut faults,
         )
     };
-    Some(MimallocStats {
-        committed: commit as u64,
-        peak_committed: peak_commit as u64,
-        peak_rss: peak_rss as u64,
-        page_faults: faults as u64,
-    })
+    // Built field by field: the type is `#[non_exhaustive]` in
+    // allocmux-format.
+    let mut reading = MimallocStats::default();
+    reading.committed = commit as u64;
+    reading.peak_committed = peak_commit as u64;
+    reading.peak_rss = peak_rss as u64;
+    reading.page_faults = faults as u64;
+    Some(reading)
 }
 
 /// Without the `mimalloc` feature there is no mimalloc to ask.
@@ -74,13 +101,15 @@ pub fn read_mimalloc_stats() -> Option<MimallocStats> {
 pub fn read_glibc_stats() -> Option<GlibcStats> {
     // SAFETY: no preconditions; returns a plain struct by value.
     let m = unsafe { libc::mallinfo2() };
-    Some(GlibcStats {
-        in_use: (m.uordblks as u64).saturating_add(m.hblkhd as u64),
-        free: m.fordblks as u64,
-        arena: m.arena as u64,
-        mmapped: m.hblkhd as u64,
-        releasable: m.keepcost as u64,
-    })
+    // Built field by field: the type is `#[non_exhaustive]` in
+    // allocmux-format.
+    let mut reading = GlibcStats::default();
+    reading.in_use = (m.uordblks as u64).saturating_add(m.hblkhd as u64);
+    reading.free = m.fordblks as u64;
+    reading.arena = m.arena as u64;
+    reading.mmapped = m.hblkhd as u64;
+    reading.releasable = m.keepcost as u64;
+    Some(reading)
 }
 
 /// Not glibc: no `mallinfo2`.

@@ -1,5 +1,5 @@
 //! Tells dependents where this crate's sources are (`links` metadata:
-//! their build scripts see `DEP_ALLOCMUX_SOURCE_DIR`).
+//! their build scripts see `DEP_ALLOCMUX_FORMAT_SOURCE_DIR`).
 //!
 //! The CLI builds the preload shim with a cargo of its own, outside the
 //! build that compiles the CLI. When the CLI and the shim come from a

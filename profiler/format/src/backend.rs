@@ -1,13 +1,15 @@
 //! [`Backend`]: the allocators allocmux switches between, named once for
-//! the shim, [`Switchable`](crate::Switchable), the allocator statistics
+//! the shim, `allocmux::Switchable`, the allocator statistics
 //! and the command line.
 
 use core::fmt;
 use core::str::FromStr;
 
 /// One of the allocators allocmux can run a program on.
+///
+/// Not `#[non_exhaustive]`: the shim, the recorder and the command line
+/// match on it exhaustively, so that a new backend cannot be half handled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
 pub enum Backend {
     /// The system allocator (`std::alloc::System`: glibc's malloc).
     System,
@@ -40,15 +42,6 @@ impl Backend {
             b"jemalloc" => Some(Backend::Jemalloc),
             b"mimalloc" => Some(Backend::Mimalloc),
             _ => None,
-        }
-    }
-
-    /// Whether this build can use it (jemalloc and mimalloc are features).
-    pub const fn is_available(self) -> bool {
-        match self {
-            Backend::System => true,
-            Backend::Jemalloc => cfg!(feature = "jemalloc"),
-            Backend::Mimalloc => cfg!(feature = "mimalloc"),
         }
     }
 }

@@ -1,6 +1,6 @@
 //! The `/debug/pprof` endpoint: a minimal HTTP/1.1 server for Go's heap
 //! profile URLs, run by a thread of allocmux's own inside the profiled
-//! process (the shim's flusher, or a [`Profiler`](crate::Profiler)'s
+//! process (the shim's flusher, or a `allocmux::Profiler`'s
 //! server thread).
 //!
 //! It is built for a process it must not disturb:
@@ -24,9 +24,11 @@ use core::fmt::{self, Write as _};
 use core::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use core::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
-use crate::recorder::pprof::{self, Baseline, Kind, Meta};
-use crate::recorder::stacks::Snapshot;
-use crate::recorder::{env, monotonic_ns};
+use crate::pprof::{self, Baseline, Kind, Meta};
+use crate::stacks::Snapshot;
+use allocmux_format::settings as env;
+
+use crate::monotonic_ns;
 
 /// The longest request (request line and headers) read.
 pub const MAX_REQUEST: usize = 8192;
@@ -646,7 +648,7 @@ fn errno() -> c_int {
 
 /// The wall clock, ns since the epoch.
 fn wall_ns() -> u64 {
-    crate::recorder::clock_ns(libc::CLOCK_REALTIME)
+    crate::clock_ns(libc::CLOCK_REALTIME)
 }
 
 /// The socket address `spec` names (see [`env::parse_http_address`]), as

@@ -1,6 +1,7 @@
 //! What the allocator itself says about the memory it holds:
-//! [`AllocatorStats`], read from jemalloc (`stats.*`), mimalloc
-//! (`mi_process_info`) or glibc (`mallinfo2`).
+//! [`AllocatorStats`], as read from jemalloc (`stats.*`), mimalloc
+//! (`mi_process_info`) or glibc (`mallinfo2`) by `allocmux-recorder`, and
+//! as kept in profiles.
 //!
 //! [`Stats`](crate::Stats) counts what the program asked for; these figures
 //! say what that cost the allocator: the pages it keeps active, resident or
@@ -17,26 +18,9 @@ use crate::stats::ByteSize;
 /// three kinds differ in fields). [`AllocatorStats::held_bytes`] is what
 /// the allocator holds for the heap, where that can be told.
 ///
-/// ```no_run
-/// use allocmux::{AllocatorStats, Backend};
-///
-/// #[global_allocator]
-/// static ALLOC: allocmux::Counting<allocmux::Switchable> =
-///     allocmux::Counting::new(allocmux::Switchable::new());
-///
-/// fn main() {
-///     let data = vec![0u8; 32 << 20];
-///     if let Some(s) = ALLOC.inner().allocator_stats() {
-///         println!("{s}"); // jemalloc: 32.0 MiB allocated, 32.1 MiB active, ...
-///         if let AllocatorStats::Jemalloc(j) = s {
-///             println!("{} bytes in active pages", j.active);
-///         }
-///     }
-///     // Or for a named backend, whatever the global allocator is:
-///     let glibc = AllocatorStats::read(Backend::System);
-///     # drop((data, glibc));
-/// }
-/// ```
+/// A Rust program reads them with `allocmux::read_allocator_stats`, or
+/// `Switchable::allocator_stats` for the allocator in use (see the
+/// `allocmux` crate's documentation).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum AllocatorStats {
@@ -131,34 +115,6 @@ impl GlibcStats {
 }
 
 impl AllocatorStats {
-    /// Reads the statistics of `backend`, or `None` if this build does not
-    /// have it (the `jemalloc` and `mimalloc` features), its statistics
-    /// cannot be read (jemalloc built without `stats`), or, for the system
-    /// allocator, the C library is not glibc.
-    ///
-    /// jemalloc's and mimalloc's are the static builds that
-    /// [`Switchable`](crate::Switchable), tikv-jemallocator and the mimalloc
-    /// crate use (tikv-jemalloc-sys's `_rjem_` symbols, libmimalloc-sys);
-    /// reading one the process does not allocate with gives its (small)
-    /// start-up figures, and initialises it if nothing had. Glibc's figures
-    /// cover everything glibc's malloc serves in the process, Rust's
-    /// `System` and C code alike.
-    ///
-    /// Costs a few microseconds (jemalloc refreshes its totals over its
-    /// arenas; glibc walks its free lists under its arena locks); not for a
-    /// hot path. See docs/recording.md for the measured figures.
-    pub fn read(backend: Backend) -> Option<AllocatorStats> {
-        match backend {
-            Backend::System => crate::recorder::read_glibc_stats().map(AllocatorStats::System),
-            Backend::Jemalloc => {
-                crate::recorder::read_jemalloc_stats().map(AllocatorStats::Jemalloc)
-            }
-            Backend::Mimalloc => {
-                crate::recorder::read_mimalloc_stats().map(AllocatorStats::Mimalloc)
-            }
-        }
-    }
-
     /// The allocator these figures come from.
     pub fn backend(&self) -> Backend {
         match self {

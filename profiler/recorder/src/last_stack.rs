@@ -417,7 +417,7 @@ impl Reuse<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::recorder::tables::zeroed_box;
+    use crate::tables::zeroed_box;
 
     /// A stack of `depth` frames laid out in `words` (at least `4 * depth`
     /// of them), whose steps each add 4 words to the stack pointer and keep

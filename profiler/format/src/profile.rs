@@ -100,7 +100,7 @@ use crate::Backend;
 use crate::stats::{Func, SIZE_BUCKETS, SiteCounts, Totals};
 use crate::timeline::{Timeline, TimelinePoint};
 
-pub use crate::recorder::ClockPair;
+pub use crate::clock::ClockPair;
 
 /// The format version this crate writes and the highest it reads.
 pub const FORMAT_VERSION: u32 = 1;
@@ -146,9 +146,9 @@ pub struct Header<'a> {
     /// Threads that made an allocation call.
     pub threads: u64,
     /// TSC and monotonic clock at start-up.
-    pub clock_start: crate::recorder::ClockPair,
+    pub clock_start: ClockPair,
     /// TSC and monotonic clock when written.
-    pub clock_end: crate::recorder::ClockPair,
+    pub clock_end: ClockPair,
     /// CPU time used by the process so far.
     pub cpu_ns: u64,
     /// Peak resident set size so far.
@@ -651,9 +651,9 @@ pub struct ProcessProfile {
     /// Threads that made an allocation call.
     pub threads: u64,
     /// Clocks at start-up.
-    pub clock_start: crate::recorder::ClockPair,
+    pub clock_start: ClockPair,
     /// Clocks when written.
-    pub clock_end: crate::recorder::ClockPair,
+    pub clock_end: ClockPair,
     /// CPU time so far.
     pub cpu_ns: u64,
     /// Peak RSS so far.
@@ -947,11 +947,11 @@ fn parse_sections(text: &str) -> Result<Vec<ProcessProfile>, ParseError> {
                 .parse::<u64>()
                 .map_err(|_| err(n, format!("`{key}` needs a number, found {s:?}")))
         };
-        let pair = |s: &str| -> Result<crate::recorder::ClockPair, ParseError> {
+        let pair = |s: &str| -> Result<ClockPair, ParseError> {
             let (a, b) = s
                 .split_once(' ')
                 .ok_or_else(|| err(n, format!("`{key}` needs two numbers")))?;
-            Ok(crate::recorder::ClockPair {
+            Ok(ClockPair {
                 tsc: num(a)?,
                 mono_ns: num(b)?,
             })
@@ -1236,7 +1236,7 @@ fn empty_process() -> ProcessProfile {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::recorder::ClockPair;
+    use crate::clock::ClockPair;
 
     fn sample() -> ProcessProfile {
         let mut t = Totals::default();

@@ -142,7 +142,7 @@ pub struct Totals {
     /// unbiased estimate, exact with `ALLOCMUX_TIME_SAMPLE=1`).
     pub size_hist: [u64; SIZE_BUCKETS],
     /// `realloc` calls that returned the block they were given (resized in
-    /// place). Counted by the Rust wrapper ([`crate::Counting`]); the shim
+    /// place). Counted by the Rust wrapper (`allocmux::Counting`); the shim
     /// and the profile format do not carry it (0 there).
     pub reallocs_in_place: u64,
 }

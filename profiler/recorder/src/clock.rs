@@ -56,35 +56,15 @@ pub fn clock_ns(clock: libc::clockid_t) -> u64 {
         .wrapping_add(ts.tv_nsec as u64)
 }
 
-/// A reading of the TSC and the monotonic clock taken together. Two pairs
-/// give the tick rate, so timings are converted to nanoseconds when the
-/// profile is read, not in the target process.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ClockPair {
-    /// TSC ticks.
-    pub tsc: u64,
-    /// `CLOCK_MONOTONIC` nanoseconds.
-    pub mono_ns: u64,
-}
+pub use allocmux_format::clock::ClockPair;
 
-impl ClockPair {
-    /// Reads both clocks, the TSC between two monotonic reads.
-    pub fn now() -> ClockPair {
-        let a = monotonic_ns();
-        let tsc = Tsc::now();
-        let b = monotonic_ns();
-        ClockPair {
-            tsc,
-            mono_ns: a + (b.wrapping_sub(a)) / 2,
-        }
-    }
-
-    /// The TSC's rate, in ticks per nanosecond, from `start` to this
-    /// reading: `None` unless both clocks advanced. Every conversion of
-    /// recorded ticks to time divides by it.
-    pub fn ticks_per_ns_since(self, start: ClockPair) -> Option<f64> {
-        let ticks = self.tsc.checked_sub(start.tsc).filter(|&t| t > 0)?;
-        let ns = self.mono_ns.checked_sub(start.mono_ns).filter(|&n| n > 0)?;
-        Some(ticks as f64 / ns as f64)
+/// Reads both clocks, the TSC between two monotonic reads.
+pub fn read_clocks() -> ClockPair {
+    let a = monotonic_ns();
+    let tsc = Tsc::now();
+    let b = monotonic_ns();
+    ClockPair {
+        tsc,
+        mono_ns: a + (b.wrapping_sub(a)) / 2,
     }
 }

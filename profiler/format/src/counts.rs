@@ -1,18 +1,18 @@
-//! What [`Counting`](crate::Counting) counted, for the process
-//! ([`snapshot`]) or for one closure on one thread ([`measure`]).
+//! [`Stats`]: what `allocmux::Counting` counted, for the process
+//! (`allocmux::snapshot`) or for one closure on one thread
+//! (`allocmux::measure`).
 
 use core::fmt;
 use core::ops::Sub;
 
-use crate::recorder::{self, ticks_to_ns, time_sample_mean, with_thread};
 use crate::stats::{ByteSize, Func, Totals};
 
-/// Allocation counts, from [`snapshot`] (the process so far), from
-/// [`measure`] (one closure), or the difference of two snapshots.
+/// Allocation counts, from `allocmux::snapshot` (the process so far), from
+/// `allocmux::measure` (one closure), or the difference of two snapshots.
 ///
 /// Bytes are the sizes the program asked for (`Layout::size`), not what
 /// the allocator rounded them up to, so the numbers are the same whichever
-/// allocator is inside [`Counting`](crate::Counting). A `realloc` counts as
+/// allocator is inside `allocmux::Counting`. A `realloc` counts as
 /// freeing its old size and allocating its new one, besides being counted
 /// in `reallocs`.
 ///
@@ -21,7 +21,7 @@ use crate::stats::{ByteSize, Func, Totals};
 /// numbers), `live_bytes` is the signed change, and `peak_live_bytes` is
 /// how far the process's all-time peak rose between the two (0 if the span
 /// stayed below an earlier peak). For the peak *of* a span, relative to its
-/// start, use [`measure`].
+/// start, use `allocmux::measure`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Stats {
@@ -44,10 +44,10 @@ pub struct Stats {
     /// one thread or a difference, negative when more was freed than
     /// allocated (blocks from before, or from other threads).
     pub live_bytes: i64,
-    /// From [`snapshot`]: the highest `live_bytes` of the process so far
+    /// From `allocmux::snapshot`: the highest `live_bytes` of the process so far
     /// (exact with one allocating thread; with several, each thread adds
     /// its drift to the process total in steps of 64 KiB, so the peak can
-    /// miss up to 64 KiB per other thread). From [`measure`]: how far the
+    /// miss up to 64 KiB per other thread). From `allocmux::measure`: how far the
     /// thread's live bytes rose above their value at the start, exactly.
     /// In a difference: see [`Stats`].
     pub peak_live_bytes: u64,
@@ -56,7 +56,7 @@ pub struct Stats {
     /// call of each kind and every call on a block of 64 KiB or more are
     /// always timed), with the TSC, as the shim does. Precise over many
     /// calls; over a handful it is mostly 0 or one timed call scaled up.
-    /// `allocmux::recorder::set_time_sample_mean(1)` times every call.
+    /// `allocmux_recorder::set_time_sample_mean(1)` times every call.
     pub allocator_ns: u64,
     /// Calls actually timed for `allocator_ns`.
     pub timed_calls: u64,
@@ -68,13 +68,14 @@ impl Stats {
         self.reallocs.saturating_sub(self.reallocs_in_place)
     }
 
-    /// The counts of some totals, and their allocator time in TSC ticks
-    /// (estimated; converted to ns by the caller, once).
-    fn from_totals(t: &Totals) -> (Stats, u64) {
+    /// The counts of some totals, and their allocator time in TSC ticks,
+    /// estimated with one call in `time_sample_mean` timed (converted to ns
+    /// by the caller, once).
+    pub fn from_totals(t: &Totals, time_sample_mean: u32) -> (Stats, u64) {
         let reallocs = t.calls_of(Func::Realloc);
         let ticks = t
             .timed_ticks
-            .saturating_mul(time_sample_mean() as u64)
+            .saturating_mul(time_sample_mean as u64)
             .saturating_add(t.exact_ticks);
         let stats = Stats {
             allocs: t.allocation_calls() - reallocs,
@@ -160,92 +161,6 @@ impl fmt::Display for Nanos {
             _ => write!(f, "{:.2} s", ns / 1e9),
         }
     }
-}
-
-/// The process's counts so far, from every thread, including threads
-/// that have exited: what [`Counting::snapshot`](crate::Counting::snapshot)
-/// returns, without naming the static. All zero if no
-/// [`Counting`](crate::Counting) is the global allocator.
-///
-/// It takes a short lock shared with threads starting and exiting, never
-/// one that an allocation takes.
-pub fn snapshot() -> Stats {
-    let totals = with_thread(|t| recorder::snapshot(Some(t)));
-    let (mut stats, ticks) = Stats::from_totals(&totals);
-    stats.allocator_ns = ticks_to_ns(ticks);
-    stats
-}
-
-/// Runs `f` and returns its result with what it allocated, on the calling
-/// thread only: exact, from this thread's own counters, so allocations of
-/// other threads meanwhile do not leak in (nor do those of threads `f`
-/// spawns; use [`snapshot`] differences for those).
-///
-/// `peak_live_bytes` is the highest the thread's live bytes rose above
-/// their value when `f` started. Calls nest. All zero if no
-/// [`Counting`](crate::Counting) is the global allocator, or when called
-/// from a thread-local destructor after the thread's exit hook (its calls
-/// are on the shared counters by then).
-///
-/// ```no_run
-/// #[global_allocator]
-/// static ALLOC: allocmux::Counting<std::alloc::System> =
-///     allocmux::Counting::new(std::alloc::System);
-///
-/// let (v, stats) = allocmux::measure(|| vec![0u8; 1000]);
-/// assert_eq!((stats.allocs, stats.bytes_allocated), (1, 1000));
-/// # drop(v);
-/// ```
-pub fn measure<R>(f: impl FnOnce() -> R) -> (R, Stats) {
-    /// Restores the thread's high-water mark (raised by whatever the span
-    /// reached) even if `f` panics.
-    struct Mark(i64);
-    impl Drop for Mark {
-        fn drop(&mut self) {
-            let outer = self.0;
-            with_thread(|t| t.raise_high_water(outer));
-        }
-    }
-    let (before, start_live, mark) = with_thread(|t| {
-        let mark = Mark(t.restart_high_water());
-        (t.own_totals(), t.live_bytes(), mark)
-    });
-    let r = f();
-    let (after, high) = with_thread(|t| (t.own_totals(), t.high_water()));
-    drop(mark);
-    let (a, a_ticks) = Stats::from_totals(&after);
-    let (b, b_ticks) = Stats::from_totals(&before);
-    let mut stats = a - b;
-    stats.peak_live_bytes = high.saturating_sub(start_live).max(0) as u64;
-    stats.allocator_ns = ticks_to_ns(a_ticks.saturating_sub(b_ticks));
-    (r, stats)
-}
-
-/// The calling thread's own counts so far, and its allocator time in TSC
-/// ticks (estimated): the start and end of a span the criterion
-/// measurements take without a closure around it.
-#[cfg(feature = "criterion")]
-pub(crate) fn thread_counts() -> (Stats, u64) {
-    Stats::from_totals(&with_thread(|t| t.own_totals()))
-}
-
-/// Panics, saying how to fix it, unless a [`Counting`](crate::Counting) is
-/// the global allocator: without one every count reads 0, which a
-/// benchmark or a budget would take for a real result.
-#[cfg(any(feature = "criterion", feature = "budget"))]
-#[track_caller]
-pub(crate) fn require_counting(what: &str) {
-    // An allocation, so that a `Counting` global allocator has certainly
-    // registered by the check below.
-    drop(std::hint::black_box(Box::new(0u64)));
-    assert!(
-        recorder::is_counting(),
-        "allocmux: {what} counts through allocmux::Counting, which is not the global \
-         allocator here, so every count would read 0; add to the benchmark or test crate:\n\
-         #[global_allocator]\n\
-         static ALLOC: allocmux::Counting<std::alloc::System> = \
-         allocmux::Counting::new(std::alloc::System);"
-    );
 }
 
 #[cfg(test)]

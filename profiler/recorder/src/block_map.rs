@@ -348,7 +348,7 @@ unsafe impl Zeroable for Root {}
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::recorder::test_alloc::{self, largest_allocation};
+    use crate::test_alloc::{self, largest_allocation};
 
     fn block(site: u32, size: u64) -> Block {
         Block {

@@ -21,10 +21,10 @@
 //! so that every buffer grows fallibly: out of memory, a profile is not
 //! served, and the process goes on.
 
-use crate::profile::StackMode;
-use crate::recorder::stacks::Snapshot;
-use crate::recorder::unwind::{MAX_FRAMES, ModuleInfo};
-use crate::stats::SiteCounts;
+use crate::stacks::Snapshot;
+use crate::unwind::{MAX_FRAMES, ModuleInfo};
+use allocmux_format::profile::StackMode;
+use allocmux_format::stats::SiteCounts;
 
 /// Which of Go's two heap endpoints: the same samples, a different
 /// default sample type.
