@@ -166,10 +166,17 @@ impl ProfilerBuilder {
                  so no allocation can be recorded"
             );
         }
-        let mode = self.mode.unwrap_or_else(mode_from_env);
+        let vars = ProfilerEnv::read();
+        let settings = vars.settings();
+        let mode = self.mode.unwrap_or_else(|| {
+            for problem in settings.problems() {
+                eprintln!("allocmux: warning: Profiler: {problem}");
+            }
+            settings.stacks
+        });
         let path = match self.file {
             Some(p) => Some(p),
-            None => match std::env::var_os(env::OUTPUT).filter(|v| !v.is_empty()) {
+            None => match settings.output.map(|t| OsString::from_vec(t.to_vec())) {
                 Some(_) if shim_preloaded() => {
                     eprintln!(
                         "allocmux: warning: Profiler: the allocmux shim is preloaded and writes \
@@ -320,23 +327,29 @@ fn serve(mut server: Server, stop: &AtomicBool) {
     server.serve_until(stop, SERVE_POLL_MS, ticks_per_ns);
 }
 
-/// The stack mode `ALLOCMUX_STACKS` and `ALLOCMUX_SAMPLE_BYTES` ask for,
-/// with a `Profiler`'s defaults (sampling unless told otherwise; see
-/// [`env::Settings`]), warning about values of theirs that mean nothing.
-fn mode_from_env() -> StackMode {
-    let vars: Vec<(&str, Vec<u8>)> = [env::STACKS, env::SAMPLE_BYTES]
-        .into_iter()
-        .filter_map(|name| Some((name, std::env::var_os(name)?.into_vec())))
-        .collect();
-    let settings = env::Settings::from_env(env::Reader::Profiler, |name| {
-        vars.iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, v)| v.as_slice())
-    });
-    for problem in settings.problems() {
-        eprintln!("allocmux: warning: Profiler: {problem}");
+/// The variables a `Profiler` reads (`ALLOCMUX_STACKS`,
+/// `ALLOCMUX_SAMPLE_BYTES`, `ALLOCMUX_OUTPUT`), read once when it is built.
+struct ProfilerEnv(Vec<(&'static str, Vec<u8>)>);
+
+impl ProfilerEnv {
+    fn read() -> ProfilerEnv {
+        let vars = [env::STACKS, env::SAMPLE_BYTES, env::OUTPUT]
+            .into_iter()
+            .filter_map(|name| Some((name, std::env::var_os(name)?.into_vec())))
+            .collect();
+        ProfilerEnv(vars)
     }
-    settings.stacks
+
+    /// The settings with a `Profiler`'s defaults (sampling unless told
+    /// otherwise; see [`env::Settings`]).
+    fn settings(&self) -> env::Settings<'_> {
+        env::Settings::from_env(env::Reader::Profiler, |name| {
+            self.0
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v.as_slice())
+        })
+    }
 }
 
 /// Whether allocmux's preload shim is loaded (then it owns `ALLOCMUX_OUTPUT`).
