@@ -52,9 +52,9 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import bench_svg  # noqa: E402
-from shim_overhead import DEBIAN_JEMALLOC, direct_shims, library  # noqa: E402
+from common import DEBIAN_JEMALLOC, DEBIAN_MIMALLOC, clean_env  # noqa: E402
+from shim_overhead import direct_shims, library  # noqa: E402
 
-DEBIAN_MIMALLOC = "/usr/lib/x86_64-linux-gnu/libmimalloc.so.2"
 PARTS = ["overhead", "callgrind", "compare", "heaptrack", "counting"]
 
 # name: (default size, threads): each workload's own default, the size the
@@ -197,7 +197,7 @@ class Runner:
     def __init__(self, a, tmp):
         self.a = a
         self.tmp = tmp
-        self.base = {k: v for k, v in os.environ.items() if not k.startswith(("LD_PRELOAD", "ALLOCMUX_"))}
+        self.base = clean_env()
         # What `allocmux run` preloads for stacks off and sampled stacks
         # (docs/performance.md); without the tool (a --bin-dir without
         # examples), the universal library for every mode.
