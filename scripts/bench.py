@@ -720,8 +720,10 @@ def write_report(a, started, load_before, body, charts, results, done):
     log(f"wrote {a.out} and {len(charts)} charts in {a.svg_dir} ({elapsed / 60:.1f} min)")
 
 
-# What other scripts measure, copied from their results files into
-# BENCHMARKS.md so that every figure is in one place: (title, command, file).
+# What the suite's other scripts measure, copied from their results files
+# into BENCHMARKS.md so that every figure is in one place: (title, command,
+# file). scripts/README.md says what each measures and how long it takes;
+# the frozen studies of scripts/studies/ are not copied.
 OTHER_SCRIPTS = [
     ("The sampled level (live profiles), against the same allocator without allocmux",
      "python3 scripts/live_cost.py --rounds 11 --out scripts/results/live-cost.md", "live-cost.md"),
@@ -733,8 +735,6 @@ OTHER_SCRIPTS = [
     ("Default recording and sampled stacks per backend, against the bare, preloaded and in-code allocator",
      "python3 scripts/recording_cost.py --rounds 31 --callgrind --out scripts/results/recording-cost.md",
      "recording-cost.md"),
-    ("The floor of exact counting, and mimalloc counting bytes itself",
-     "python3 scripts/counting_floor.py --out scripts/results/counting-floor.md", "counting-floor.md"),
     ("The shim against its floors",
      "python3 scripts/shim_overhead.py --rounds 31 --program-rounds 21 --callgrind --floors "
      "--out scripts/results/shim-overhead.md", "shim-overhead.md"),
@@ -744,9 +744,6 @@ OTHER_SCRIPTS = [
     ("The `/debug/pprof` endpoint",
      "python3 scripts/endpoint_cost.py --rounds 9 --every 1 --out scripts/results/endpoint-cost.md",
      "endpoint-cost.md"),
-    ("Allocator time from program-counter samples, against the TSC sample",
-     "python3 scripts/pc_sampling.py --rounds 9 --iterations 4000000 --callgrind "
-     "--out scripts/results/pc-sampling.md", "pc-sampling.md"),
     ("A shadow stack against checking frames",
      "bash scripts/shadow_stack.sh scripts/results/shadow-stack.md 2000000 15", "shadow-stack.md"),
 ]
