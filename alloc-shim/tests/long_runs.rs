@@ -1,4 +1,4 @@
-//! Long runs (issue 7, item 3): in exact-stack mode the shim's memory and
+//! Long runs: in exact-stack mode the shim's memory and
 //! the profile grow with the distinct call stacks and the live blocks, not
 //! with the number of calls.
 //!
