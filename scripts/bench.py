@@ -52,9 +52,9 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import bench_svg  # noqa: E402
-from shim_overhead import DEBIAN_JEMALLOC, direct_shims, library  # noqa: E402
+from common import DEBIAN_JEMALLOC, DEBIAN_MIMALLOC, clean_env  # noqa: E402
+from shim_overhead import direct_shims, library  # noqa: E402
 
-DEBIAN_MIMALLOC = "/usr/lib/x86_64-linux-gnu/libmimalloc.so.2"
 PARTS = ["overhead", "callgrind", "compare", "heaptrack", "counting"]
 
 # name: (default size, threads): each workload's own default, the size the
@@ -197,7 +197,7 @@ class Runner:
     def __init__(self, a, tmp):
         self.a = a
         self.tmp = tmp
-        self.base = {k: v for k, v in os.environ.items() if not k.startswith(("LD_PRELOAD", "ALLOCMUX_"))}
+        self.base = clean_env()
         # What `allocmux run` preloads for stacks off and sampled stacks
         # (docs/performance.md); without the tool (a --bin-dir without
         # examples), the universal library for every mode.
@@ -720,8 +720,10 @@ def write_report(a, started, load_before, body, charts, results, done):
     log(f"wrote {a.out} and {len(charts)} charts in {a.svg_dir} ({elapsed / 60:.1f} min)")
 
 
-# What other scripts measure, copied from their results files into
-# BENCHMARKS.md so that every figure is in one place: (title, command, file).
+# What the suite's other scripts measure, copied from their results files
+# into BENCHMARKS.md so that every figure is in one place: (title, command,
+# file). scripts/README.md says what each measures and how long it takes;
+# the frozen studies of scripts/studies/ are not copied.
 OTHER_SCRIPTS = [
     ("The sampled level (live profiles), against the same allocator without allocmux",
      "python3 scripts/live_cost.py --rounds 11 --out scripts/results/live-cost.md", "live-cost.md"),
@@ -733,8 +735,6 @@ OTHER_SCRIPTS = [
     ("Default recording and sampled stacks per backend, against the bare, preloaded and in-code allocator",
      "python3 scripts/recording_cost.py --rounds 31 --callgrind --out scripts/results/recording-cost.md",
      "recording-cost.md"),
-    ("The floor of exact counting, and mimalloc counting bytes itself",
-     "python3 scripts/counting_floor.py --out scripts/results/counting-floor.md", "counting-floor.md"),
     ("The shim against its floors",
      "python3 scripts/shim_overhead.py --rounds 31 --program-rounds 21 --callgrind --floors "
      "--out scripts/results/shim-overhead.md", "shim-overhead.md"),
@@ -744,9 +744,6 @@ OTHER_SCRIPTS = [
     ("The `/debug/pprof` endpoint",
      "python3 scripts/endpoint_cost.py --rounds 9 --every 1 --out scripts/results/endpoint-cost.md",
      "endpoint-cost.md"),
-    ("Allocator time from program-counter samples, against the TSC sample",
-     "python3 scripts/pc_sampling.py --rounds 9 --iterations 4000000 --callgrind "
-     "--out scripts/results/pc-sampling.md", "pc-sampling.md"),
     ("A shadow stack against checking frames",
      "bash scripts/shadow_stack.sh scripts/results/shadow-stack.md 2000000 15", "shadow-stack.md"),
 ]

@@ -4,7 +4,7 @@
 # runs, the shim's overhead, heaptrack, callgrind, Counting) and writes
 # BENCHMARKS.md and the charts in scripts/results/bench/.
 #
-#   bash scripts/bench.sh                   # the full run (about 9 min on the shared 2-core VM)
+#   bash scripts/bench.sh                   # the full run (about 6 min on the shared 2-core VM)
 #   bash scripts/bench.sh --quick           # 2 rounds, 1/8 sizes: a few minutes
 #   bash scripts/bench.sh --only overhead --rounds 15 --workloads larson,edit-distance
 #   bash scripts/bench.sh --smoke --bin-dir DIR --out FILE --svg-dir DIR   # the test's: no build

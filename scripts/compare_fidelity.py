@@ -48,6 +48,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import bench_svg  # noqa: E402
 from bench import WORKLOADS, paired_ratio, winner  # noqa: E402
+from common import clean_env  # noqa: E402
 from shim_overhead import timed  # noqa: E402
 
 ALLOCATORS = ["system", "jemalloc", "mimalloc"]
@@ -63,10 +64,6 @@ ALLOCATION_BOUND = {"edit-distance", "larson", "producer-consumer", "churn"}
 
 def log(msg):
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def clean_env():
-    return {k: v for k, v in os.environ.items() if not k.startswith(("LD_PRELOAD", "ALLOCMUX_"))}
 
 
 def wall(cmd, env):

@@ -51,11 +51,11 @@ import time
 
 from bench import Ratio, spread
 from bench_svg import hbar_chart
-from recording_cost import BACKENDS, CALLGRIND_SIZES, DEBIAN, build, configs, instruction_counts, wall_times
+from common import ROOT, clean_env, require_debian
+from recording_cost import BACKENDS, CALLGRIND_SIZES, build, configs, instruction_counts, wall_times
 from shim_overhead import direct_shims, library
 from stacks_overhead import end_to_end_ratios, measure_times, python_program
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NAMES = {"system": "glibc", "jemalloc": "jemalloc", "mimalloc": "mimalloc"}
 STACKS_OFF_GOAL = 1.05
 SAMPLED_GOAL = 0.02
@@ -265,13 +265,11 @@ def main():
     a = ap.parse_args()
     if a.rounds < 2 or a.heaptrack_rounds < 1 or a.accuracy_runs < 1:
         sys.exit("--rounds must be at least 2 (for an interval), --heaptrack-rounds and --accuracy-runs at least 1")
-    for lib in DEBIAN.values():
-        if not os.path.exists(lib):
-            sys.exit(f"{lib} is missing: apt-get install libjemalloc2 libmimalloc2.0")
+    require_debian()
     for tool in ["gcc", "valgrind", "heaptrack", "heaptrack_print"]:
         if not shutil.which(tool):
             sys.exit(f"{tool} is needed (apt-get install {tool.split('_')[0]})")
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("LD_PRELOAD", "ALLOCMUX_"))}
+    base = clean_env()
     start, load = time.time(), os.getloadavg()[0]
     lines, charts, summary = [], {}, []
     with tempfile.TemporaryDirectory() as tmp:

@@ -58,7 +58,8 @@ import tempfile
 import time
 
 from bench_svg import hbar_chart
-from recording_cost import DEBIAN, INCODE, build, instructions
+from common import DEBIAN, clean_env, require_debian
+from recording_cost import INCODE, build, instructions
 from shim_overhead import direct_shims, report, timed
 
 BACKENDS = ["system", "jemalloc", "mimalloc"]
@@ -155,10 +156,8 @@ def main():
     ap.add_argument("--only-redis", action="store_true", help="the redis-server rounds alone")
     ap.add_argument("--out", help="also write the tables as Markdown to this file")
     a = ap.parse_args()
-    for lib in DEBIAN.values():
-        if not os.path.exists(lib):
-            sys.exit(f"{lib} is missing: apt-get install libjemalloc2 libmimalloc2.0")
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("LD_PRELOAD", "ALLOCMUX_"))}
+    require_debian()
+    base = clean_env()
     head = [
         f"Machine: {platform.machine()}, {os.cpu_count()} cores, {platform.platform()}; "
         f"load average at start {os.getloadavg()[0]:.2f}",

@@ -41,11 +41,9 @@ import subprocess
 import sys
 import tempfile
 
+from common import DEBIAN, ROOT, clean_env, require_debian
 from shim_overhead import direct_shims, library, report, timed  # timed: one process, timed; exits if it fails
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LIB = "/usr/lib/x86_64-linux-gnu"
-DEBIAN = {"jemalloc": f"{LIB}/libjemalloc.so.2", "mimalloc": f"{LIB}/libmimalloc.so.2"}
 BACKENDS = ["system", "jemalloc", "mimalloc"]
 INCODE = {"system": "glibc", "jemalloc": "jemalloc", "mimalloc": "mimalloc"}
 # Units of work under callgrind (churn: pairs per thread; edit-distance: word
@@ -151,11 +149,9 @@ def main():
     ap.add_argument("--callgrind", action="store_true")
     ap.add_argument("--out", help="also write the tables as Markdown to this file")
     a = ap.parse_args()
-    for lib in DEBIAN.values():
-        if not os.path.exists(lib):
-            sys.exit(f"{lib} is missing: apt-get install libjemalloc2 libmimalloc2.0")
+    require_debian()
     sizes = {"churn": a.churn_iterations, "edit-distance": a.edit_distance}
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("LD_PRELOAD", "ALLOCMUX_"))}
+    base = clean_env()
     lines = [
         f"Machine: {platform.machine()}, {os.cpu_count()} cores, {platform.platform()}; "
         f"load average at start {os.getloadavg()[0]:.2f}",

@@ -51,8 +51,7 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEBIAN_JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
+from common import DEBIAN_JEMALLOC, ROOT, clean_env, require_debian
 
 
 def direct_shims(universal, outdir, tool=None):
@@ -139,12 +138,11 @@ def main():
     ap.add_argument("--baseline-shim", metavar="PATH", help="also run this build of the shim and compare the current one against it")
     ap.add_argument("--idle-seconds", type=float, default=5, help="length of the idle run with --baseline-shim")
     a = ap.parse_args()
-    if not os.path.exists(DEBIAN_JEMALLOC):
-        sys.exit(f"{DEBIAN_JEMALLOC} is missing: apt-get install libjemalloc2")
+    require_debian([DEBIAN_JEMALLOC])
     with tempfile.TemporaryDirectory() as tmp:
         churn, shim = build(tmp)
         cmd = [churn, str(a.threads), str(a.iterations)]
-        base = {k: v for k, v in os.environ.items() if not k.startswith(("LD_PRELOAD", "ALLOCMUX_"))}
+        base = clean_env()
         # Profiles go to a file, as `allocmux run` does, so nothing is printed.
         out = os.path.join(tmp, "%p.prof")
         configs = {

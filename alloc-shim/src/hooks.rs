@@ -271,7 +271,7 @@ macro_rules! bench_variant {
 
 /// Benchmark builds only (`RUSTFLAGS='--cfg allocmux_bench="forward"'` or
 /// `"count"`, used by `scripts/shim_overhead.py --floors` and
-/// `scripts/counting_floor.py`): `malloc`, `free`, `calloc` and `realloc`
+/// `scripts/studies/counting_floor.py`): `malloc`, `free`, `calloc` and `realloc`
 /// (all a Rust program's `System` allocator calls for alignments up to 16)
 /// forward with no recording at all, or with nothing but one per-thread
 /// increment, to measure what interposition and the cheapest exact

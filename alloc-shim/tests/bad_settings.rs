@@ -1,4 +1,4 @@
-//! Bad input to the shim (issue 7, item 5), table-driven, under every
+//! Bad settings: the shim's environment, table-driven, under every
 //! backend: each `ALLOCMUX_*` variable the shim reads set to garbage,
 //! empty, huge (100 KB: one environment string may hold at most 128 KiB),
 //! overflowing, negative or non-UTF-8 values, and `ALLOCMUX_OUTPUT` set to

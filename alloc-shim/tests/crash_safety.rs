@@ -1,4 +1,4 @@
-//! Crash safety and hostile but legal programs (issue 7, items 1 and 2),
+//! Crash safety and hostile but legal programs,
 //! each under every backend: the profile a program leaves when it dies by
 //! a signal, `_exit`s, exits from another thread or `exec`s, and what the
 //! shim does to programs that close or replace every descriptor, allocate

@@ -1,4 +1,4 @@
-//! Long runs (issue 7, item 3): in exact-stack mode the shim's memory and
+//! Long runs: in exact-stack mode the shim's memory and
 //! the profile grow with the distinct call stacks and the live blocks, not
 //! with the number of calls.
 //!
@@ -6,7 +6,7 @@
 //! sites with at most 64 blocks live, and prints its own peak resident size
 //! (`VmHWM`) at the end. Both runs must end with the same stacks, within
 //! 1 MiB of each other in peak RSS, and with profiles of about the same
-//! size. `scripts/long_run.sh` is the same at a billion allocations.
+//! size. `scripts/studies/long_run.sh` is the same at a billion allocations.
 
 use std::process::Command;
 

@@ -1,4 +1,4 @@
-//! Bad input to every subcommand, table-driven (issue 7, item 4): unknown
+//! Bad input to every subcommand, table-driven: unknown
 //! allocator names and weights, empty commands, missing, unreadable,
 //! corrupt, truncated, empty and newer-version profiles, unwritable and
 //! existing output paths, static and setuid targets.

@@ -1,4 +1,4 @@
-//! A peer's stress tests (issue 7, item 7): the allocator stress workloads
+//! Stress tests: the allocator stress workloads
 //! of this crate and `stress-ng --malloc` run clean under the shim with
 //! every backend in every recording mode (stacks off, sampled, exact):
 //! exit status 0, the program's output unchanged, nothing from the shim on

@@ -18,8 +18,9 @@ use crate::symbolize::Symbolizer;
 
 const WORKLOAD: &str = "edit-distance";
 
-/// Word pairs per run: about half a second per run on a 2-core machine,
-/// so the whole demo (48 runs and a stack recording) takes about 30 s.
+/// Word pairs per run: about 0.3 s per run on a 2-core machine,
+/// so the whole demo (48 runs and a stack recording) takes about 20 s
+/// (22 s by `time allocmux demo` on a shared 2-core VM).
 const DEFAULT_SIZE: u64 = 500_000;
 
 /// Rounds of the comparison: enough for 95% intervals with room to spare.

@@ -1,4 +1,7 @@
 #!/bin/sh
+# Frozen study: it decided the recorder's unwinder (RESULTS.md); kept as it
+# was run, not maintained with the benchmark suite.
+#
 # Builds and runs the unwinder benchmark; prints markdown on stdout.
 #
 #   ./run.sh                 full run (wall time + callgrind), ~3-4 minutes
@@ -24,10 +27,9 @@ if [ ! -e /usr/lib/x86_64-linux-gnu/libunwind.so.8 ]; then
 fi
 
 ./build_c.sh
-# A workspace member, built into its own ./target: the frame-pointer flags of
-# .cargo/config.toml here would otherwise rebuild the workspace's release
-# dependencies.
-cargo build --release --quiet -p unwind-bench --target-dir target
+# Its own workspace (Cargo.toml, Cargo.lock), built into ./target with the
+# frame-pointer flags of .cargo/config.toml.
+cargo build --release --quiet --target-dir target
 BIN=./target/release/unwind-bench
 
 echo "## Environment"
@@ -40,7 +42,7 @@ ldd --version | head -1
 gcc --version | head -1
 dpkg-query -W -f='libunwind8 ${Version}\n' libunwind8 2>/dev/null || true
 rustc --version
-echo "framehop $(grep -A1 'name = "framehop"' ../../Cargo.lock | sed -n 's/version = "\(.*\)"/\1/p')"
+echo "framehop $(grep -A1 'name = "framehop"' Cargo.lock | sed -n 's/version = "\(.*\)"/\1/p')"
 echo '```'
 echo
 echo "## Wall time (ITERS=$ITERS REPS=$REPS DEPTHS=$DEPTHS, LD_PRELOAD allocation counter)"

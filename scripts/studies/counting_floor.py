@@ -2,7 +2,11 @@
 """The least that exact counting through interposition can cost, per backend,
 and what it would cost if the allocator counted the bytes itself.
 
-  python3 scripts/counting_floor.py [--pairs 200000] [--words 30000] [--out FILE.md]
+Frozen study: it decided that default recording keeps exact counts through
+interposition, over an unmodified mimalloc (results/counting-floor.md);
+kept as it was run, not maintained with the suite.
+
+  python3 scripts/studies/counting_floor.py [--pairs 200000] [--words 30000] [--out FILE.md]
 
 Default recording keeps exact per-function call counts and exact bytes. A
 5% budget is set by the bare allocator's cost per call, so this script
@@ -53,11 +57,11 @@ import subprocess
 import sys
 import tempfile
 
-from bench import callgrind_ir
-from recording_cost import DEBIAN, build
-from shim_overhead import build_variant, direct_shims, report
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from bench import callgrind_ir  # noqa: E402  (the suite's helpers, in scripts/)
+from common import DEBIAN, ROOT, clean_env, require_debian  # noqa: E402
+from recording_cost import build  # noqa: E402
+from shim_overhead import build_variant, direct_shims, report  # noqa: E402
 BACKENDS = ["system", "jemalloc", "mimalloc"]
 NAMES = {"system": "glibc", "jemalloc": "jemalloc", "mimalloc": "mimalloc"}
 
@@ -122,10 +126,8 @@ def main():
     ap.add_argument("--words", type=int, default=30_000, help="edit-distance word pairs (N)")
     ap.add_argument("--out", help="also write the tables as Markdown to this file")
     a = ap.parse_args()
-    for lib in DEBIAN.values():
-        if not os.path.exists(lib):
-            sys.exit(f"{lib} is missing: apt-get install libjemalloc2 libmimalloc2.0")
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("LD_PRELOAD", "ALLOCMUX_"))}
+    require_debian()
+    base = clean_env()
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         churn, shipped, release = build(tmp)

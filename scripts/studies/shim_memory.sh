@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
+# Frozen study: it decided to ship one shim library with all three
+# allocators rather than one per backend (results/shim-memory.md); kept as
+# it was run, not maintained.
+#
 # What the shim costs a process in memory, per backend: RSS and private dirty
 # memory (/proc/self/smaps_rollup) of a program that allocates once, without
-# the shim and under each backend. Usage: bash scripts/shim_memory.sh
+# the shim and under each backend. Usage: bash scripts/studies/shim_memory.sh
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cat > "$tmp/probe.c" <<'C'

@@ -1,6 +1,9 @@
 /*
+ * Frozen study (results/pc-sampling.md): it decided that allocator time
+ * stays a TSC sample of calls; kept as it was run, not maintained.
+ *
  * Time in the allocator from program-counter samples, for comparison with
- * the shim's TSC sample of calls (scripts/pc_sampling.py runs it).
+ * the shim's TSC sample of calls (scripts/studies/pc_sampling.py runs it).
  *
  *   pc_sampling MODE RATE ITERATIONS
  *

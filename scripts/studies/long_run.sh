@@ -1,4 +1,9 @@
 #!/usr/bin/env bash
+# Frozen study: it showed that exact mode's memory and profile grow with
+# distinct stacks, not with calls, up to a billion allocations
+# (results/long-run.md); CI keeps the bound at smaller sizes
+# (alloc-shim/tests/long_runs.rs). Kept as it was run, not maintained.
+#
 # Long runs in exact-stack mode: the shim's memory and the profile must grow
 # with distinct call stacks and live blocks, not with calls. Runs
 # alloc-shim/tests/fixtures/long_run.c (8 call sites, at most 64 blocks
@@ -8,12 +13,12 @@
 # the profile's size, its size without the memory timeline (the `tl`
 # lines, at most 2,048 of them) and its number of stacks.
 #
-# Usage: bash scripts/long_run.sh [N [BACKEND]]   (default 1000000000 system)
-#        SHIM=/path/to/liballocmux_shim.so bash scripts/long_run.sh ...
+# Usage: bash scripts/studies/long_run.sh [N [BACKEND]]   (default 1000000000 system)
+#        SHIM=/path/to/liballocmux_shim.so bash scripts/studies/long_run.sh ...
 # (without SHIM, the release shim is built). The CI test with the same
 # fixture is alloc-shim/tests/long_runs.rs.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 n=${1:-1000000000}
 backend=${2:-system}
 tmp=$(mktemp -d)

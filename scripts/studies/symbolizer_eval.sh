@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
+# Frozen study: it decided the CLI's symbolizer, blazesym over addr2line
+# (results/symbolizer.md); kept as it was run, not maintained.
+#
 # Compares blazesym 0.2 (the CLI's symbolizer) with addr2line 0.25 on the
 # same addresses: time for a cold symbolizer to resolve them (3 rounds),
-# and how many each names, with how many inlined frames. Writes the figures
-# docs/dependencies.md quotes.
+# and how many each names, with how many inlined frames.
 #
-#   bash scripts/symbolizer_eval.sh [ELF] [N]
+#   bash scripts/studies/symbolizer_eval.sh [ELF] [N]
 #
 # Default ELF: the debug allocmux binary (full DWARF); run it a second time
 # with /lib/x86_64-linux-gnu/libc.so.6 (no DWARF of its own) to see the
@@ -12,7 +14,7 @@
 # symbols + 3, taken in symbol-table order. The scratch crate lives in a
 # temporary directory and is removed afterwards.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 ELF=${1:-target/debug/allocmux}
 N=${2:-5000}
 [ -f "$ELF" ] || cargo build -q -p allocmux-cli

@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """Allocator time from program-counter samples against the shim's TSC sample.
 
-  python3 scripts/pc_sampling.py [--rounds 5] [--iterations 4000000] [--callgrind] [--out FILE.md]
+Frozen study: it decided that allocator time stays a TSC sample of 1 call in
+256 rather than program-counter sampling (results/pc-sampling.md); kept as
+it was run, not maintained with the suite.
+
+  python3 scripts/studies/pc_sampling.py [--rounds 5] [--iterations 4000000] [--callgrind] [--out FILE.md]
 
 Estimating time in the allocator by sampling the program counter (a
 per-thread CPU-time timer, or a perf event, raising a signal; a sample is
@@ -10,7 +14,7 @@ call, where the shim times 1 call in 256 with the TSC. Which gives the
 narrower interval for its cost? On the one-thread churn (malloc/free pairs
 and little else, against glibc):
 
-- `scripts/pc_sampling.c` runs the churn bare, with a CPU-time timer
+- `scripts/studies/pc_sampling.c` runs the churn bare, with a CPU-time timer
   (`timer_create` on `CLOCK_THREAD_CPUTIME_ID`) and with a software
   task-clock perf event at several rates; each sample's PC is the
   allocator's if it is in libc, which the churn calls for nothing else.
@@ -37,7 +41,7 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RATES = [250, 1000, 4000, 10000]
 MEAN = 256  # the shim's default time sample
 
@@ -91,7 +95,7 @@ def main():
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         exe, churn = os.path.join(tmp, "pc_sampling"), os.path.join(tmp, "churn")
-        subprocess.run(["gcc", "-O2", "-o", exe, os.path.join(ROOT, "scripts/pc_sampling.c")], check=True)
+        subprocess.run(["gcc", "-O2", "-o", exe, os.path.join(ROOT, "scripts/studies/pc_sampling.c")], check=True)
         subprocess.run(["gcc", "-O2", "-pthread", "-o", churn, os.path.join(ROOT, "scripts/churn.c")], check=True)
         configs = [("none", 0)] + [(m, r) for m in ("timer", "perf") for r in RATES]
         runs = {c: [] for c in configs}
@@ -109,7 +113,7 @@ def main():
 
         bare_cpu = statistics.median(int(r["cpu_ns"]) for r in runs[("none", 0)])
         lines = ["# Allocator time: program-counter samples against the TSC sample", "",
-                 f"`python3 scripts/pc_sampling.py {' '.join(sys.argv[1:])}` on {os.cpu_count()} CPUs; "
+                 f"`python3 scripts/studies/pc_sampling.py {' '.join(sys.argv[1:])}` on {os.cpu_count()} CPUs; "
                  f"load average at start {load:.2f}. One-thread churn, "
                  f"{args.iterations:,} malloc/free pairs against glibc; medians of {args.rounds} rounds.", "",
                  f"Bare run: {bare_cpu / 1e6:.1f} ms of CPU.", "",

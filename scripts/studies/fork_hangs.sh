@@ -1,4 +1,9 @@
 #!/usr/bin/env bash
+# Frozen study: it checked, over thousands of runs under load, that the
+# shim's fork handling does not hang where glibc alone does not
+# (results/fork-hangs.md); CI runs the same fixtures a few times
+# (alloc-shim/tests/fork_safety.rs). Kept as it was run, not maintained.
+#
 # fork from a signal handler that interrupted the program's own fork (the
 # mallocfork fixture, in the spirit of glibc's tst-mallocfork), many times
 # in a row while stress-ng keeps both cores busy: under the shim with each
@@ -6,10 +11,10 @@
 # the /debug/pprof endpoint served; and with Debian's libjemalloc and
 # libmimalloc preloaded alone, for reference. A run still going after 20 s
 # is a hang; a configuration stops at its fifth. Usage:
-# FORKS=N bash scripts/fork_hangs.sh [RUNS] [BACKEND...]
+# FORKS=N bash scripts/studies/fork_hangs.sh [RUNS] [BACKEND...]
 # (defaults: 1000 runs of `mallocfork 100`; mimalloc jemalloc system).
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 runs=${1:-1000}
 forks=${FORKS:-100}
 shift || true
