@@ -744,8 +744,6 @@ OTHER_SCRIPTS = [
     ("The `/debug/pprof` endpoint",
      "python3 scripts/endpoint_cost.py --rounds 9 --every 1 --out scripts/results/endpoint-cost.md",
      "endpoint-cost.md"),
-    ("A shadow stack against checking frames",
-     "bash scripts/shadow_stack.sh scripts/results/shadow-stack.md 2000000 15", "shadow-stack.md"),
 ]
 
 

@@ -1,4 +1,4 @@
-//! What one `AllocatorStats::read` costs, per backend: what the shim's
+//! What one `allocmux::read_allocator_stats` costs, per backend: what the shim's
 //! writer thread pays per flush (every 500 ms) to put the allocator's own
 //! figures in the profile. Each allocator holds 100 000 live 64-byte blocks
 //! and, in the `fragmented` case, 50 000 freed ones between them (glibc's

@@ -172,8 +172,8 @@ fn ideal_shim_keeps_programs_working() {
     }
 }
 
-/// `scripts/jemalloc_sampling_cost.py` measures jemalloc's own sampler
-/// with a one-frame backtrace hook (`scripts/jemalloc_prof_hook.c`): the
+/// `scripts/studies/jemalloc_sampling_cost.py` measures jemalloc's own sampler
+/// with a one-frame backtrace hook (`scripts/studies/jemalloc_prof_hook.c`): the
 /// hook must really be installed when jemalloc profiles (and refused, with
 /// a message, when it does not), and the script must print its four rows.
 #[test]
@@ -189,7 +189,7 @@ fn jemalloc_sampling_cost_script_runs() {
     let churn = compile("gcc", root.join("scripts/churn.c"), &["-O2", "-pthread"]);
     let hook = compile(
         "gcc",
-        root.join("scripts/jemalloc_prof_hook.c"),
+        root.join("scripts/studies/jemalloc_prof_hook.c"),
         &["-O2", "-fPIC", "-shared", jemalloc],
     );
     let run = |conf: &str| {
@@ -206,7 +206,7 @@ fn jemalloc_sampling_cost_script_runs() {
     assert!(run("prof:false").contains("mallctl failed"));
 
     let out = Command::new("python3")
-        .arg(root.join("scripts/jemalloc_sampling_cost.py"))
+        .arg(root.join("scripts/studies/jemalloc_sampling_cost.py"))
         .args(["--pairs", "2000"])
         .output()
         .unwrap();
@@ -227,7 +227,7 @@ fn jemalloc_sampling_cost_script_runs() {
     }
 }
 
-/// `scripts/shadow_stack.sh` compares a shadow stack's cost a frame with
+/// `scripts/studies/shadow_stack.sh` compares a shadow stack's cost a frame with
 /// the recorder's check: its program exits with an error unless every
 /// trampoline return popped the shadow stack back to empty and every kept
 /// frame passed its check, so a run that prints its tables measured what
@@ -241,7 +241,7 @@ fn shadow_stack_script_runs() {
     let dir = tempfile::tempdir().unwrap();
     let out_file = dir.path().join("shadow-stack.md");
     let o = Command::new("bash")
-        .arg(root.join("scripts/shadow_stack.sh"))
+        .arg(root.join("scripts/studies/shadow_stack.sh"))
         .args([out_file.to_str().unwrap(), "20000", "3"])
         .output()
         .unwrap();

@@ -17,9 +17,9 @@ the difference between 2N and N pairs, so start-up cancels out):
                     sample per 512 KiB, the shim's default), stacks by
                     jemalloc's default unwinder
   prof, one frame   the same with a one-frame backtrace hook
-                    (scripts/jemalloc_prof_hook.c): the sampler alone
+                    (scripts/studies/jemalloc_prof_hook.c): the sampler alone
 
-Usage: python3 scripts/jemalloc_sampling_cost.py [--pairs 100000]
+Usage: python3 scripts/studies/jemalloc_sampling_cost.py [--pairs 100000]
 
 Needs gcc, valgrind and Debian's libjemalloc2.
 """
@@ -29,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
 
 
@@ -54,7 +54,7 @@ def main():
         churn = os.path.join(tmp, "churn")
         hook = os.path.join(tmp, "jemalloc_prof_hook.so")
         subprocess.run(["gcc", "-O2", "-pthread", os.path.join(ROOT, "scripts", "churn.c"), "-o", churn], check=True)
-        subprocess.run(["gcc", "-O2", "-shared", "-fPIC", os.path.join(ROOT, "scripts", "jemalloc_prof_hook.c"),
+        subprocess.run(["gcc", "-O2", "-shared", "-fPIC", os.path.join(ROOT, "scripts", "studies", "jemalloc_prof_hook.c"),
                         "-o", hook, JEMALLOC], check=True)
         base = {k: v for k, v in os.environ.items() if not k.startswith(("LD_PRELOAD", "MALLOC_CONF"))}
         active = "prof:true,prof_active:true,lg_prof_sample:19"

@@ -7,7 +7,7 @@
  *        are about 45 frames, of which about 27 are the thread's last
  *        stack's)
  *
- * Build: gcc -O2 -fno-omit-frame-pointer scripts/shadow_stack.c
+ * Build: gcc -O2 -fno-omit-frame-pointer scripts/studies/shadow_stack.c
  *
  * Not revisiting unchanged frames at all takes knowing which frames
  * returned since the last capture, which only the return path knows.

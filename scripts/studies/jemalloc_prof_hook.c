@@ -1,6 +1,6 @@
 /*
  * jemalloc_prof_hook.c - a one-frame backtrace hook for jemalloc's own
- * sampler, for scripts/jemalloc_sampling_cost.py.
+ * sampler, for scripts/studies/jemalloc_sampling_cost.py.
  *
  * Preloaded after Debian's libjemalloc.so.2 (built with --enable-prof),
  * it replaces jemalloc's backtrace (libgcc's _Unwind_Backtrace) with one
