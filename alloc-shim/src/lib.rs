@@ -5,7 +5,7 @@
 //! Layers, as in mimalloc: `exports` (the C names only, jumping through the
 //! `hooks` table of the chosen backend), `posix` (the C semantics, once for
 //! all backends), `backend` (forwarding), with the recording core from the
-//! `allocmux` crate. Around them: `choice` (which backend, at the first
+//! `allocmux-recorder` crate. Around them: `choice` (which backend, at the first
 //! call), `config` (the environment), `lifecycle` and `exec` (start-up,
 //! `fork`, `exec`, exit), `children` (programs started by `vfork` or
 //! `posix_spawn` that the shim cannot reach), `writer` (the process's record and the profile
@@ -24,6 +24,8 @@
 //! `docs/c-semantics.md` how each function behaves under every backend, and
 //! `docs/architecture.md` how the modules fit together.
 
+// Without the `library` feature the crate is empty (see Cargo.toml).
+#![cfg(feature = "library")]
 // The unit-test binary does not export the C symbols, so they look unused.
 #![cfg_attr(test, allow(dead_code))]
 
