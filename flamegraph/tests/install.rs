@@ -25,10 +25,14 @@ use std::time::Instant;
 mod common;
 use common::*;
 
-/// The crates of this workspace that `allocmux-cli` is installed from.
-const PACKAGES: [&str; 5] = [
+/// The crates of this workspace that `allocmux-cli` is installed from, and
+/// `allocmux`, which allocmux-workloads' packaged manifest names (a
+/// dev-dependency: cargo resolves it when packaging, but the install never
+/// builds it).
+const PACKAGES: [&str; 6] = [
     "allocmux-format",
     "allocmux-recorder",
+    "allocmux",
     "allocmux-shim",
     "allocmux-workloads",
     "allocmux-cli",
