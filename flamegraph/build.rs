@@ -15,7 +15,7 @@
 //! - a package on its own (unpacked from a registry, where sources are
 //!   read-only and there is no workspace) is copied under OUT_DIR and built
 //!   there with its packaged lock file, against the same `allocmux-format`
-//!   crate this build compiles the CLI with.
+//!   and `allocmux-recorder` crates this build resolved.
 
 use std::env;
 use std::ffi::OsString;
@@ -66,14 +66,22 @@ fn main() {
             let copy = out.join("allocmux-shim-sources");
             copy_package(&shim_sources, &copy);
             // The CLI reads the profiles the shim writes: both use the
-            // `allocmux-format` this build resolved, not one resolved anew.
+            // `allocmux-format` this build resolved, not one resolved anew,
+            // and the shim is built against the recorder of the same
+            // release (neither needs to be on crates.io: `cargo publish
+            // --dry-run` verifies before they are).
             let format = dependency_dir("DEP_ALLOCMUX_FORMAT_SOURCE_DIR", "allocmux-format");
+            let recorder = dependency_dir("DEP_ALLOCMUX_RECORDER_SOURCE_DIR", "allocmux-recorder");
             build
                 .current_dir(&copy)
                 .args(["build", "--release"])
                 .arg(format!(
                     "--config=patch.crates-io.allocmux-format.path={}",
                     toml_string(&format)
+                ))
+                .arg(format!(
+                    "--config=patch.crates-io.allocmux-recorder.path={}",
+                    toml_string(&recorder)
                 ));
             // Registry sources do not change under a given version.
             println!("cargo::rerun-if-changed={}", shim_sources.display());
