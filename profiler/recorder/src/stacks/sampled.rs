@@ -4,6 +4,13 @@
 //! release of a sampled block by its size. [`enter_live`] is the same at
 //! the sampled level, where nothing else is counted.
 
+//!
+//! Type parameters keep one meaning throughout: `B` is the call's body,
+//! `Th` the thread's own state ([`OwnState`]), `Sk` its stack sampler
+//! ([`OwnStacks`]), `S` the [`Scope`] a body records under. `COUNTED`
+//! says whether the request's bytes are on the thread's byte countdown
+//! already (taken by [`enter_sampled`] before the call's own countdown), so
+//! that the scope does not count them twice.
 use super::*;
 
 /// Methods of a wrapping [`Scope`] that pass the call on to `self.inner`.
@@ -86,15 +93,15 @@ macro_rules! delegate_scope {
 /// # Safety
 /// As for [`enter_stacks`]; the mode must be sample mode.
 #[inline(always)]
-pub unsafe fn enter_sampled<B, T, S>(t: T, st: S, body: B) -> B::Out
+pub unsafe fn enter_sampled<B, Th, Sk>(t: Th, st: Sk, body: B) -> B::Out
 where
     B: StackBody,
-    T: OwnState<'static>,
-    S: OwnStacks,
+    Th: OwnState<'static>,
+    Sk: OwnStacks,
 {
     let Some(n) = body.request() else {
         // SAFETY: forwarded from the caller.
-        return unsafe { unsampled::<B, T, S, false>(body, t, st) };
+        return unsafe { unsampled::<B, Th, Sk, false>(body, t, st) };
     };
     // The thread's byte countdown counts the request, and its window ends
     // no further than the next sampling point: a request it takes is not
@@ -105,7 +112,7 @@ where
         return unsafe { request_out_of_window(body, t, st) };
     }
     // SAFETY: forwarded from the caller.
-    unsafe { unsampled::<B, T, S, true>(body, t, st) }
+    unsafe { unsampled::<B, Th, Sk, true>(body, t, st) }
 }
 
 /// An unsampled call under [`enter_sampled`], its request (if any) counted
@@ -116,11 +123,11 @@ where
 /// # Safety
 /// As for [`enter_sampled`].
 #[inline(always)]
-pub(super) unsafe fn unsampled<B, T, S, const COUNTED: bool>(body: B, t: T, st: S) -> B::Out
+pub(super) unsafe fn unsampled<B, Th, Sk, const COUNTED: bool>(body: B, t: Th, st: Sk) -> B::Out
 where
     B: StackBody,
-    T: OwnState<'static>,
-    S: OwnStacks,
+    Th: OwnState<'static>,
+    Sk: OwnStacks,
 {
     if may_release_tracked(&body) {
         if COUNTED {
@@ -132,7 +139,7 @@ where
     }
     // SAFETY: forwarded from the caller.
     unsafe {
-        t.enter(SizeChecked::<B, S, T, COUNTED> {
+        t.enter(SizeChecked::<B, Sk, Th, COUNTED> {
             body,
             stacks: st,
             state: t,
@@ -161,11 +168,11 @@ pub(super) fn may_release_tracked<B: StackBody>(body: &B) -> bool {
 #[cold]
 #[inline(never)]
 #[allow(improper_ctypes_definitions)] // called from Rust only; extern "C" so it cannot unwind
-pub(super) unsafe extern "C" fn request_out_of_window<B, T, S>(body: B, t: T, st: S) -> B::Out
+pub(super) unsafe extern "C" fn request_out_of_window<B, Th, Sk>(body: B, t: Th, st: Sk) -> B::Out
 where
     B: StackBody,
-    T: OwnState<'static>,
-    S: OwnStacks,
+    Th: OwnState<'static>,
+    Sk: OwnStacks,
 {
     let n = body.request().unwrap_or(0);
     let (state, stacks) = (t.state(), st.stacks());
@@ -191,7 +198,7 @@ where
         state.reopen_window();
     }
     // SAFETY: forwarded from the caller.
-    unsafe { unsampled::<B, T, S, false>(body, t, st) }
+    unsafe { unsampled::<B, Th, Sk, false>(body, t, st) }
 }
 
 /// One hooked call at the sampled recording level (the live level: see
@@ -212,7 +219,11 @@ where
 /// The caller's arguments, with the C function's contract; `st` is the
 /// calling thread's; the mode is sample mode.
 #[inline(always)]
-pub unsafe fn enter_live<B: StackBody, S: OwnStacks, U: Scope>(st: S, body: B, plain: U) -> B::Out {
+pub unsafe fn enter_live<B: StackBody, Sk: OwnStacks, S: Scope>(
+    st: Sk,
+    body: B,
+    plain: S,
+) -> B::Out {
     let sampled = match body.request() {
         Some(n) => st.take(n),
         None => false,
@@ -246,10 +257,10 @@ pub unsafe fn enter_live<B: StackBody, S: OwnStacks, U: Scope>(st: S, body: B, p
 #[cold]
 #[inline(never)]
 #[allow(improper_ctypes_definitions)] // called from Rust only; extern "C" so it cannot unwind
-pub(super) unsafe extern "C" fn live_sampled<B: StackBody, U: Scope>(
+pub(super) unsafe extern "C" fn live_sampled<B: StackBody, S: Scope>(
     body: B,
     st: &StackThread,
-    plain: U,
+    plain: S,
     mut sample: bool,
 ) -> B::Out {
     if sample && !st.armed() {
@@ -526,20 +537,20 @@ impl<S: Scope> Scope for AsRequested<S> {
 /// `COUNTED`: the request's bytes are counted already, on the thread's
 /// byte countdown (see [`enter_sampled`]).
 #[derive(Clone, Copy)]
-pub(super) struct SizeChecked<B, T, U, const COUNTED: bool> {
+pub(super) struct SizeChecked<B, Sk, Th, const COUNTED: bool> {
     pub(super) body: B,
-    pub(super) stacks: T,
-    pub(super) state: U,
+    pub(super) stacks: Sk,
+    pub(super) state: Th,
 }
 
-impl<B: StackBody, T: OwnStacks, U: OwnState<'static>, const COUNTED: bool> Body
-    for SizeChecked<B, T, U, COUNTED>
+impl<B: StackBody, Sk: OwnStacks, Th: OwnState<'static>, const COUNTED: bool> Body
+    for SizeChecked<B, Sk, Th, COUNTED>
 {
     type Out = B::Out;
     const FUNC: Func = B::FUNC;
     #[inline(always)]
     unsafe fn run<S: Scope>(self, s: &S) -> B::Out {
-        let s = ReleaseChecked::<S, T, U, COUNTED> {
+        let s = ReleaseChecked::<S, Sk, Th, COUNTED> {
             inner: *s,
             stacks: self.stacks,
             state: self.state,
@@ -557,18 +568,18 @@ impl<B: StackBody, T: OwnStacks, U: OwnState<'static>, const COUNTED: bool> Body
 
 /// The scope of a [`SizeChecked`] call.
 #[derive(Clone, Copy)]
-pub(super) struct ReleaseChecked<S, T, U, const COUNTED: bool> {
+pub(super) struct ReleaseChecked<S, Sk, Th, const COUNTED: bool> {
     pub(super) inner: S,
-    pub(super) stacks: T,
+    pub(super) stacks: Sk,
     /// The thread's recorder state, for the time of a sampled block's
     /// release (see [`promoted_call_ticks`]), and to take a counted
     /// request's bytes back when the call fails.
-    pub(super) state: U,
+    pub(super) state: Th,
     pub(super) requested: usize,
 }
 
-impl<S: Scope, T: OwnStacks, U: OwnState<'static>, const COUNTED: bool> Scope
-    for ReleaseChecked<S, T, U, COUNTED>
+impl<S: Scope, Sk: OwnStacks, Th: OwnState<'static>, const COUNTED: bool> Scope
+    for ReleaseChecked<S, Sk, Th, COUNTED>
 {
     const NEEDS_SIZES: bool = S::NEEDS_SIZES;
     #[inline(always)]
