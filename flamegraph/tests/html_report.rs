@@ -128,7 +128,11 @@ fn browse(mode: &str, html: &Path, shots: &str, search: &str) -> Option<Value> {
     );
     let seen: Value = serde_json::from_slice(&out.stdout).expect("the driver prints JSON");
     assert_eq!(seen["blocked"], serde_json::json!([]), "network requests");
-    assert_eq!(seen["console_errors"], serde_json::json!([]), "console errors");
+    assert_eq!(
+        seen["console_errors"],
+        serde_json::json!([]),
+        "console errors"
+    );
     assert_eq!(seen["page_errors"], serde_json::json!([]), "page errors");
     Some(seen)
 }
@@ -191,8 +195,14 @@ fn report_html_views_work_in_a_browser() {
     // Bytes: the 8 MiB block outweighs 5,000 blocks of 16 bytes; count:
     // the other way round. The same frames, redrawn in place.
     let (small, big) = ("small_blocks", "big_block");
-    assert!(width(&f["bytes"], big) > 10.0 * width_or_0(&f["bytes"], small), "{f}");
-    assert!(width(&f["count"], small) > 10.0 * width_or_0(&f["count"], big), "{f}");
+    assert!(
+        width(&f["bytes"], big) > 10.0 * width_or_0(&f["bytes"], small),
+        "{f}"
+    );
+    assert!(
+        width(&f["count"], small) > 10.0 * width_or_0(&f["count"], big),
+        "{f}"
+    );
     // Leaked: only the large block is live at exit.
     assert_eq!(width_or_0(&f["leaked"], small), 0.0, "{f}");
     assert!(width(&f["leaked"], big) > 100.0, "{f}");
@@ -200,20 +210,38 @@ fn report_html_views_work_in_a_browser() {
     assert!(f["total_count"].as_str().unwrap().contains("allocations"));
     // Search marks the frames it matches, and only those.
     let marked = names(&f["search_marked"]);
-    assert!(!marked.is_empty() && marked.iter().all(|n| n == big), "{marked:?}");
-    assert!(f["search_details"].as_str().unwrap().contains("1 frames match"), "{f}");
+    assert!(
+        !marked.is_empty() && marked.iter().all(|n| n == big),
+        "{marked:?}"
+    );
+    assert!(
+        f["search_details"]
+            .as_str()
+            .unwrap()
+            .contains("1 frames match"),
+        "{f}"
+    );
     // Inverted (bottom-up): the allocating functions are the roots.
     let top_down = names(&f["first_level"]);
     let bottom_up = names(&f["inverted_first_level"]);
     assert!(!top_down.contains(&big.to_string()), "{top_down:?}");
-    assert!(bottom_up.contains(&big.to_string()) && bottom_up.contains(&small.to_string()), "{bottom_up:?}");
+    assert!(
+        bottom_up.contains(&big.to_string()) && bottom_up.contains(&small.to_string()),
+        "{bottom_up:?}"
+    );
     // Hover and click give the frame's figures.
     assert!(f["hover"].as_str().unwrap().starts_with(big), "{f}");
     let clicked = f["clicked"].as_str().unwrap();
-    assert!(clicked.contains(big) && clicked.contains("8.0 MiB"), "{clicked}");
+    assert!(
+        clicked.contains(big) && clicked.contains("8.0 MiB"),
+        "{clicked}"
+    );
 
     let fns = &seen["functions"];
-    assert_ne!(fns["by_total"], fns["by_self"], "sorting by self reorders: {fns}");
+    assert_ne!(
+        fns["by_total"], fns["by_self"],
+        "sorting by self reorders: {fns}"
+    );
     assert_eq!(fns["self_header"], "desc");
     // The bytes weight: big_block allocates the most itself.
     assert_eq!(names(&fns["by_self"])[0], big, "{fns}");
@@ -242,7 +270,14 @@ fn sampled_profiles_say_so_and_mark_estimates() {
     let prog = program(dir.path());
     let html = dir.path().join("flame.html");
     let out = ok(allocmux()
-        .args(["flame", "--stacks", "sample", "--sample-bytes", "4096", "--html"])
+        .args([
+            "flame",
+            "--stacks",
+            "sample",
+            "--sample-bytes",
+            "4096",
+            "--html",
+        ])
         .arg(&html)
         .arg("--")
         .arg(&prog)
@@ -258,7 +293,10 @@ fn sampled_profiles_say_so_and_mark_estimates() {
     let notes = names(&seen["notes"]).join("\n");
     assert!(notes.contains("sampled every 4.0 KiB"), "{notes}");
     assert!(notes.contains("estimates, marked ≈"), "{notes}");
-    assert!(seen["flame"]["total"].as_str().unwrap().contains("≈"), "{seen}");
+    assert!(
+        seen["flame"]["total"].as_str().unwrap().contains("≈"),
+        "{seen}"
+    );
 }
 
 #[test]
@@ -305,12 +343,18 @@ fn diff_and_compare_pages_work_in_a_browser() {
     let Some(seen) = browse("compare", &compared, "compare", "") else {
         return;
     };
-    assert!(seen["verdict"].as_str().unwrap().starts_with("Verdict: "), "{seen}");
+    assert!(
+        seen["verdict"].as_str().unwrap().starts_with("Verdict: "),
+        "{seen}"
+    );
     let table = seen["table"].as_str().unwrap();
     for a in ["system", "jemalloc", "mimalloc"] {
         assert!(table.contains(a), "{table}");
     }
-    assert!(!seen["chart_texts"].as_array().unwrap().is_empty(), "{seen}");
+    assert!(
+        !seen["chart_texts"].as_array().unwrap().is_empty(),
+        "{seen}"
+    );
 }
 
 #[test]

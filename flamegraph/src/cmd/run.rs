@@ -59,9 +59,7 @@ pub fn run(o: &RunOptions) -> Result<i32> {
         .as_deref()
         .map(|p| OutputFile::claim(p, o.force, "HTML report"))
         .transpose()?;
-    if o.stacks.is_some_and(|s| s.mode != StackMode::Off)
-        && o.profile.is_none()
-        && o.html.is_none()
+    if o.stacks.is_some_and(|s| s.mode != StackMode::Off) && o.profile.is_none() && o.html.is_none()
     {
         crate::error::say(
             "warning: call stacks are recorded but thrown away: pass -o PROFILE to keep \

@@ -132,9 +132,9 @@ pub fn profile_data(
         }
         if let Some(p) = &tree.pruned {
             notes.push(format!(
-                "the call tree had {} frames: those whose figures are all below {}% of \
-                 their weight's total are merged into [below threshold] frames ({} frames \
-                 drawn); figures and totals are unchanged",
+                "pruned: the call tree had {} frames; those whose figures are all below \
+                 {}% of their weight's total are merged into a [below threshold] frame \
+                 under their caller ({} frames kept); figures and totals are unchanged",
                 crate::report::Count(p.nodes_before as u64),
                 p.threshold * 100.0,
                 crate::report::Count(p.nodes_after as u64),
@@ -217,7 +217,10 @@ pub fn page(data: &PageData) -> String {
     // Filled in one pass, so that nothing inserted is searched again.
     while let Some(start) = rest.find("{{") {
         out.push_str(&rest[..start]);
-        let end = start + rest[start..].find("}}").expect("the template's markers close");
+        let end = start
+            + rest[start..]
+                .find("}}")
+                .expect("the template's markers close");
         out.push_str(match &rest[start + 2..end] {
             "VERSION" => env!("CARGO_PKG_VERSION"),
             "DATA" => &json,

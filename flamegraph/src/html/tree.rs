@@ -171,7 +171,9 @@ impl FlameTree {
             out.parent.push(parent);
             push_self(&mut out.selfs, me as usize, &nodes[n].own);
             let mut children: Vec<usize> = nodes[n].children.values().copied().collect();
-            children.sort_by(|&a, &b| out.names[nodes[b].name as usize].cmp(&out.names[nodes[a].name as usize]));
+            children.sort_by(|&a, &b| {
+                out.names[nodes[b].name as usize].cmp(&out.names[nodes[a].name as usize])
+            });
             let mut below = Values::default();
             for c in children {
                 if keep[c] {
@@ -218,8 +220,9 @@ mod tests {
         for n in (1..t.name.len()).rev() {
             let p = t.parent[n] as usize;
             assert!(p < n, "parents come before children");
-            for w in 0..5 {
-                tot[p][w] += tot[n][w];
+            let child = tot[n];
+            for (t, c) in tot[p].iter_mut().zip(child) {
+                *t += c;
             }
         }
         tot
