@@ -7,7 +7,7 @@ ten functions), records each with `allocmux run --stacks exact`, writes the
 HTML report, and loads it in headless Chromium (Debian's, driven by
 playwright-core from flamegraph/tests/browser; `npm ci` there first) RUNS
 times: the first render is the page's own clock (`performance.now()`, from
-navigation start) when the flamegraph's frames are in the DOM. Writes a
+navigation start) when the flamegraph's root frame is drawn (width and label). Writes a
 Markdown table. Takes about a minute.
 
     python3 scripts/html_report.py --runs 5 --out scripts/results/html-report.md
@@ -108,7 +108,7 @@ def main():
         "",
         f"`python3 scripts/html_report.py --runs {a.runs}` (allocmux `{allocmux.relative_to(ROOT) if allocmux.is_relative_to(ROOT) else allocmux}`), "
         f"headless Chromium (`/usr/bin/chromium`), {os.cpu_count()} cores, load average {load:.2f} at the end.",
-        "First render: navigation start to the flamegraph's frames in the DOM, the page's own "
+        "First render: navigation start to the flamegraph's root frame drawn (width and label set), the page's own "
         f"`performance.now()`, median (min–max) of {a.runs} loads. Goal: under 3 MB and 1 s for 10,000 stacks.",
         "",
         "| distinct stacks | file | first render | frames drawn | pruning (as the page states it) |",

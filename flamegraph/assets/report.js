@@ -195,7 +195,7 @@
     const inverted = el("input", { type: "checkbox", id: "inverted" });
     const search = el("input", { type: "search", id: "search", placeholder: "search (regular expression)" });
     const reset = el("button", { id: "reset-zoom" }, "reset zoom");
-    head.append(el("label", {}, "weight ", select), el("label", {}, inverted, " inverted (bottom-up: callers above the allocating function)"), search, reset);
+    head.append(el("label", {}, "weight ", select), el("label", {}, inverted, " inverted (bottom-up: the allocating functions first, their callers under them)"), search, reset);
     root.append(head);
     const total = el("p", { id: "flame-total" });
     root.append(total);
@@ -216,8 +216,12 @@
     const chart = flamegraph
       .default()
       .width(width)
+      // Root on top (an icicle, as pprof and heaptrack draw it): the
+      // widest frames are in view without scrolling past deep stacks.
+      .inverted(true)
       .cellHeight(18)
-      .transitionDuration(250)
+      // The first view is drawn at once; later changes animate.
+      .transitionDuration(0)
       .minFrameSize(1)
       .selfValue(true)
       .sort(true)
@@ -248,6 +252,7 @@
       frameBox.append(el("h3", {}, d.data.n), table(["weight", "total", "self"], rows, "figures frame"));
     }
     d3.select(chartDiv).datum(current).call(chart);
+    chart.transitionDuration(250);
     sayTotal();
     select.addEventListener("change", () => {
       weight = Number(select.value);
@@ -258,7 +263,6 @@
     inverted.addEventListener("change", () => {
       if (inverted.checked && !up) up = bottomUp(f);
       current = inverted.checked ? up : down[0];
-      chart.inverted(inverted.checked);
       chart.update(current);
       sayTotal();
       if (search.value) chart.search(search.value);

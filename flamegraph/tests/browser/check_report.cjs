@@ -180,17 +180,27 @@ async function diff(page, out) {
   await shot(page, "diff");
 }
 
-// First render: from navigation start to the flamegraph's frames in the
-// DOM, as the page's own clock measures it; the median is the caller's.
+// First render: from navigation start to the flamegraph's root frame drawn
+// (its width and label set), as the page's own clock measures it; the
+// median is the caller's.
 async function render(page, out) {
   out.render_ms = [];
   for (let i = 0; i < Number(runs); i++) {
     await page.goto(url);
-    await page.waitForFunction(() => document.querySelectorAll("#flame g.frame").length > 0, null, { timeout: 120000 });
+    // Drawn: the root frame has its width and its label.
+    await page.waitForFunction(
+      () => {
+        const g = document.querySelector("#flame g.frame");
+        return g && Number(g.querySelector("rect").getAttribute("width")) > 0 && g.querySelector("div").textContent.length > 0;
+      },
+      null,
+      { timeout: 120000 }
+    );
     out.render_ms.push(await page.evaluate(() => performance.now()));
   }
   out.frames = await page.$$eval("#flame g.frame", (g) => g.length);
   out.notes = await page.$$eval("ul.notes li", (l) => l.map((x) => x.textContent));
+  await settled(page);
   await shot(page, "render");
 }
 
