@@ -177,7 +177,14 @@
     return t;
   }
 
+  // The weight is one for the page: a view that shows it registers how to
+  // redraw, and a view built later starts from it.
   let weight = 1;
+  const onWeight = [];
+  function setWeight(w) {
+    weight = w;
+    for (const f of onWeight) f();
+  }
   const fmtWeight = (w, v) => {
     const wj = data.flame.weights[w];
     const shown = w === 0 ? fmtCount(v) : w === 2 ? (wj.unit === "ns" ? fmtNs(v) : fmtCount(v) + " ticks") : fmtBytes(v);
@@ -254,20 +261,34 @@
     d3.select(chartDiv).datum(current).call(chart);
     chart.transitionDuration(250);
     sayTotal();
-    select.addEventListener("change", () => {
-      weight = Number(select.value);
+    // A search is a regular expression; one that does not parse yet (the
+    // user is still typing) marks nothing and says so.
+    function find() {
+      if (!search.value) return chart.clear();
+      try {
+        new RegExp(search.value);
+      } catch (e) {
+        chart.clear();
+        details.textContent = "not a regular expression (yet): " + search.value;
+        return;
+      }
+      chart.search(search.value);
+    }
+    onWeight.push(() => {
+      select.value = String(weight);
       chart.update();
       sayTotal();
-      if (search.value) chart.search(search.value);
+      find();
     });
+    select.addEventListener("change", () => setWeight(Number(select.value)));
     inverted.addEventListener("change", () => {
       if (inverted.checked && !up) up = bottomUp(f);
       current = inverted.checked ? up : down[0];
       chart.update(current);
       sayTotal();
-      if (search.value) chart.search(search.value);
+      find();
     });
-    search.addEventListener("input", () => (search.value ? chart.search(search.value) : chart.clear()));
+    search.addEventListener("input", find);
     reset.addEventListener("click", () => chart.resetZoom());
   }
 
@@ -394,12 +415,13 @@
       );
     }
     select.value = String(weight);
-    select.addEventListener("change", () => {
-      weight = Number(select.value);
+    onWeight.push(() => {
+      select.value = String(weight);
       compute();
       render();
       right.replaceChildren("Click a function.");
     });
+    select.addEventListener("change", () => setWeight(Number(select.value)));
     compute();
     render();
   }
@@ -459,16 +481,23 @@
     const c = data.compare;
     root.append(el("h2", { id: "verdict" }, "Verdict: " + c.verdict));
     root.append(el("pre", { class: "table" }, c.table));
+    // As an image: the SVG is plotters' drawing of names the programs
+    // chose, so it is kept from the page's scripts and styles.
     const chart = el("div", { class: "chart" });
-    chart.innerHTML = c.chart_svg;
+    chart.append(el("img", { id: "compare-chart", alt: "compare chart", src: "data:image/svg+xml;charset=utf-8," + encodeURIComponent(c.chart_svg) }));
     root.append(chart);
   }
   function buildDiff(root) {
     const d = data.diff;
     root.append(el("p", {}, d.subtitle));
-    const frame = el("iframe", { id: "diff-frame", title: d.title });
-    frame.srcdoc = d.svg;
+    // inferno's SVG runs its own search and zoom script: sandboxed, in an
+    // origin of its own, it cannot reach this page.
+    const frame = el("iframe", { id: "diff-frame", title: d.title, sandbox: "allow-scripts" });
+    // As an SVG document (srcdoc would parse it as HTML, where it lays
+    // out at a default size), once the frame has its size: inferno's
+    // script fits the graph to it when it loads.
     root.append(frame);
+    frame.src = URL.createObjectURL(new Blob([d.svg], { type: "image/svg+xml" }));
   }
 
   if (data.report) addView("summary", "Summary", buildSummary);

@@ -166,7 +166,9 @@ async function compare(page, out) {
   await page.waitForSelector("#verdict");
   out.verdict = await page.textContent("#verdict");
   out.table = await page.textContent("pre.table");
-  out.chart_texts = await page.$$eval(".chart svg text", (t) => t.map((x) => x.textContent));
+  // The chart is an image: decoded, and as wide as drawn.
+  await page.waitForFunction(() => document.getElementById("compare-chart").complete);
+  out.chart_width = await page.$eval("#compare-chart", (i) => i.naturalWidth);
   await shot(page, "compare");
 }
 
