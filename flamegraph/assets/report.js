@@ -88,6 +88,7 @@
     ]);
     const t = r.total;
     const anyEst = r.processes.some((p) => p.recording === "sampled") ? "≈" : "";
+    const untimed = r.processes.every((p) => p.allocator_ns == null);
     rows.push([
       "total",
       r.processes.length + " process" + (r.processes.length === 1 ? "" : "es"),
@@ -97,8 +98,9 @@
       anyEst + fmtBytes(t.bytes_allocated),
       anyEst + fmtBytes(t.peak_live_bytes),
       anyEst + fmtBytes(t.live_bytes_at_exit),
-      fmtNs(t.allocator_ns),
-      pct(t.allocator_time_share),
+      // No process timed its calls at the sampled level: nothing to sum.
+      untimed ? "-" : fmtNs(t.allocator_ns),
+      untimed ? "-" : pct(t.allocator_time_share),
       fmtBytes(t.max_rss_bytes),
     ]);
     root.append(el("h2", {}, "Processes"));
@@ -109,6 +111,15 @@
         "figures summary"
       )
     );
+    const intervals = r.processes.filter((p) => p.estimate_intervals);
+    if (intervals.length) {
+      root.append(
+        el("ul", { class: "hint" }, ...intervals.map((p) => {
+          const e = p.estimate_intervals;
+          return el("li", {}, "pid " + p.pid + ": 95% intervals of the estimates: allocations " + fmtCount(e.allocations[0]) + "–" + fmtCount(e.allocations[1]) + ", bytes " + fmtBytes(e.bytes[0]) + "–" + fmtBytes(e.bytes[1]));
+        }))
+      );
+    }
     const fns = Object.keys(t.calls).filter((f) => t.calls[f] > 0 || r.processes.some((p) => p.calls[f] > 0));
     root.append(el("h2", {}, "Calls per function"));
     root.append(

@@ -297,6 +297,30 @@ fn sampled_profiles_say_so_and_mark_estimates() {
         seen["flame"]["total"].as_str().unwrap().contains("≈"),
         "{seen}"
     );
+
+    // The sampled level: every figure of the summary is an estimate, and
+    // allocator time is not estimated.
+    let html = dir.path().join("run.html");
+    ok(allocmux()
+        .args(["run", "--record", "sampled", "--html"])
+        .arg(&html)
+        .arg("--")
+        .arg(&prog)
+        .output()
+        .unwrap());
+    let Some(seen) = browse("profile", &html, "sampled-level", "big_block") else {
+        return;
+    };
+    let notes = names(&seen["notes"]).join("\n");
+    assert!(notes.contains("recorded at the sampled level"), "{notes}");
+    for row in seen["summary"]["rows"].as_array().unwrap() {
+        let row = names(row);
+        assert!(
+            row[3].starts_with('≈') && row[5].starts_with('≈'),
+            "{row:?}"
+        );
+        assert_eq!(row[8], "-", "allocator time: {row:?}");
+    }
 }
 
 #[test]
