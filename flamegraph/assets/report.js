@@ -491,6 +491,29 @@
   function buildCompare(root) {
     const c = data.compare;
     root.append(el("h2", { id: "verdict" }, "Verdict: " + c.verdict));
+    // Side by side: medians with their interquartile ranges, and the
+    // ratios to the baseline with their intervals.
+    const j = c.summary;
+    const spread = (f, fmt) => (f ? fmt(f.median) + " (" + fmt(f.q1) + "–" + fmt(f.q3) + ")" : "-");
+    const ratio = (i) => (i ? i.estimate.toFixed(2) + "× (" + i.low.toFixed(2) + "–" + i.high.toFixed(2) + ")" : "-");
+    const level = (100 * j.confidence_level).toFixed(0) + "%";
+    const t = table(
+      ["allocator", "wall (IQR)", "max RSS (IQR)", "speed-up vs " + j.baseline + " (" + level + ")", "max RSS vs " + j.baseline + " (" + level + ")", "allocations", "allocator time share"],
+      j.allocators.map((a) => [
+        a.allocator,
+        spread(a.figures.wall_ns, fmtNs),
+        spread(a.figures.max_rss_bytes, fmtBytes),
+        ratio(a.speedup_vs_baseline),
+        ratio(a.max_rss_vs_baseline),
+        a.figures.allocation_calls ? fmtCount(a.figures.allocation_calls.median) : "-",
+        a.figures.allocator_time_share ? pct(a.figures.allocator_time_share.median) : "-",
+      ]),
+      "figures compare"
+    );
+    t.id = "compare-table";
+    root.append(t);
+    root.append(el("p", { class: "hint" }, j.rounds + " rounds, allocators interleaved; " + j.method));
+    root.append(el("h3", {}, "As compare prints it"));
     root.append(el("pre", { class: "table" }, c.table));
     // As an image: the SVG is plotters' drawing of names the programs
     // chose, so it is kept from the page's scripts and styles.

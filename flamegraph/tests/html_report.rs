@@ -376,6 +376,22 @@ fn diff_and_compare_pages_work_in_a_browser() {
         assert!(table.contains(a), "{table}");
     }
     assert_eq!(seen["chart_width"], 1000, "the chart decodes: {seen}");
+    let rows: Vec<Vec<String>> = seen["side_by_side"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(names)
+        .collect();
+    assert_eq!(
+        rows.iter().map(|r| r[0].as_str()).collect::<Vec<_>>(),
+        ["system", "jemalloc", "mimalloc"]
+    );
+    // The baseline has no ratio to itself; the others have intervals.
+    assert_eq!(rows[0][3], "-");
+    assert!(
+        rows[1][3].contains("× (") && rows[2][4].contains("× ("),
+        "{rows:?}"
+    );
 }
 
 #[test]

@@ -97,6 +97,7 @@ pub fn run(o: &CompareOptions) -> Result<i32> {
         let data = crate::html::compare_data(
             title.clone(),
             summary.verdict_line(cmp.level),
+            CompareJson::new(&cmp, &summary),
             String::from_utf8_lossy(&text).into_owned(),
             compare::plot::svg(&cmp, &summary, &title)?,
         );

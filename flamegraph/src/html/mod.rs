@@ -16,7 +16,7 @@ pub mod tree;
 use allocmux_format::profile::{ProcessProfile, Recording, StackMode};
 use serde::Serialize;
 
-use crate::json::ReportJson;
+use crate::json::{CompareJson, ReportJson};
 use crate::report::Report;
 use crate::stacks::{StackSet, Weight};
 
@@ -86,6 +86,8 @@ pub struct TimelineData {
 pub struct CompareData {
     /// The verdict line.
     pub verdict: String,
+    /// Every run and the summary, as `compare --json` writes them.
+    pub summary: CompareJson,
     /// The table `compare` prints, intervals and all.
     pub table: String,
     /// The chart of `compare --plot` (times, peak RSS, the median runs'
@@ -237,7 +239,13 @@ pub fn page(data: &PageData) -> String {
 }
 
 /// The page of a comparison: its table, verdict and chart.
-pub fn compare_data(title: String, verdict: String, table: String, chart_svg: String) -> PageData {
+pub fn compare_data(
+    title: String,
+    verdict: String,
+    summary: CompareJson,
+    table: String,
+    chart_svg: String,
+) -> PageData {
     PageData {
         title,
         notes: Vec::new(),
@@ -246,6 +254,7 @@ pub fn compare_data(title: String, verdict: String, table: String, chart_svg: St
         timelines: Vec::new(),
         compare: Some(CompareData {
             verdict,
+            summary,
             table,
             chart_svg,
         }),

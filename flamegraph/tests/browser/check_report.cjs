@@ -166,6 +166,7 @@ async function compare(page, out) {
   await page.waitForSelector("#verdict");
   out.verdict = await page.textContent("#verdict");
   out.table = await page.textContent("pre.table");
+  out.side_by_side = await page.$$eval("#compare-table tbody tr", (r) => r.map((x) => [...x.children].map((c) => c.textContent)));
   // The chart is an image: decoded, and as wide as drawn.
   await page.waitForFunction(() => document.getElementById("compare-chart").complete);
   out.chart_width = await page.$eval("#compare-chart", (i) => i.naturalWidth);
