@@ -190,7 +190,7 @@
 
   // The weight is one for the page: a view that shows it registers how to
   // redraw, and a view built later starts from it.
-  let weight = 1;
+  let weight = data.flame ? data.flame.initial : 1;
   const onWeight = [];
   function setWeight(w) {
     weight = w;

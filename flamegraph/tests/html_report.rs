@@ -276,6 +276,8 @@ fn sampled_profiles_say_so_and_mark_estimates() {
             "sample",
             "--sample-bytes",
             "4096",
+            "--weight",
+            "count",
             "--html",
         ])
         .arg(&html)
@@ -290,6 +292,9 @@ fn sampled_profiles_say_so_and_mark_estimates() {
     let Some(seen) = browse("profile", &html, "sampled", "big_block") else {
         return;
     };
+    // The page opens on flame's --weight.
+    let opened = seen["flame"]["total"].as_str().unwrap();
+    assert!(opened.starts_with("allocations: total ≈"), "{opened}");
     let notes = names(&seen["notes"]).join("\n");
     assert!(notes.contains("sampled every 4.0 KiB"), "{notes}");
     assert!(notes.contains("estimates, marked ≈"), "{notes}");

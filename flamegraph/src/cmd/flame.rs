@@ -93,7 +93,8 @@ pub fn run(o: &FlameOptions) -> Result<i32> {
         out.write(&crate::render::flamegraph(&folded, &labels)?)?;
     }
     if let Some(html) = &html_out {
-        let data = crate::html::profile_data(title, &outcome.profiles, &report, Some(&set));
+        let data =
+            crate::html::profile_data(title, &outcome.profiles, &report, Some(&set), o.weight);
         html.write(crate::html::page(&data).as_bytes())?;
     }
     let estimates = if set.estimates(o.weight) {

@@ -12,7 +12,7 @@ use allocmux_format::profile::ProcessProfile;
 use super::profiles;
 use crate::output::OutputFile;
 use crate::report::Report;
-use crate::stacks::StackSet;
+use crate::stacks::{StackSet, Weight};
 use crate::symbolize::Symbolizer;
 
 /// What `allocmux report` is told.
@@ -70,7 +70,7 @@ pub fn run(o: &ReportOptions) -> Result<i32> {
             profiles::command(&loaded),
             profiles::allocators(&loaded).join(",")
         );
-        let data = crate::html::profile_data(title, &loaded, &report, set.as_ref());
+        let data = crate::html::profile_data(title, &loaded, &report, set.as_ref(), Weight::Bytes);
         out.write(crate::html::page(&data).as_bytes())?;
     }
     if o.json {

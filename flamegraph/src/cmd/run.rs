@@ -119,7 +119,13 @@ fn write_report(
             crate::report::shell_words(&o.command),
             o.allocator.name()
         );
-        let data = crate::html::profile_data(title, &outcome.profiles, &report, set.as_ref());
+        let data = crate::html::profile_data(
+            title,
+            &outcome.profiles,
+            &report,
+            set.as_ref(),
+            crate::stacks::Weight::Bytes,
+        );
         out.write(crate::html::page(&data).as_bytes())?;
     }
     let mut err = std::io::stderr().lock();

@@ -55,6 +55,8 @@ pub struct FlameData {
     pub tree: FlameTree,
     /// Per weight, in [`Weight::ALL`]'s order (the tree's value order).
     pub weights: Vec<WeightData>,
+    /// The weight the page opens with, as an index into `weights`.
+    pub initial: usize,
 }
 
 /// One weight of the flamegraph.
@@ -108,12 +110,13 @@ pub struct DiffData {
 }
 
 /// The page data of profiles: the summary, the flamegraph when they have
-/// stacks, and their timelines.
+/// stacks (opening on `weight`), and their timelines.
 pub fn profile_data(
     title: String,
     profiles: &[ProcessProfile],
     report: &Report,
     set: Option<&StackSet<'_>>,
+    weight: Weight,
 ) -> PageData {
     let mut notes = Vec::new();
     let flame = set.map(|set| {
@@ -158,7 +161,15 @@ pub fn profile_data(
                 total_shown: set.show_total(w),
             })
             .collect();
-        FlameData { tree, weights }
+        let initial = Weight::ALL
+            .iter()
+            .position(|&w| w == weight)
+            .expect("every weight is listed");
+        FlameData {
+            tree,
+            weights,
+            initial,
+        }
     });
     if profiles
         .iter()
