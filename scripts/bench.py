@@ -744,6 +744,8 @@ OTHER_SCRIPTS = [
     ("The `/debug/pprof` endpoint",
      "python3 scripts/endpoint_cost.py --rounds 9 --every 1 --out scripts/results/endpoint-cost.md",
      "endpoint-cost.md"),
+    ("The HTML report: size and first render",
+     "python3 scripts/html_report.py --runs 5 --out scripts/results/html-report.md", "html-report.md"),
 ]
 
 

@@ -67,6 +67,10 @@ struct RunArgs {
     /// Write the report as JSON to FILE (`-` for stdout).
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+    /// Also write one self-contained HTML report (summary, flamegraph, functions, memory over
+    /// time) to FILE.
+    #[arg(long, value_name = "FILE.html")]
+    html: Option<PathBuf>,
     /// Record the call stack of allocations: none, a sample weighted by bytes, every one, or
     /// every one and then a sample.
     #[arg(long, value_parser = stacks_parser(), value_name = "MODE")]
@@ -149,6 +153,10 @@ struct CompareArgs {
     /// Draw the comparison (time and peak memory per allocator) as an SVG chart.
     #[arg(long, value_name = "FILE.svg")]
     plot: Option<PathBuf>,
+    /// Also write the comparison (table, verdict, chart with the memory timelines) as one
+    /// self-contained HTML file.
+    #[arg(long, value_name = "FILE.html")]
+    html: Option<PathBuf>,
     /// Keep the programs' output (hidden otherwise) in FILE.
     #[arg(long, value_name = "FILE")]
     log: Option<PathBuf>,
@@ -181,9 +189,13 @@ struct FlameArgs {
     /// Mean bytes between two sampled stacks (the shim's default is 512 KiB).
     #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(1..))]
     sample_bytes: Option<u64>,
-    /// The SVG to write.
-    #[arg(short, long, value_name = "FILE.svg", default_value = "allocmux.svg")]
-    output: PathBuf,
+    /// The SVG to write [default: allocmux.svg, unless --html is given].
+    #[arg(short, long, value_name = "FILE.svg")]
+    output: Option<PathBuf>,
+    /// Write one self-contained HTML report (summary, flamegraph with every weight and an
+    /// inverted view, functions with callers and callees, memory over time) to FILE.
+    #[arg(long, value_name = "FILE.html")]
+    html: Option<PathBuf>,
     /// Overwrite the output file if it exists.
     #[arg(long)]
     force: bool,
@@ -205,6 +217,7 @@ enum FlameStacks {
 }
 
 #[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("outputs").args(["plot", "html"]).multiple(true)))]
 struct ReportArgs {
     /// Profile files written by `allocmux run -o` or by the shim (ALLOCMUX_OUTPUT).
     #[arg(required = true, value_name = "PROFILE")]
@@ -223,8 +236,12 @@ struct ReportArgs {
     /// Also draw live heap bytes and resident memory over time, per process, as an SVG chart.
     #[arg(long, value_name = "FILE.svg")]
     plot: Option<PathBuf>,
-    /// Overwrite the --plot file if it exists.
-    #[arg(long, requires = "plot")]
+    /// Also write one self-contained HTML report (summary, flamegraph with every weight and an
+    /// inverted view, functions with callers and callees, memory over time) to FILE.
+    #[arg(long, value_name = "FILE.html")]
+    html: Option<PathBuf>,
+    /// Overwrite the --plot and --html files if they exist.
+    #[arg(long, requires = "outputs")]
     force: bool,
 }
 
@@ -249,6 +266,7 @@ struct ExportArgs {
 }
 
 #[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("outputs").args(["output", "html"]).multiple(true).required(true)))]
 struct DiffArgs {
     /// The profile to compare against.
     #[arg(value_name = "BASE_PROFILE")]
@@ -261,8 +279,12 @@ struct DiffArgs {
     weight: Weight,
     /// The SVG to write.
     #[arg(short, long, value_name = "FILE.svg")]
-    output: PathBuf,
-    /// Overwrite the output file if it exists.
+    output: Option<PathBuf>,
+    /// Write the differential flamegraph in one self-contained HTML file, with both profiles'
+    /// summaries.
+    #[arg(long, value_name = "FILE.html")]
+    html: Option<PathBuf>,
+    /// Overwrite the output files if they exist.
     #[arg(long)]
     force: bool,
 }
@@ -387,6 +409,7 @@ impl Cli {
         let given = [
             (a.output.is_some(), "--output <PROFILE>"),
             (a.json.is_some(), "--json <FILE>"),
+            (a.html.is_some(), "--html <FILE.html>"),
             (a.stacks.is_some(), "--stacks <MODE>"),
             (a.sample_bytes.is_some(), "--sample-bytes <N>"),
             (a.http.is_some(), "--http <ADDR:PORT>"),
@@ -408,6 +431,7 @@ impl Cli {
                 allocator: a.allocator,
                 profile: a.output,
                 json: a.json,
+                html: a.html,
                 stacks: with_sample_bytes(a.stacks, a.sample_bytes)?,
                 http: a.http,
                 record: a.record,
@@ -428,6 +452,7 @@ impl Cli {
                 stop_early: a.stop_early,
                 json: a.json,
                 plot: a.plot,
+                html: a.html,
                 log: a.log,
                 input: a.input,
                 force: a.force,
@@ -453,7 +478,13 @@ impl Cli {
                     a.sample_bytes,
                 )?
                 .expect("flame always records stacks"),
-                output: a.output,
+                // The SVG by default; with --html, only if asked for.
+                output: match (a.output, &a.html) {
+                    (Some(o), _) => Some(o),
+                    (None, None) => Some(PathBuf::from("allocmux.svg")),
+                    (None, Some(_)) => None,
+                },
+                html: a.html,
                 force: a.force,
                 command: a.command,
             }),
@@ -462,6 +493,7 @@ impl Cli {
                 json: a.json,
                 top: a.top,
                 plot: a.plot,
+                html: a.html,
                 force: a.force,
             }),
             Cmd::Export(a) => Command::Export(ExportOptions {
@@ -476,6 +508,7 @@ impl Cli {
                 new: a.new,
                 weight: a.weight,
                 output: a.output,
+                html: a.html,
                 force: a.force,
             }),
             Cmd::Demo(a) => Command::Demo(DemoOptions {

@@ -14,6 +14,7 @@ pub mod direct_shim;
 pub mod elf;
 pub mod error;
 pub mod export;
+pub mod html;
 pub mod json;
 pub mod launch;
 pub mod launcher;

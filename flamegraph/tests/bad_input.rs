@@ -328,6 +328,16 @@ fn cases() -> Vec<Case> {
         v.push(case(&marked(&["compare", "--plot", path]), 1, needle));
         v.push(case(&marked(&["compare", "--log", path]), 1, needle));
         v.push(case(&["report", "good.prof", "--plot", path], 1, needle));
+        // The HTML report, on each command that writes one.
+        v.push(case(&marked(&["run", "--html", path]), 1, needle));
+        v.push(case(&marked(&["flame", "--html", path]), 1, needle));
+        v.push(case(&marked(&["compare", "--html", path]), 1, needle));
+        v.push(case(&["report", "good.prof", "--html", path], 1, needle));
+        v.push(case(
+            &["diff", "good.prof", "good.prof", "--html", path],
+            1,
+            needle,
+        ));
         v.push(case(
             &["export", "good.prof", "--format", "folded", "-o", path],
             1,

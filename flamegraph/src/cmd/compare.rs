@@ -30,6 +30,8 @@ pub struct CompareOptions {
     pub json: Option<PathBuf>,
     /// Where to draw the comparison as an SVG chart.
     pub plot: Option<PathBuf>,
+    /// Where to write the comparison as an HTML page.
+    pub html: Option<PathBuf>,
     /// Where to keep the programs' output (discarded otherwise).
     pub log: Option<PathBuf>,
     /// The file every run reads as its stdin (`-`: this process's stdin,
@@ -56,6 +58,11 @@ pub fn run(o: &CompareOptions) -> Result<i32> {
         .as_deref()
         .map(|p| OutputFile::claim(p, o.force, "chart"))
         .transpose()?;
+    let html = o
+        .html
+        .as_deref()
+        .map(|p| OutputFile::claim(p, o.force, "HTML report"))
+        .transpose()?;
     let input = Input::choose(o.input.as_deref())?;
     let log = match &o.log {
         Some(p) => Some(OutputFile::claim(p, o.force, "log")?.into_file()?),
@@ -79,10 +86,23 @@ pub fn run(o: &CompareOptions) -> Result<i32> {
         Box::new(std::io::stdout().lock())
     };
     compare::write_human(&cmp, &summary, &mut table)?;
+    let title = format!("allocmux compare: {}", shell_words(&o.command));
     if let Some(p) = &plot {
-        let title = format!("allocmux compare: {}", shell_words(&o.command));
         p.write(compare::plot::svg(&cmp, &summary, &title)?.as_bytes())?;
         writeln!(table, "  chart written to {}", p.path().display())?;
+    }
+    if let Some(p) = &html {
+        let mut text = Vec::new();
+        compare::write_human(&cmp, &summary, &mut text)?;
+        let data = crate::html::compare_data(
+            title.clone(),
+            summary.verdict_line(cmp.level),
+            CompareJson::new(&cmp, &summary),
+            String::from_utf8_lossy(&text).into_owned(),
+            compare::plot::svg(&cmp, &summary, &title)?,
+        );
+        p.write(crate::html::page(&data).as_bytes())?;
+        writeln!(table, "  HTML report written to {}", p.path().display())?;
     }
     drop(table);
     if let Some(json) = json {

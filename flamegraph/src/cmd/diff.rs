@@ -1,5 +1,6 @@
 //! `allocmux diff`: a differential flamegraph of two saved profiles.
 
+use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::Result;
@@ -19,15 +20,26 @@ pub struct DiffOptions {
     pub new: PathBuf,
     /// What is compared.
     pub weight: Weight,
-    /// The SVG to write.
-    pub output: PathBuf,
+    /// The SVG to write, if any.
+    pub output: Option<PathBuf>,
+    /// The HTML page to write, if any.
+    pub html: Option<PathBuf>,
     /// Overwrite the output file if it exists.
     pub force: bool,
 }
 
 /// Draws the differential flamegraph.
 pub fn run(o: &DiffOptions) -> Result<i32> {
-    let out = OutputFile::claim(&o.output, o.force, "flamegraph")?;
+    let out = o
+        .output
+        .as_deref()
+        .map(|p| OutputFile::claim(p, o.force, "flamegraph"))
+        .transpose()?;
+    let html = o
+        .html
+        .as_deref()
+        .map(|p| OutputFile::claim(p, o.force, "HTML report"))
+        .transpose()?;
     let base = profiles::load(std::slice::from_ref(&o.base))?;
     let new = profiles::load(std::slice::from_ref(&o.new))?;
     let mut sym = Symbolizer::new();
@@ -49,16 +61,30 @@ pub fn run(o: &DiffOptions) -> Result<i32> {
         base_set.show(w, w.of(&base_set.total())),
         new_set.show(w, w.of(&new_set.total())),
     );
+    let subtitle = "widths as in the new profile; red: grew, blue: shrank against the base; a \
+                    frame's ±% is its change (new − base) as a share of the new total, not its \
+                    own growth";
     let labels = Labels {
-        title,
-        subtitle: Some(
-            "widths as in the new profile; red: grew, blue: shrank against the base; a frame's \
-             ±% is its change (new − base) as a share of the new total, not its own growth"
-                .into(),
-        ),
+        title: title.clone(),
+        subtitle: Some(subtitle.into()),
         count_name: w.unit(new_set.time_unit()).to_string(),
     };
     let svg = crate::render::differential(&base_set.folded(w), &new_set.folded(w), &labels)?;
-    out.write(&svg)?;
+    if let Some(out) = &out {
+        out.write(&svg)?;
+    }
+    if let Some(html) = &html {
+        let data = crate::html::diff_data(
+            title,
+            subtitle.into(),
+            String::from_utf8_lossy(&svg).into_owned(),
+        );
+        html.write(crate::html::page(&data).as_bytes())?;
+        let _ = writeln!(
+            std::io::stderr(),
+            "  HTML report written to {}",
+            html.path().display()
+        );
+    }
     Ok(0)
 }

@@ -25,8 +25,10 @@ pub struct FlameOptions {
     /// How stacks are recorded: sampled, exact, or exact then sampled (off
     /// leaves nothing to draw).
     pub stacks: StackRecording,
-    /// The SVG to write.
-    pub output: PathBuf,
+    /// The SVG to write, if any.
+    pub output: Option<PathBuf>,
+    /// The HTML report to write, if any.
+    pub html: Option<PathBuf>,
     /// Overwrite the output file if it exists.
     pub force: bool,
     /// The command and its arguments.
@@ -36,7 +38,16 @@ pub struct FlameOptions {
 /// Runs the command and draws the flamegraph; returns the command's exit
 /// status, as a shell would report it.
 pub fn run(o: &FlameOptions) -> Result<i32> {
-    let out = OutputFile::claim(&o.output, o.force, "flamegraph")?;
+    let out = o
+        .output
+        .as_deref()
+        .map(|p| OutputFile::claim(p, o.force, "flamegraph"))
+        .transpose()?;
+    let html_out = o
+        .html
+        .as_deref()
+        .map(|p| OutputFile::claim(p, o.force, "HTML report"))
+        .transpose()?;
     let outcome = launch::in_foreground(
         &o.command,
         o.allocator,
@@ -77,20 +88,41 @@ pub fn run(o: &FlameOptions) -> Result<i32> {
         );
     }
     let title = format!("{} — {}", shell_words(&o.command), o.allocator.name());
-    let svg = crate::render::flamegraph(&folded, &crate::render::labels(&set, o.weight, title))?;
-    out.write(&svg)?;
+    if let Some(out) = &out {
+        let labels = crate::render::labels(&set, o.weight, title.clone());
+        out.write(&crate::render::flamegraph(&folded, &labels)?)?;
+    }
+    if let Some(html) = &html_out {
+        let data =
+            crate::html::profile_data(title, &outcome.profiles, &report, Some(&set), o.weight);
+        html.write(crate::html::page(&data).as_bytes())?;
+    }
     let estimates = if set.estimates(o.weight) {
         ": figures marked ≈ are estimates"
     } else {
         ""
     };
-    let said = writeln!(
+    let mut said = Ok(());
+    if let Some(out) = &out {
+        said = said.and(writeln!(
+            std::io::stderr(),
+            "  flamegraph of {} written to {}",
+            o.weight.describe(),
+            out.path().display(),
+        ));
+    }
+    if let Some(html) = &html_out {
+        said = said.and(writeln!(
+            std::io::stderr(),
+            "  HTML report written to {}",
+            html.path().display(),
+        ));
+    }
+    let said = said.and(writeln!(
         std::io::stderr(),
-        "  flamegraph of {} written to {}\n  stacks recorded: {}{estimates}",
-        o.weight.describe(),
-        out.path().display(),
+        "  stacks recorded: {}{estimates}",
         set.mode_description(),
-    );
+    ));
     Ok(crate::error::after_run(
         outcome.exit.shell_status(),
         said.map_err(Into::into),

@@ -12,7 +12,7 @@ use allocmux_format::profile::ProcessProfile;
 use super::profiles;
 use crate::output::OutputFile;
 use crate::report::Report;
-use crate::stacks::StackSet;
+use crate::stacks::{StackSet, Weight};
 use crate::symbolize::Symbolizer;
 
 /// What `allocmux report` is told.
@@ -27,7 +27,9 @@ pub struct ReportOptions {
     /// Where to draw live heap bytes and resident memory over time, per
     /// process, as an SVG chart.
     pub plot: Option<PathBuf>,
-    /// Overwrite the `plot` file if it exists.
+    /// Where to write the HTML report.
+    pub html: Option<PathBuf>,
+    /// Overwrite the `plot` and `html` files if they exist.
     pub force: bool,
 }
 
@@ -38,6 +40,11 @@ pub fn run(o: &ReportOptions) -> Result<i32> {
         .plot
         .as_deref()
         .map(|p| OutputFile::claim(p, o.force, "plot"))
+        .transpose()?;
+    let html_out = o
+        .html
+        .as_deref()
+        .map(|p| OutputFile::claim(p, o.force, "HTML report"))
         .transpose()?;
     let loaded = profiles::load(&o.profiles)?;
     let plot = match &plot_out {
@@ -52,14 +59,26 @@ pub fn run(o: &ReportOptions) -> Result<i32> {
     }
     let report = Report::new(loaded.clone(), None);
     let mut sym = Symbolizer::new();
-    let set = if o.top == 0 {
+    let set = if o.top == 0 && html_out.is_none() {
         None
     } else {
         StackSet::build(&loaded, &mut sym).ok()
     };
+    if let Some(out) = &html_out {
+        let title = format!(
+            "{} — {}",
+            profiles::command(&loaded),
+            profiles::allocators(&loaded).join(",")
+        );
+        let data = crate::html::profile_data(title, &loaded, &report, set.as_ref(), Weight::Bytes);
+        out.write(crate::html::page(&data).as_bytes())?;
+    }
     if o.json {
         let mut doc = report.to_json();
-        doc.top_stacks = set.as_ref().map(|set| crate::top::to_json(set, o.top));
+        doc.top_stacks = set
+            .as_ref()
+            .filter(|_| o.top > 0)
+            .map(|set| crate::top::to_json(set, o.top));
         std::io::stdout()
             .lock()
             .write_all(crate::json::to_pretty(&doc).as_bytes())
@@ -67,9 +86,16 @@ pub fn run(o: &ReportOptions) -> Result<i32> {
     } else {
         let mut out = std::io::stdout().lock();
         report.write_human(&mut out)?;
-        if let Some(set) = &set {
+        if let Some(set) = set.as_ref().filter(|_| o.top > 0) {
             crate::top::write_human(set, o.top, &mut out)?;
         }
+    }
+    if let Some(out) = &html_out {
+        let _ = writeln!(
+            std::io::stderr(),
+            "  HTML report written to {}",
+            out.path().display()
+        );
     }
     if let (Some(out), Some((_, note))) = (&plot_out, &plot) {
         let _ = writeln!(

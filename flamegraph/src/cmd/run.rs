@@ -22,6 +22,8 @@ pub struct RunOptions {
     pub profile: Option<PathBuf>,
     /// Where to write the JSON report (`-` for stdout), if anywhere.
     pub json: Option<PathBuf>,
+    /// Where to write the HTML report, if anywhere.
+    pub html: Option<PathBuf>,
     /// How to record call stacks; `None` leaves the shim's default (off,
     /// or sampled when serving).
     pub stacks: Option<StackRecording>,
@@ -52,7 +54,13 @@ pub fn run(o: &RunOptions) -> Result<i32> {
         .as_deref()
         .map(|p| OutputFile::claim(p, o.force, "profile"))
         .transpose()?;
-    if o.stacks.is_some_and(|s| s.mode != StackMode::Off) && o.profile.is_none() {
+    let html_out = o
+        .html
+        .as_deref()
+        .map(|p| OutputFile::claim(p, o.force, "HTML report"))
+        .transpose()?;
+    if o.stacks.is_some_and(|s| s.mode != StackMode::Off) && o.profile.is_none() && o.html.is_none()
+    {
         crate::error::say(
             "warning: call stacks are recorded but thrown away: pass -o PROFILE to keep \
              them (for report, export and diff), or draw them with `allocmux flame`",
@@ -76,7 +84,7 @@ pub fn run(o: &RunOptions) -> Result<i32> {
     // whatever becomes of the report.
     Ok(crate::error::after_run(
         status,
-        write_report(o, &outcome, json, profile_out),
+        write_report(o, &outcome, json, profile_out, html_out),
     ))
 }
 
@@ -86,6 +94,7 @@ fn write_report(
     outcome: &launch::Outcome,
     json: Option<JsonOut>,
     profile_out: Option<OutputFile>,
+    html_out: Option<OutputFile>,
 ) -> Result<()> {
     // An empty report or profile would pass for a program that does not
     // allocate, so none is written (the claimed files go with the claims).
@@ -102,12 +111,32 @@ fn write_report(
     if let Some(json) = json {
         json.write(&report.to_json())?;
     }
+    if let Some(out) = &html_out {
+        let mut sym = crate::symbolize::Symbolizer::new();
+        let set = crate::stacks::StackSet::build(&outcome.profiles, &mut sym).ok();
+        let title = format!(
+            "{} — {}",
+            crate::report::shell_words(&o.command),
+            o.allocator.name()
+        );
+        let data = crate::html::profile_data(
+            title,
+            &outcome.profiles,
+            &report,
+            set.as_ref(),
+            crate::stacks::Weight::Bytes,
+        );
+        out.write(crate::html::page(&data).as_bytes())?;
+    }
     let mut err = std::io::stderr().lock();
     report
         .write_human(&mut err)
         .context("writing the summary")?;
     if let Some(out) = &profile_out {
         writeln!(err, "  profile saved to {}", out.path().display())?;
+    }
+    if let Some(out) = &html_out {
+        writeln!(err, "  HTML report written to {}", out.path().display())?;
     }
     Ok(())
 }
