@@ -744,6 +744,8 @@ OTHER_SCRIPTS = [
     ("The `/debug/pprof` endpoint",
      "python3 scripts/endpoint_cost.py --rounds 9 --every 1 --out scripts/results/endpoint-cost.md",
      "endpoint-cost.md"),
+    ("`cargo install allocmux-cli` from the packaged crates",
+     "bash scripts/install_time.sh scripts/results/install-time.md 3bb4ea5 3290cfa", "install-time.md"),
     ("The HTML report: size and first render",
      "python3 scripts/html_report.py --runs 5 --out scripts/results/html-report.md", "html-report.md"),
 ]

@@ -220,11 +220,13 @@ fn timelines(profiles: &[ProcessProfile]) -> Vec<TimelineData> {
 
 /// The page of `data`: the template with the data and the scripts in it.
 pub fn page(data: &PageData) -> String {
-    // `</` cannot end the data's script element early once escaped; JSON
-    // reads `<\/` as `</`.
+    // No `<` at all in the data's script element: `</script>` would end it
+    // early, and `<!--` with `<script` would change how the browser scans
+    // it. `<` appears in JSON only inside strings, where `\u003c` reads
+    // back as `<`.
     let json = serde_json::to_string(data)
         .expect("the page data serialises")
-        .replace("</", "<\\/");
+        .replace('<', "\\u003c");
     let mut out = String::with_capacity(TEMPLATE.len() + json.len() + D3_JS.len() + 64 * 1024);
     let mut rest = TEMPLATE;
     // Filled in one pass, so that nothing inserted is searched again.
