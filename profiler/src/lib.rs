@@ -323,6 +323,8 @@ pub use allocmux_format::{
     AllocatorStats, Backend, Func, GlibcStats, JemallocStats, MimallocStats, SiteCounts, Stats,
     Totals, UnknownBackend,
 };
+/// How a [`Profiler`] records stacks ([`Profiler::mode`]).
+pub use allocmux_format::profile::StackMode;
 pub use allocmux_recorder::counting::{measure, snapshot};
 pub use allocmux_recorder::{Counting, Switchable};
 #[cfg(feature = "budget")]
