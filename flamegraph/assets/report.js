@@ -529,9 +529,17 @@
     const frame = el("iframe", { id: "diff-frame", title: d.title, sandbox: "allow-scripts" });
     // As an SVG document (srcdoc would parse it as HTML, where it lays
     // out at a default size), once the frame has its size: inferno's
-    // script fits the graph to it when it loads.
+    // script fits the graph to the frame's width when it loads, and a
+    // frame not laid out yet has none (its frames would get a negative
+    // width). The observer first reports the frame after layout.
     root.append(frame);
-    frame.src = URL.createObjectURL(new Blob([d.svg], { type: "image/svg+xml" }));
+    const sized = new ResizeObserver(() => {
+      if (frame.clientWidth > 0) {
+        sized.disconnect();
+        frame.src = URL.createObjectURL(new Blob([d.svg], { type: "image/svg+xml" }));
+      }
+    });
+    sized.observe(frame);
   }
 
   if (data.report) addView("summary", "Summary", buildSummary);
