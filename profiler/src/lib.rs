@@ -319,12 +319,12 @@ mod budget;
 pub mod criterion;
 mod profiler;
 
+/// How a [`Profiler`] records stacks ([`Profiler::mode`]).
+pub use allocmux_format::profile::StackMode;
 pub use allocmux_format::{
     AllocatorStats, Backend, Func, GlibcStats, JemallocStats, MimallocStats, SiteCounts, Stats,
     Totals, UnknownBackend,
 };
-/// How a [`Profiler`] records stacks ([`Profiler::mode`]).
-pub use allocmux_format::profile::StackMode;
 pub use allocmux_recorder::counting::{measure, snapshot};
 pub use allocmux_recorder::{Counting, Switchable};
 #[cfg(feature = "budget")]
