@@ -33,6 +33,12 @@ pub struct OutputFile {
 }
 
 impl OutputFile {
+    /// [`claim`](Self::claim) for an output that is optional: `None`
+    /// claims nothing.
+    pub fn claim_if(path: Option<&Path>, force: bool, what: &str) -> Result<Option<OutputFile>> {
+        path.map(|p| OutputFile::claim(p, force, what)).transpose()
+    }
+
     /// Claims `path`: refuses an existing file unless `force`, a
     /// directory always, and a path whose directory cannot take the
     /// temporary file the write goes through.

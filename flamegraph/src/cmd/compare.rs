@@ -53,16 +53,8 @@ pub fn run(o: &CompareOptions) -> Result<i32> {
         .as_deref()
         .map(|p| JsonOut::claim(p, o.force))
         .transpose()?;
-    let plot = o
-        .plot
-        .as_deref()
-        .map(|p| OutputFile::claim(p, o.force, "chart"))
-        .transpose()?;
-    let html = o
-        .html
-        .as_deref()
-        .map(|p| OutputFile::claim(p, o.force, "HTML report"))
-        .transpose()?;
+    let plot = OutputFile::claim_if(o.plot.as_deref(), o.force, "chart")?;
+    let html = OutputFile::claim_if(o.html.as_deref(), o.force, "HTML report")?;
     let input = Input::choose(o.input.as_deref())?;
     let log = match &o.log {
         Some(p) => Some(OutputFile::claim(p, o.force, "log")?.into_file()?),

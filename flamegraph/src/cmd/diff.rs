@@ -30,16 +30,8 @@ pub struct DiffOptions {
 
 /// Draws the differential flamegraph.
 pub fn run(o: &DiffOptions) -> Result<i32> {
-    let out = o
-        .output
-        .as_deref()
-        .map(|p| OutputFile::claim(p, o.force, "flamegraph"))
-        .transpose()?;
-    let html = o
-        .html
-        .as_deref()
-        .map(|p| OutputFile::claim(p, o.force, "HTML report"))
-        .transpose()?;
+    let out = OutputFile::claim_if(o.output.as_deref(), o.force, "flamegraph")?;
+    let html = OutputFile::claim_if(o.html.as_deref(), o.force, "HTML report")?;
     let base = profiles::load(std::slice::from_ref(&o.base))?;
     let new = profiles::load(std::slice::from_ref(&o.new))?;
     let mut sym = Symbolizer::new();

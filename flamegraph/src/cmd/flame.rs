@@ -38,16 +38,8 @@ pub struct FlameOptions {
 /// Runs the command and draws the flamegraph; returns the command's exit
 /// status, as a shell would report it.
 pub fn run(o: &FlameOptions) -> Result<i32> {
-    let out = o
-        .output
-        .as_deref()
-        .map(|p| OutputFile::claim(p, o.force, "flamegraph"))
-        .transpose()?;
-    let html_out = o
-        .html
-        .as_deref()
-        .map(|p| OutputFile::claim(p, o.force, "HTML report"))
-        .transpose()?;
+    let out = OutputFile::claim_if(o.output.as_deref(), o.force, "flamegraph")?;
+    let html_out = OutputFile::claim_if(o.html.as_deref(), o.force, "HTML report")?;
     let outcome = launch::in_foreground(
         &o.command,
         o.allocator,

@@ -36,16 +36,8 @@ pub struct ReportOptions {
 /// Prints the report (and draws the chart).
 pub fn run(o: &ReportOptions) -> Result<i32> {
     // Claimed first, so a taken name fails before any work.
-    let plot_out = o
-        .plot
-        .as_deref()
-        .map(|p| OutputFile::claim(p, o.force, "plot"))
-        .transpose()?;
-    let html_out = o
-        .html
-        .as_deref()
-        .map(|p| OutputFile::claim(p, o.force, "HTML report"))
-        .transpose()?;
+    let plot_out = OutputFile::claim_if(o.plot.as_deref(), o.force, "plot")?;
+    let html_out = OutputFile::claim_if(o.html.as_deref(), o.force, "HTML report")?;
     let loaded = profiles::load(&o.profiles)?;
     let plot = match &plot_out {
         Some(_) => Some(timeline_chart(

@@ -49,16 +49,8 @@ pub fn run(o: &RunOptions) -> Result<i32> {
         .as_deref()
         .map(|p| JsonOut::claim(p, o.force))
         .transpose()?;
-    let profile_out = o
-        .profile
-        .as_deref()
-        .map(|p| OutputFile::claim(p, o.force, "profile"))
-        .transpose()?;
-    let html_out = o
-        .html
-        .as_deref()
-        .map(|p| OutputFile::claim(p, o.force, "HTML report"))
-        .transpose()?;
+    let profile_out = OutputFile::claim_if(o.profile.as_deref(), o.force, "profile")?;
+    let html_out = OutputFile::claim_if(o.html.as_deref(), o.force, "HTML report")?;
     if o.stacks.is_some_and(|s| s.mode != StackMode::Off) && o.profile.is_none() && o.html.is_none()
     {
         crate::error::say(
