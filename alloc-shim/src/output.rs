@@ -2,6 +2,12 @@
 //! `.2`, ...), and replacing its contents whole through a temporary file
 //! and a rename, so a reader (or a SIGKILL mid-write) never sees half a
 //! file and a descriptor the program takes over is never written.
+//!
+//! Where the file system allows it, the temporary file has no name while
+//! it is written (`O_TMPFILE`) and is given one just before the rename: a
+//! process killed mid-write (SIGKILL, the OOM killer) then leaves nothing
+//! beside its profile, where a named temporary file would stay behind. Only
+//! a kill between the `linkat` and the `rename` can still leave one.
 
 use core::ffi::c_int;
 use core::fmt::Write as _;
@@ -22,6 +28,9 @@ pub enum Claim {
     File {
         /// The path's length without the NUL.
         path_len: usize,
+        /// Whether temporary files beside it can be written nameless (see
+        /// the module's docs), as a trial at the claim showed.
+        nameless: bool,
     },
     /// `ALLOCMUX_OUTPUT` is the null device: nothing is written, not even
     /// the summary line that stands in for a profile that cannot be.
@@ -57,7 +66,11 @@ pub fn claim(template: &[u8], pid: u32, path: &mut [u8; PATH_MAX]) -> Claim {
         if fd >= 0 {
             // SAFETY: fd is ours.
             unsafe { libc::close(fd) };
-            return Claim::File { path_len: plen };
+            let mut tmp = [0u8; PATH_MAX];
+            return Claim::File {
+                path_len: plen,
+                nameless: nameless_works(&path[..=plen], &mut tmp),
+            };
         }
         if errno() != libc::EEXIST {
             warn(format_args!(
@@ -95,18 +108,31 @@ fn is_null_device(path: &[u8]) -> bool {
 
 /// Replaces the file at `path[..path_len]` (NUL-terminated there, as
 /// [`claim`] leaves it) with what `write` puts into a new temporary file
-/// beside it, renamed over it only if every write succeeded and the
-/// descriptor stayed the shim's; otherwise the temporary file is removed.
-/// `tmp` holds the temporary file's name. `None` if no temporary file
-/// could be created (nothing was attempted), else whether the file was
-/// replaced.
+/// beside it (nameless until written, if `nameless`), renamed over it only
+/// if every write succeeded and the descriptor stayed the shim's;
+/// otherwise the temporary file is removed. `tmp` holds the temporary
+/// file's name. `None` if no temporary file could be created (nothing was
+/// attempted), else whether the file was replaced. A nameless file that
+/// cannot be named after all (`/proc` gone since the claim's trial: a
+/// `chroot`) is copied into a named one, and `nameless` turns false for
+/// the writes to come.
 pub fn replace(
     path: &[u8; PATH_MAX],
     path_len: usize,
+    nameless: &mut bool,
     tmp: &mut [u8; PATH_MAX],
     write: impl FnOnce(&Temporary) -> bool,
 ) -> Option<bool> {
-    let fd = create_temporary(&path[..path_len], tmp)?;
+    let path = &path[..=path_len];
+    let nameless_fd = if *nameless {
+        create_nameless(path)
+    } else {
+        None
+    };
+    let fd = match nameless_fd {
+        Some(fd) => fd,
+        None => create_temporary(&path[..path_len], tmp)?,
+    };
     let file = Temporary {
         fd,
         id: fd_identity(fd),
@@ -115,19 +141,66 @@ pub fn replace(
     // A descriptor the program replaced meanwhile (closed and reopened,
     // or `dup2`'d over) is the program's: neither written nor closed.
     let ours = file.is_ours();
+    let named = match nameless_fd {
+        None => true,
+        Some(_) if !(ok && ours) => false,
+        Some(fd) => {
+            link_temporary(fd, &path[..path_len], tmp) || {
+                *nameless = false;
+                copy_to_temporary(fd, &path[..path_len], tmp)
+            }
+        }
+    };
     // SAFETY: fd is ours (checked); `tmp` is NUL-terminated by
-    // `create_temporary`, and `path` at `path_len` by the caller's claim.
+    // `create_temporary` or `link_temporary` once it names a file, and
+    // `path` at `path_len` by the caller's claim.
     unsafe {
         if ours {
             libc::close(fd);
         }
-        if ok && ours {
-            libc::rename(tmp.as_ptr().cast(), path.as_ptr().cast());
-        } else {
+        if !named {
+            // Nameless and never named: closing it removed it.
+            return Some(false);
+        }
+        if ok && ours && libc::rename(tmp.as_ptr().cast(), path.as_ptr().cast()) == 0 {
+            return Some(true);
+        }
+        libc::unlink(tmp.as_ptr().cast());
+    }
+    Some(false)
+}
+
+/// Copies what was written to the nameless file `fd` into a new named
+/// temporary file beside `path` (its name left in `tmp`); false, with no
+/// file left, if any step fails.
+fn copy_to_temporary(fd: c_int, path: &[u8], tmp: &mut [u8; PATH_MAX]) -> bool {
+    let Some(out) = create_temporary(path, tmp) else {
+        return false;
+    };
+    let mut buf = [0u8; 8192];
+    let mut offset = 0;
+    let copied = loop {
+        // SAFETY: `buf` is valid for its length; fd is ours.
+        let n = unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), offset) };
+        if n < 0 && errno() == libc::EINTR {
+            continue;
+        }
+        if n <= 0 {
+            break n == 0;
+        }
+        if !write_all(out, &buf[..n as usize]) {
+            break false;
+        }
+        offset += n as libc::off_t;
+    };
+    // SAFETY: `out` is ours; `tmp` names it (NUL-terminated).
+    unsafe {
+        libc::close(out);
+        if !copied {
             libc::unlink(tmp.as_ptr().cast());
         }
     }
-    Some(ok && ours)
+    copied
 }
 
 /// The temporary file of a write under way, with the identity (device and
@@ -190,11 +263,6 @@ impl core::fmt::Write for FdWriter<'_> {
     }
 }
 
-/// Creates a new temporary file next to the profile, `PATH.tmp` or, if that
-/// name is taken, `PATH.tmp1` ... : exclusively and without following a
-/// symlink, so an existing file there is never truncated, and one planted
-/// there does not stop the profile from being written. Leaves the name,
-/// NUL-terminated, in `tmp`.
 /// Creates `path` for writing only if nothing (not even a dangling link) is
 /// there yet: a profile never replaces or follows anything it did not
 /// create. Returns the descriptor, or -1 with `errno` set.
@@ -212,7 +280,24 @@ unsafe fn create_new(path: &[u8]) -> c_int {
     }
 }
 
+/// Creates a new temporary file next to the profile, `PATH.tmp` or, if that
+/// name is taken, `PATH.tmp1` ... : exclusively and without following a
+/// symlink, so an existing file there is never truncated, and one planted
+/// there does not stop the profile from being written. Leaves the name,
+/// NUL-terminated, in `tmp`.
 fn create_temporary(path: &[u8], tmp: &mut [u8; PATH_MAX]) -> Option<c_int> {
+    // SAFETY: `name` is NUL-terminated by `temporary_names`.
+    temporary_names(path, tmp, |name| unsafe { create_new(name) })
+}
+
+/// Calls `try_name` with `PATH.tmp`, `PATH.tmp1`, ... (NUL-terminated, in
+/// `tmp`) until it returns a descriptor (or 0: done), or fails otherwise
+/// than with `EEXIST`.
+fn temporary_names(
+    path: &[u8],
+    tmp: &mut [u8; PATH_MAX],
+    mut try_name: impl FnMut(&[u8; PATH_MAX]) -> c_int,
+) -> Option<c_int> {
     for attempt in 0..16u32 {
         let mut name = PathBuf::new(tmp);
         name.push(path)?;
@@ -221,8 +306,7 @@ fn create_temporary(path: &[u8], tmp: &mut [u8; PATH_MAX]) -> Option<c_int> {
             write!(name, "{attempt}").ok()?;
         }
         name.finish()?;
-        // SAFETY: `tmp` is NUL-terminated by `finish`.
-        let fd = unsafe { create_new(tmp) };
+        let fd = try_name(tmp);
         if fd >= 0 {
             return Some(fd);
         }
@@ -231,4 +315,201 @@ fn create_temporary(path: &[u8], tmp: &mut [u8; PATH_MAX]) -> Option<c_int> {
         }
     }
     None
+}
+
+/// Opens a file with no name in the directory of `path` (NUL-terminated),
+/// for writing and reading back (see [`copy_to_temporary`]): `O_TMPFILE`,
+/// which some file systems refuse.
+fn create_nameless(path: &[u8]) -> Option<c_int> {
+    let mut dir = [0u8; PATH_MAX];
+    let name = &path[..path.len() - 1];
+    let parent = match name.iter().rposition(|&b| b == b'/') {
+        Some(0) => &b"/"[..],
+        Some(i) => &name[..i],
+        None => &b"."[..],
+    };
+    let mut d = PathBuf::new(&mut dir);
+    d.push(parent)?;
+    d.finish()?;
+    // SAFETY: `dir` is NUL-terminated by `finish`; open(2) only reads it.
+    let fd = unsafe {
+        libc::open(
+            dir.as_ptr().cast(),
+            libc::O_TMPFILE | libc::O_RDWR | libc::O_CLOEXEC,
+            0o644,
+        )
+    };
+    (fd >= 0).then_some(fd)
+}
+
+/// Gives the nameless file `fd` the first free temporary name beside
+/// `path` (left in `tmp`), through `/proc/thread-self/fd`: `linkat` by
+/// descriptor alone (`AT_EMPTY_PATH`) needs a capability the program may
+/// not have, and `/proc/self/fd` is empty once `main`'s thread has left
+/// through `pthread_exit` (its directory is the zombie leader's). Like
+/// `O_EXCL`, it never replaces an existing name.
+fn link_temporary(fd: c_int, path: &[u8], tmp: &mut [u8; PATH_MAX]) -> bool {
+    let mut proc_path = [0u8; 40];
+    let mut p = PathBuf::new(&mut proc_path);
+    if write!(p, "/proc/thread-self/fd/{fd}").is_err() || p.finish().is_none() {
+        return false;
+    }
+    temporary_names(path, tmp, |name| {
+        // SAFETY: both paths are NUL-terminated; linkat(2) only reads them.
+        let r = unsafe {
+            libc::linkat(
+                libc::AT_FDCWD,
+                proc_path.as_ptr().cast(),
+                libc::AT_FDCWD,
+                name.as_ptr().cast(),
+                libc::AT_SYMLINK_FOLLOW,
+            )
+        };
+        if r == 0 { 0 } else { -1 }
+    })
+    .is_some()
+}
+
+/// Whether a nameless file made beside `path` (NUL-terminated) can be
+/// given a name there: tried once when a process claims its profile, so
+/// that a file system or a `/proc` that cannot do it costs no write
+/// (which cannot be redone by the time the link fails).
+fn nameless_works(path: &[u8], tmp: &mut [u8; PATH_MAX]) -> bool {
+    let Some(fd) = create_nameless(path) else {
+        return false;
+    };
+    let linked = link_temporary(fd, &path[..path.len() - 1], tmp);
+    // SAFETY: fd is ours; `tmp` names the link when `linked`.
+    unsafe {
+        libc::close(fd);
+        if linked {
+            libc::unlink(tmp.as_ptr().cast());
+        }
+    }
+    linked
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The names in `dir`, sorted.
+    fn names(dir: &std::path::Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Claims `dir/p.prof` and replaces it with `text`, returning what the
+    /// directory held while the text was being written.
+    fn replace_in(dir: &std::path::Path, nameless: Option<bool>, text: &str) -> Vec<String> {
+        let mut template = dir.join("p.prof").into_os_string().into_encoded_bytes();
+        template.push(0);
+        let mut path = [0u8; PATH_MAX];
+        let Claim::File {
+            path_len,
+            nameless: works,
+        } = claim(&template[..template.len() - 1], 1, &mut path)
+        else {
+            panic!("no claim in {}", dir.display());
+        };
+        let mut seen = Vec::new();
+        let mut tmp = [0u8; PATH_MAX];
+        let mut nameless = nameless.unwrap_or(works);
+        let replaced = replace(&path, path_len, &mut nameless, &mut tmp, |f| {
+            seen = names(dir);
+            f.write(text.as_bytes())
+        });
+        assert_eq!(replaced, Some(true));
+        seen
+    }
+
+    /// A write in progress has no name beside the profile where the file
+    /// system allows it (as the test's does), so a process killed
+    /// mid-write leaves nothing; named temporaries, the fallback, show.
+    #[test]
+    fn a_write_under_way_leaves_no_name_where_it_can() {
+        let dir = tempfile::tempdir().unwrap();
+        let during = replace_in(dir.path(), None, "first\n");
+        assert_eq!(
+            during,
+            ["p.prof"],
+            "the claim's probe found O_TMPFILE usable"
+        );
+        assert_eq!(names(dir.path()), ["p.prof"]);
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("p.prof")).unwrap(),
+            "first\n"
+        );
+
+        let dir = tempfile::tempdir().unwrap();
+        let during = replace_in(dir.path(), Some(false), "named\n");
+        assert_eq!(during, ["p.prof", "p.prof.tmp"]);
+        assert_eq!(names(dir.path()), ["p.prof"]);
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("p.prof")).unwrap(),
+            "named\n"
+        );
+    }
+
+    /// The nameless file takes the next free temporary name, never an
+    /// existing one's, and a replace that fails removes it.
+    #[test]
+    fn a_nameless_file_never_takes_an_existing_name() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("p.prof.tmp"), "planted").unwrap();
+        replace_in(dir.path(), Some(true), "mine\n");
+        assert_eq!(names(dir.path()), ["p.prof", "p.prof.tmp"]);
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("p.prof.tmp")).unwrap(),
+            "planted"
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("p.prof")).unwrap(),
+            "mine\n"
+        );
+
+        let mut path = [0u8; PATH_MAX];
+        let p = dir
+            .path()
+            .join("p.prof")
+            .into_os_string()
+            .into_encoded_bytes();
+        path[..p.len()].copy_from_slice(&p);
+        let mut tmp = [0u8; PATH_MAX];
+        assert_eq!(
+            replace(&path, p.len(), &mut true, &mut tmp, |_| false),
+            Some(false)
+        );
+        assert_eq!(names(dir.path()), ["p.prof", "p.prof.tmp"]);
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("p.prof")).unwrap(),
+            "mine\n"
+        );
+    }
+
+    /// A nameless file that cannot be named (a `chroot` since the claim,
+    /// say) is copied whole into a named temporary file.
+    #[test]
+    fn a_nameless_file_is_copied_when_it_cannot_be_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut path = dir
+            .path()
+            .join("p.prof")
+            .into_os_string()
+            .into_encoded_bytes();
+        path.push(0);
+        let fd = create_nameless(&path).expect("O_TMPFILE works in the test's directory");
+        let text: Vec<u8> = (0..20_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+        assert!(write_all(fd, &text));
+        let mut tmp = [0u8; PATH_MAX];
+        assert!(copy_to_temporary(fd, &path[..path.len() - 1], &mut tmp));
+        // SAFETY: fd is this test's.
+        unsafe { libc::close(fd) };
+        assert_eq!(names(dir.path()), ["p.prof.tmp"]);
+        assert_eq!(std::fs::read(dir.path().join("p.prof.tmp")).unwrap(), text);
+    }
 }

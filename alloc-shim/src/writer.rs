@@ -91,6 +91,8 @@ pub struct ProfileFile {
     pub path_len: usize,
     /// The temporary file of the write under way, NUL-terminated.
     pub tmp: [u8; PATH_MAX],
+    /// Temporary files are written nameless (see [`output`]).
+    pub nameless: bool,
 }
 
 /// What a profile is written through, kept between writes so a write
@@ -131,6 +133,7 @@ pub static WRITER: SpinLock<Writer> = SpinLock::new(Writer {
         path: [0; PATH_MAX],
         path_len: 0,
         tmp: [0; PATH_MAX],
+        nameless: false,
     },
     has_output: false,
     discard: false,
@@ -161,8 +164,9 @@ pub fn start_process(w: &mut Writer) {
         );
         w.discard = claim == Claim::NullDevice;
         match claim {
-            Claim::File { path_len } => {
+            Claim::File { path_len, nameless } => {
                 w.file.path_len = path_len;
+                w.file.nameless = nameless;
                 true
             }
             Claim::NullDevice | Claim::Unavailable => false,
@@ -342,6 +346,7 @@ pub fn write_profile(w: &mut Writer, state: State, exiting_thread: bool) {
                 tmp,
                 path,
                 path_len,
+                nameless,
                 ..
             },
         timeline,
@@ -374,7 +379,7 @@ pub fn write_profile(w: &mut Writer, state: State, exiting_thread: bool) {
     // The timeline goes between the counters and the stacks, staged
     // through `buf` once the counters are out: up to ~80 KiB of points
     // need no buffer of their own.
-    let replaced = output::replace(path, *path_len, tmp, |file| {
+    let replaced = output::replace(path, *path_len, nameless, tmp, |file| {
         file.write(&buf[..len])
             && write_timeline(file, buf, timeline)
             && file.write(tail.as_bytes())
