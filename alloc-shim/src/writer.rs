@@ -351,10 +351,7 @@ pub fn write_profile(w: &mut Writer, state: State, exiting_thread: bool) {
     let mut out = SliceWriter { buf, len: 0 };
     if profile::write_magic(&mut out)
         .and_then(|_| profile::write_counters(&mut out, &header, &totals))
-        .and_then(|_| match allocator_stats {
-            Some(r) => profile::write_allocator_stats(&mut out, r),
-            None => Ok(()),
-        })
+        .and_then(|_| profile::write_allocator_stats(&mut out, allocator_stats.as_ref(), None))
         .and_then(|_| {
             let mut r = Ok(());
             crate::children::for_each(|pid, name| {
