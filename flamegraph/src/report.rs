@@ -572,9 +572,8 @@ pub enum HeapOverhead<'a> {
 pub fn heap_overhead(p: &ProcessProfile) -> Option<HeapOverhead<'_>> {
     let r = p.reading_nearest_peak()?;
     Some(match (r.stats.held_bytes(), r.overhead()) {
-        (Some(_), Some(_)) if r.live_bytes < p.totals.peak_live_bytes / 2 => {
-            HeapOverhead::FarFromPeak(r)
-        }
+        // Nothing live at all (0 B at exit) is as far from the peak.
+        (Some(_), _) if r.live_bytes < p.totals.peak_live_bytes / 2 => HeapOverhead::FarFromPeak(r),
         (Some(held), Some(ratio)) => HeapOverhead::Measured {
             reading: r,
             held,
@@ -892,6 +891,10 @@ mod tests {
             ),
             "{out}"
         );
+        // Nothing live at all: as far from the peak.
+        let mut p = freed_before_exit("");
+        p.allocator_stats.as_mut().unwrap().live_bytes = 0;
+        assert!(human(p).contains("read with 0 B live at most"));
         // A reading with more live bytes, but still under half the peak:
         // that one is named.
         let p = freed_before_exit(
