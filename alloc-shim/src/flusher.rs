@@ -56,8 +56,20 @@ const SAMPLE_DUTY: u64 = 100;
 /// under each arena's lock, 0.5–2 ms with 50 000 free small blocks
 /// (`cargo bench -p allocmux --bench allocator_stats`), so such a glibc
 /// heap is read every 0.5–2 s, and its allocating threads wait on the read
-/// at most 0.1% of the time. The exit profile always reads.
+/// at most 0.1% of the time. The exit profile always reads. Reads made on
+/// the heap's growth (below) wait by the same rule.
 const STATS_DUTY: u64 = 1000;
+/// Besides the periodic reads, the allocator's statistics are read when a
+/// timeline sample finds the live bytes at this many quarters of those of
+/// the reading nearest the peak so far (and of the last read made for
+/// growth), so that one reading is taken near the peak of a heap that is
+/// freed before exit, within a quarter of it where reading is fast enough:
+/// a heap that grows to 1 GiB from the floor below is read some 31 times.
+const GROWTH_QUARTERS: u64 = 5;
+/// No read for growth below this many live bytes: a start-up heap of some
+/// KiB would be read at every 25% of growth, and the overhead of a heap
+/// this small is the allocator's fixed metadata more than its behaviour.
+const GROWTH_FLOOR: u64 = 1 << 20;
 
 static STOP: AtomicBool = AtomicBool::new(false);
 /// Whether the thread being started makes its first call into jemalloc at
@@ -231,6 +243,10 @@ extern "C" fn thread_main(_: *mut c_void) -> *mut c_void {
     };
     let mut last_took = 0;
     let mut next_stats = start;
+    // The live bytes of the last timeline sample, and those a read for
+    // growth waits for (see `GROWTH_QUARTERS`).
+    let mut last_live = 0;
+    let mut read_again_at = GROWTH_FLOOR;
     loop {
         let due = next_flush.min(next_sample);
         match &mut server {
@@ -260,11 +276,17 @@ extern "C" fn thread_main(_: *mut c_void) -> *mut c_void {
         if t0 >= next_flush && !RAW.load(Relaxed) && procfs::only_thread_left() {
             break;
         }
-        // Before taking `WRITER`: see `writer::read_allocator_stats`.
+        // Before taking `WRITER`: see `writer::read_allocator_stats`. On
+        // growth, from the last sample's live bytes (known only under
+        // `WRITER`): a read comes at most one sample interval late.
         let may_read = !RAW.load(Relaxed) || raw_thread_may_read_stats();
-        let reading = if has_output && may_read && t0 >= next_flush && t0 >= next_stats {
+        let grown = last_live >= read_again_at;
+        let reading = if has_output && may_read && (t0 >= next_flush || grown) && t0 >= next_stats {
             let r = writer::read_allocator_stats();
             next_stats = t0 + recorder::monotonic_ns().saturating_sub(t0) * STATS_DUTY;
+            if grown {
+                read_again_at = last_live.saturating_mul(GROWTH_QUARTERS) / 4;
+            }
             r
         } else {
             None
@@ -277,16 +299,19 @@ extern "C" fn thread_main(_: *mut c_void) -> *mut c_void {
             next_sample = next_flush;
             continue;
         }
+        if reading.is_some() {
+            let peak_read = writer::keep_allocator_stats(&mut w, reading);
+            read_again_at = read_again_at.max(peak_read.saturating_mul(GROWTH_QUARTERS) / 4);
+        }
         let now = recorder::monotonic_ns();
         if now >= next_sample {
-            writer::sample_timeline(&mut w);
+            last_live = writer::sample_timeline(&mut w);
             let took = recorder::monotonic_ns().saturating_sub(now);
             let cost = took.min(last_took);
             last_took = took;
             next_sample = now + w.timeline.interval_ns().max(cost * SAMPLE_DUTY);
         }
         if now >= next_flush && has_output {
-            writer::keep_allocator_stats(&mut w, reading);
             writer::write_profile(&mut w, State::Running, false);
             next_flush = recorder::monotonic_ns()
                 + (FLUSH_INTERVAL_MS * 1_000_000).max(w.staging.last_write_ns * FLUSH_DUTY);

@@ -1,5 +1,5 @@
 //! The writer: what the shim knows of this process (its identity, start
-//! clocks, output path, timeline, last allocator reading) behind one lock,
+//! clocks, output path, timeline, allocator readings) behind one lock,
 //! and the profile or summary line written from it.
 //!
 //! The lock is taken by the flusher and by the `fork`, `exec` and exit
@@ -46,6 +46,10 @@ pub struct Writer {
     /// The backend's own statistics as last read (see
     /// [`read_allocator_stats`]), written with every profile.
     pub allocator_stats: Option<AllocatorReading>,
+    /// Of the readings made, the one with the most live bytes, written
+    /// beside the last: the heap overhead is measured there (the last is
+    /// often taken at exit, when the program has freed its heap).
+    pub allocator_stats_at_peak: Option<AllocatorReading>,
 }
 
 /// The process image's identity and start, as its profile header gives them.
@@ -147,6 +151,7 @@ pub static WRITER: SpinLock<Writer> = SpinLock::new(Writer {
     },
     timeline: TimelineBuffer::new(),
     allocator_stats: None,
+    allocator_stats_at_peak: None,
 });
 
 /// Per-process part of start-up, also run in a `fork` child.
@@ -177,6 +182,7 @@ pub fn start_process(w: &mut Writer) {
     // the allocator's locks may still be held by its own atfork handlers).
     w.timeline.clear();
     w.allocator_stats = None;
+    w.allocator_stats_at_peak = None;
     if w.has_output {
         // The first point, so even a process that ends before the first
         // sample has a start and an end.
@@ -198,6 +204,7 @@ pub fn rebuild_after_fork(w: &mut Writer) {
     ));
     w.timeline.clear();
     w.allocator_stats = None;
+    w.allocator_stats_at_peak = None;
 }
 
 /// The process's totals, how they were taken, and the mean calls per
@@ -234,8 +241,8 @@ fn live_and_peak() -> (u64, u64) {
 }
 
 /// Adds a point to the timeline: the time, the live bytes summed over the
-/// recorder's threads, the resident size.
-pub fn sample_timeline(w: &mut Writer) {
+/// recorder's threads, the resident size. Returns the live bytes.
+pub fn sample_timeline(w: &mut Writer) -> u64 {
     let t_ns = recorder::monotonic_ns().saturating_sub(w.process.clock_start.mono_ns);
     let (live_bytes, peak) = live_and_peak();
     let rss_bytes = procfs::rss_bytes();
@@ -247,6 +254,7 @@ pub fn sample_timeline(w: &mut Writer) {
         },
         peak,
     );
+    live_bytes
 }
 
 /// A reading of the backend's own statistics (jemalloc's `stats.*`,
@@ -256,7 +264,9 @@ pub fn sample_timeline(w: &mut Writer) {
 /// The read takes the allocator's locks (jemalloc's `ctl` and arena
 /// mutexes, glibc's arena mutexes), so it is only made where no lock can
 /// be held against it: by the flusher (after a call, when the allocator
-/// is between calls), and at a normal exit, each *before* taking
+/// is between calls: before a periodic write, and when the live bytes have
+/// grown well past the reading nearest the peak so far), and at a normal
+/// exit, each *before* taking
 /// `WRITER`, so no lock of the shim's is held while it waits. Never from
 /// `before_exit`, which `_exit` may reach from a signal handler that
 /// interrupted the allocator: the last reading is written there instead.
@@ -279,12 +289,22 @@ pub fn read_allocator_stats() -> Option<(u64, u64, AllocatorStats)> {
     Some((recorder::monotonic_ns(), live_and_peak().0, stats))
 }
 
-/// Keeps a reading from [`read_allocator_stats`] for the profiles to come.
-pub fn keep_allocator_stats(w: &mut Writer, reading: Option<(u64, u64, AllocatorStats)>) {
+/// Keeps a reading from [`read_allocator_stats`] for the profiles to come:
+/// as the last one, and as the one nearest the peak if no reading so far
+/// had as many live bytes. Returns the live bytes of the one nearest the
+/// peak (0: none yet).
+pub fn keep_allocator_stats(w: &mut Writer, reading: Option<(u64, u64, AllocatorStats)>) -> u64 {
     if let Some((mono_ns, live_bytes, stats)) = reading {
         let t_ns = mono_ns.saturating_sub(w.process.clock_start.mono_ns);
-        w.allocator_stats = Some(AllocatorReading::new(t_ns, live_bytes, stats));
+        let r = AllocatorReading::new(t_ns, live_bytes, stats);
+        w.allocator_stats = Some(r);
+        if w.allocator_stats_at_peak
+            .is_none_or(|p| live_bytes >= p.live_bytes)
+        {
+            w.allocator_stats_at_peak = Some(r);
+        }
     }
+    w.allocator_stats_at_peak.map_or(0, |r| r.live_bytes)
 }
 
 /// Writes the profile (unless there is none, or the exit profile is
@@ -351,14 +371,18 @@ pub fn write_profile(w: &mut Writer, state: State, exiting_thread: bool) {
             },
         timeline,
         allocator_stats,
+        allocator_stats_at_peak,
         ..
     } = w;
     let mut out = SliceWriter { buf, len: 0 };
     if profile::write_magic(&mut out)
         .and_then(|_| profile::write_counters(&mut out, &header, &totals))
-        .and_then(|_| match allocator_stats {
-            Some(r) => profile::write_allocator_stats(&mut out, r),
-            None => Ok(()),
+        .and_then(|_| {
+            profile::write_allocator_stats(
+                &mut out,
+                allocator_stats.as_ref(),
+                allocator_stats_at_peak.as_ref(),
+            )
         })
         .and_then(|_| {
             let mut r = Ok(());

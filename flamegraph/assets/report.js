@@ -140,7 +140,9 @@
             const figs = Object.entries(s.figures)
               .map(([k, v]) => k + " " + (k.includes("faults") ? fmtCount(v) : fmtBytes(v)))
               .join(", ");
-            return [String(p.pid), s.backend, figs, s.overhead == null ? "not measured" : s.overhead.toFixed(2) + "×"];
+            // The report's ratio: from the reading nearest the peak, none
+            // where that is under half the peak (see `heap_overhead` in json.rs).
+            return [String(p.pid), s.backend, figs, p.heap_overhead == null ? "not measured" : p.heap_overhead.toFixed(2) + "×"];
           }),
           "figures stats"
         )

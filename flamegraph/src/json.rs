@@ -13,12 +13,12 @@
 
 use std::collections::BTreeMap;
 
-use allocmux_format::profile::{ProcessProfile, State};
+use allocmux_format::profile::{AllocatorReading, State};
 use allocmux_format::stats::{Func, SIZE_BUCKETS, Totals, bucket_floor};
 use serde::Serialize;
 
 use crate::compare::{Comparison, Figure, Summary, Verdict};
-use crate::report::{ProcessFigures, Report, share};
+use crate::report::{ProcessFigures, Report, heap_overhead, share};
 use crate::stacks::{MergedStack, StackSet, Weight};
 use crate::stats::{Interval, Spread};
 use crate::symbolize::Frame;
@@ -183,8 +183,19 @@ pub struct ProcessJson {
     pub threads: u64,
     /// Mean calls between two timed calls.
     pub time_sample_mean: u32,
-    /// The allocator's own statistics at the end, or `null`.
+    /// The allocator's own statistics as last read (at the end, for a
+    /// normal exit), or `null`.
     pub allocator_stats: Option<AllocatorStatsJson>,
+    /// Of the readings of the allocator's statistics, the one taken with
+    /// the most live bytes (nearest the peak), in the same shape: the
+    /// same reading as `allocator_stats` when no earlier one had more;
+    /// `null` when there is none.
+    pub allocator_stats_at_peak: Option<AllocatorStatsJson>,
+    /// What the allocator held per live byte, as the report states it:
+    /// `allocator_stats_at_peak`'s `overhead`, or `null` when it is not
+    /// measured (no reading, mimalloc, or a reading under half of
+    /// `peak_live_bytes`, whose ratio would measure what the program freed).
+    pub heap_overhead: Option<f64>,
 }
 
 /// The 95% intervals of a sampled process's estimates, each `[low, high]`.
@@ -196,7 +207,7 @@ pub struct EstimateIntervalsJson {
     pub bytes: [u64; 2],
 }
 
-/// The allocator's own statistics, read at the end of a process.
+/// One reading of the allocator's own statistics.
 #[derive(Debug, Serialize)]
 pub struct AllocatorStatsJson {
     /// `system`, `jemalloc` or `mimalloc`.
@@ -347,21 +358,22 @@ impl From<&ProcessFigures> for ProcessJson {
             max_rss_bytes: pr.max_rss_bytes,
             threads: pr.threads,
             time_sample_mean: pr.time_sample_mean,
-            allocator_stats: allocator_stats(pr),
+            allocator_stats: pr.allocator_stats.as_ref().map(allocator_stats),
+            allocator_stats_at_peak: pr.reading_nearest_peak().map(allocator_stats),
+            heap_overhead: heap_overhead(pr).and_then(|o| o.ratio()),
         }
     }
 }
 
-fn allocator_stats(p: &ProcessProfile) -> Option<AllocatorStatsJson> {
-    let r = p.allocator_stats.as_ref()?;
-    Some(AllocatorStatsJson {
+fn allocator_stats(r: &AllocatorReading) -> AllocatorStatsJson {
+    AllocatorStatsJson {
         backend: r.stats.backend().name(),
         read_at_ns: r.t_ns,
         live_bytes: r.live_bytes,
         held_bytes: r.stats.held_bytes(),
         overhead: r.overhead(),
         figures: r.stats.fields().collect(),
-    })
+    }
 }
 
 /// A call stack: its frames, leaf (the allocating call site) first, and

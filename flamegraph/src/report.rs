@@ -3,7 +3,7 @@
 
 use std::io::{self, Write};
 
-use allocmux_format::profile::{ProcessProfile, Recording, State};
+use allocmux_format::profile::{AllocatorReading, ProcessProfile, Recording, State};
 use allocmux_format::stats::{Func, Totals};
 use allocmux_format::{AllocatorStats, Backend};
 
@@ -542,52 +542,125 @@ fn share_or_dash(sampled: bool, share: f64) -> String {
     }
 }
 
-/// The allocator's own figures, one line, then what it holds per live byte
-/// of the program: `jemalloc: 12.0 MiB allocated, ...` and `heap overhead
-/// 1.67x: ...` (prefixed with the process for a report of several).
+/// What the allocator held per live byte of the program, as the report
+/// states it: from the reading taken with the most live bytes (see
+/// [`ProcessProfile::reading_nearest_peak`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum HeapOverhead<'a> {
+    /// Measured: `held` bytes for the reading's live bytes, `ratio` the
+    /// quotient; `at_peak` when the reading is not the latest one (whose
+    /// figures the statistics line shows).
+    Measured {
+        /// The reading it comes from.
+        reading: &'a AllocatorReading,
+        /// What the allocator held for the heap then.
+        held: u64,
+        /// `held` over the reading's live bytes.
+        ratio: f64,
+        /// The reading is the one kept nearest the peak, not the latest.
+        at_peak: bool,
+    },
+    /// Every reading found under half the peak of live bytes (as one at
+    /// exit, after the program freed most of its heap): the ratio would
+    /// measure what the program gave back, not the allocator.
+    FarFromPeak(&'a AllocatorReading),
+    /// The allocator says nothing of what it holds for the heap (mimalloc).
+    Unknown(&'a AllocatorReading),
+}
+
+/// The process's heap overhead, if the allocator was read at all.
+pub fn heap_overhead(p: &ProcessProfile) -> Option<HeapOverhead<'_>> {
+    let r = p.reading_nearest_peak()?;
+    Some(match (r.stats.held_bytes(), r.overhead()) {
+        // Nothing live at all (0 B at exit) is as far from the peak.
+        (Some(_), _) if r.live_bytes < p.totals.peak_live_bytes / 2 => HeapOverhead::FarFromPeak(r),
+        (Some(held), Some(ratio)) => HeapOverhead::Measured {
+            reading: r,
+            held,
+            ratio,
+            at_peak: Some(r) != p.allocator_stats.as_ref(),
+        },
+        _ => HeapOverhead::Unknown(r),
+    })
+}
+
+impl HeapOverhead<'_> {
+    /// The ratio, if measured.
+    pub fn ratio(&self) -> Option<f64> {
+        match self {
+            HeapOverhead::Measured { ratio, .. } => Some(*ratio),
+            _ => None,
+        }
+    }
+}
+
+/// The allocator's own figures (its latest reading), one line, then what
+/// it holds per live byte of the program: `jemalloc: 12.0 MiB allocated,
+/// ...` and `heap overhead 1.67x: ...` (prefixed with the process for a
+/// report of several).
 fn write_allocator_stats(
     w: &mut dyn Write,
     p: &ProcessProfile,
     pid: Option<(u32, String)>,
 ) -> io::Result<()> {
-    let Some(r) = &p.allocator_stats else {
+    let (Some(latest), Some(overhead)) = (&p.allocator_stats, heap_overhead(p)) else {
         return Ok(());
     };
     let (prefix, indent) = match pid {
         Some((pid, name)) => (format!("pid {pid} {name}: "), "    "),
         None => (String::new(), ""),
     };
-    writeln!(w, "  {prefix}{}", r.stats)?;
-    let at = Dur(r.t_ns);
+    writeln!(w, "  {prefix}{}", latest.stats)?;
     let peak = p.totals.peak_live_bytes;
-    match (r.stats.held_bytes(), r.overhead()) {
-        // Read at the end, what the allocator holds over the little that
-        // is left says more of what the program freed than of the heap.
-        (Some(_), Some(_)) if r.live_bytes < peak / 2 => writeln!(
+    let what = |r: &AllocatorReading| match r.stats {
+        AllocatorStats::Jemalloc(_) => "resident",
+        _ => "arena + mmapped",
+    };
+    match overhead {
+        HeapOverhead::FarFromPeak(r) => writeln!(
             w,
-            "  {indent}heap overhead: not measured: the allocator was read with {} live (at {at}), \
-             under half the peak of {} (it is read every 0.5 s and at exit)",
+            "  {indent}heap overhead: not measured: the allocator was read with {} live at most (at {}), \
+             under half the peak of {} (it is read at exit, and while the program runs every 0.5 s \
+             and as its heap grows, but not under jemalloc nor in a glibc program without threads)",
             Bytes(r.live_bytes),
+            Dur(r.t_ns),
             Bytes(peak)
         ),
-        (Some(held), Some(x)) => {
-            let what = match r.stats {
-                AllocatorStats::Jemalloc(_) => "resident",
-                _ => "arena + mmapped",
-            };
-            writeln!(
-                w,
-                "  {indent}heap overhead {x:.2}x: the allocator holds {} ({what}) for {} live (at {at})",
-                Bytes(held),
-                Bytes(r.live_bytes)
-            )
-        }
-        (_, _) if r.stats.backend() == Backend::Mimalloc => writeln!(
+        HeapOverhead::Measured {
+            reading: r,
+            held,
+            ratio,
+            at_peak: false,
+        } => writeln!(
             w,
-            "  {indent}heap overhead: not measured (mimalloc commits what it reserves whole, untouched pages too; {} live at {at})",
-            Bytes(r.live_bytes)
+            "  {indent}heap overhead {ratio:.2}x: the allocator holds {} ({}) for {} live (at {})",
+            Bytes(held),
+            what(r),
+            Bytes(r.live_bytes),
+            Dur(r.t_ns)
         ),
-        _ => Ok(()),
+        HeapOverhead::Measured {
+            reading: r,
+            held,
+            ratio,
+            at_peak: true,
+        } => writeln!(
+            w,
+            "  {indent}heap overhead {ratio:.2}x near the peak: the allocator held {} ({}) for {} live \
+             (at {}; peak live {})",
+            Bytes(held),
+            what(r),
+            Bytes(r.live_bytes),
+            Dur(r.t_ns),
+            Bytes(peak)
+        ),
+        HeapOverhead::Unknown(_) if latest.stats.backend() == Backend::Mimalloc => writeln!(
+            w,
+            "  {indent}heap overhead: not measured (mimalloc commits what it reserves whole, untouched pages too; {} live at {})",
+            Bytes(latest.live_bytes),
+            Dur(latest.t_ns)
+        ),
+        HeapOverhead::Unknown(_) => Ok(()),
     }
 }
 
@@ -760,6 +833,9 @@ mod tests {
         assert_eq!(j["held_bytes"], 20971520);
         assert_eq!(j["read_at_ns"], 1_500_000_000u64);
         assert!((j["overhead"].as_f64().unwrap() - 20.0 / 12.0).abs() < 1e-9);
+        // The one reading is also the one nearest the peak, and the ratio.
+        assert_eq!(v["processes"][0]["allocator_stats_at_peak"], *j);
+        assert_eq!(v["processes"][0]["heap_overhead"], j["overhead"]);
         // Two processes: each line names its process; none without figures.
         let mut q = p.clone();
         q.pid = 8;
@@ -775,24 +851,112 @@ mod tests {
         assert!(!out.contains("pid 8 :"), "{out}");
     }
 
-    /// Read at exit with little left live, the ratio is not shown: it
-    /// would say more of what the program freed than of the allocator.
-    #[test]
-    fn heap_overhead_far_from_the_peak_is_not_shown() {
-        let text = "allocmux-profile 1\nprocess\npid 7\nallocator jemalloc\nstate exited\n\
-                    bytes_allocated 60000000\nbytes_freed 59999448\npeak_live_bytes 53582912\n\
-                    allocator_stats 1120000000 552\nallocator_stat allocated 552\n\
-                    allocator_stat active 4096\nallocator_stat resident 2035712\n\
-                    allocator_stat mapped 33554432\nallocator_stat retained 0\nend\n";
-        let p = allocmux_format::profile::parse(text).unwrap().remove(0);
+    /// A jemalloc process that peaked at 51.1 MiB live and freed all but
+    /// 552 B before its exit reading, with `at_peak` lines after it.
+    fn freed_before_exit(at_peak: &str) -> ProcessProfile {
+        let text = format!(
+            "allocmux-profile 1\nprocess\npid 7\nallocator jemalloc\nstate exited\n\
+             bytes_allocated 60000000\nbytes_freed 59999448\npeak_live_bytes 53582912\n\
+             allocator_stats 1120000000 552\nallocator_stat allocated 552\n\
+             allocator_stat active 4096\nallocator_stat resident 2035712\n\
+             allocator_stat mapped 33554432\nallocator_stat retained 0\n{at_peak}end\n"
+        );
+        allocmux_format::profile::parse(&text).unwrap().remove(0)
+    }
+
+    fn human(p: ProcessProfile) -> String {
         let mut out = Vec::new();
         Report::new(vec![p], None).write_human(&mut out).unwrap();
-        let out = String::from_utf8(out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    /// Read at exit with little left live, and at no moment nearer the
+    /// peak, the ratio is not shown: it would say more of what the program
+    /// freed than of the allocator.
+    #[test]
+    fn heap_overhead_far_from_the_peak_is_not_shown() {
+        let p = freed_before_exit("");
+        assert_eq!(
+            heap_overhead(&p),
+            Some(HeapOverhead::FarFromPeak(
+                p.allocator_stats.as_ref().unwrap()
+            ))
+        );
+        let out = human(p.clone());
         assert!(!out.contains("heap overhead 3"), "{out}");
         assert!(
             out.contains(
-                "heap overhead: not measured: the allocator was read with 552 B live (at 1.12 s), \
-                 under half the peak of 51.1 MiB"
+                "heap overhead: not measured: the allocator was read with 552 B live at most (at 1.12 s), \
+                 under half the peak of 51.1 MiB (it is read at exit, and while"
+            ),
+            "{out}"
+        );
+        // Nothing live at all: as far from the peak.
+        let mut p = freed_before_exit("");
+        p.allocator_stats.as_mut().unwrap().live_bytes = 0;
+        assert!(human(p).contains("read with 0 B live at most"));
+        // A reading with more live bytes, but still under half the peak:
+        // that one is named.
+        let p = freed_before_exit(
+            "allocator_stats_at_peak 300000000 20000000\nallocator_stat_at_peak resident 30000000\n",
+        );
+        let out = human(p);
+        assert!(
+            out.contains("not measured: the allocator was read with 19.1 MiB live at most (at 300.00 ms), under half"),
+            "{out}"
+        );
+    }
+
+    /// A reading near the peak gives the ratio, with its moment and the
+    /// peak; the statistics line stays the latest reading's, and the JSON
+    /// has both readings and the ratio.
+    #[test]
+    fn heap_overhead_is_measured_near_the_peak() {
+        let p = freed_before_exit(
+            "allocator_stats_at_peak 620000000 53000000\nallocator_stat_at_peak allocated 53000000\n\
+             allocator_stat_at_peak active 54000000\nallocator_stat_at_peak resident 64000000\n\
+             allocator_stat_at_peak mapped 70000000\nallocator_stat_at_peak retained 0\n",
+        );
+        let out = human(p.clone());
+        assert!(
+            out.contains(
+                "\n  jemalloc: 552 B allocated, 4.0 KiB active, 1.9 MiB resident, 32.0 MiB mapped, 0 B retained\n\
+                 \x20 heap overhead 1.21x near the peak: the allocator held 61.0 MiB (resident) for 50.5 MiB live \
+                 (at 620.00 ms; peak live 51.1 MiB)\n"
+            ),
+            "{out}"
+        );
+        let v = serde_json::to_value(Report::new(vec![p], None).to_json()).unwrap();
+        let j = &v["processes"][0];
+        assert_eq!(j["allocator_stats"]["live_bytes"], 552);
+        assert_eq!(j["allocator_stats_at_peak"]["live_bytes"], 53_000_000);
+        assert_eq!(j["allocator_stats_at_peak"]["read_at_ns"], 620_000_000);
+        assert_eq!(j["allocator_stats_at_peak"]["held_bytes"], 64_000_000);
+        assert!((j["heap_overhead"].as_f64().unwrap() - 64.0 / 53.0).abs() < 1e-9);
+        // Not measured: no ratio in the JSON either, though the reading has one.
+        let v =
+            serde_json::to_value(Report::new(vec![freed_before_exit("")], None).to_json()).unwrap();
+        assert!(
+            v["processes"][0]["allocator_stats"]["overhead"].is_f64(),
+            "{v}"
+        );
+        assert!(v["processes"][0]["heap_overhead"].is_null(), "{v}");
+    }
+
+    /// mimalloc says nothing of what it holds for the heap: its line
+    /// stays, with the latest reading, whatever reading is nearest the peak.
+    #[test]
+    fn mimalloc_heap_overhead_is_not_measured() {
+        let text = "allocmux-profile 1\nprocess\npid 7\nallocator mimalloc\nstate exited\n\
+                    bytes_allocated 60000000\nbytes_freed 59999448\npeak_live_bytes 53582912\n\
+                    allocator_stats 1120000000 552\nallocator_stat committed 33554432\n\
+                    allocator_stats_at_peak 620000000 53000000\nallocator_stat_at_peak committed 67108864\nend\n";
+        let p = allocmux_format::profile::parse(text).unwrap().remove(0);
+        let out = human(p);
+        assert!(
+            out.contains(
+                "heap overhead: not measured (mimalloc commits what it reserves whole, untouched pages too; \
+                 552 B live at 1.12 s)"
             ),
             "{out}"
         );

@@ -432,6 +432,125 @@ fn the_recorders_memory_is_not_the_programs_heap() {
     );
 }
 
+/// A program that allocates about 40 MiB in blocks of 64 B to 1 KiB, holds
+/// them 300 ms, frees them all and exits: on its main thread (`main`) or
+/// on a second one (`thread`), which lets the shim's writer thread read
+/// glibc's statistics while it runs.
+const HELD_THEN_FREED: &str = r#"
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#define BLOCKS 80000
+static void *blocks[BLOCKS];
+static void *work(void *arg) {
+    for (int i = 0; i < BLOCKS; i++) {
+        blocks[i] = malloc(64 + (i * 37) % 961);
+        if (!blocks[i]) exit(2);
+        memset(blocks[i], 1, 64);
+    }
+    struct timespec ts = {0, 300 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    for (int i = 0; i < BLOCKS; i++) free(blocks[i]);
+    return arg;
+}
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "thread")) {
+        pthread_t t;
+        if (pthread_create(&t, NULL, work, NULL)) return 3;
+        pthread_join(t, NULL);
+    } else {
+        work(NULL);
+    }
+    return 0;
+}
+"#;
+
+fn held_then_freed() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap().keep();
+        c_program(
+            &dir,
+            "held_then_freed",
+            HELD_THEN_FREED,
+            &["-O2", "-pthread"],
+        )
+    })
+}
+
+/// A program that frees its heap before exit has its heap overhead
+/// measured near its peak, not at exit with almost nothing live: the
+/// writer thread reads the allocator's statistics as the heap grows, and
+/// the report keeps the exit reading's statistics line beside the ratio
+/// from the reading with the most live bytes. Where the writer thread may
+/// not read the allocator (jemalloc; glibc before the program has a
+/// thread), only the exit reading is left, and the report says so.
+#[test]
+fn heap_overhead_is_measured_near_the_peak() {
+    let exe = held_then_freed().to_str().unwrap();
+    for (backend, on, measured) in [
+        ("system", "thread", true),
+        ("system", "main", false),
+        ("jemalloc", "thread", false),
+        ("mimalloc", "main", false),
+    ] {
+        let out =
+            ok(run(allocmux().args([
+                "run", "-a", backend, "--json", "-", "--", exe, on,
+            ])));
+        let doc = json_of(&out.stdout);
+        let p = &doc["processes"][0];
+        let err = text(&out.stderr);
+        let context = format!("{backend} {on}: {err}");
+        let peak = p["peak_live_bytes"].as_u64().unwrap();
+        assert!(peak >= 40 << 20, "{context}");
+        // The exit reading: its statistics line, with almost nothing live.
+        let latest = &p["allocator_stats"];
+        assert!(
+            latest["live_bytes"].as_u64().unwrap() < 1 << 20,
+            "{context}"
+        );
+        let name = if backend == "system" {
+            "glibc"
+        } else {
+            backend
+        };
+        assert!(err.contains(&format!("\n  {name}: ")), "{context}");
+        let overhead = err
+            .lines()
+            .find(|l| l.starts_with("  heap overhead"))
+            .unwrap_or_else(|| panic!("no overhead line: {context}"));
+        let nearest = &p["allocator_stats_at_peak"];
+        let nearest_live = nearest["live_bytes"].as_u64().unwrap();
+        if measured {
+            assert!(nearest_live >= peak / 2, "{context}");
+            let x = p["heap_overhead"].as_f64().unwrap();
+            assert_eq!(nearest["overhead"].as_f64(), Some(x), "{context}");
+            assert!((0.99..3.0).contains(&x), "{context}");
+            assert!(
+                overhead.starts_with(&format!("  heap overhead {x:.2}x near the peak: ")),
+                "{context}"
+            );
+            continue;
+        }
+        assert!(p["heap_overhead"].is_null(), "{context}");
+        if backend == "mimalloc" {
+            // Read as the heap grew (the writer thread may read mimalloc's
+            // figures), but its figures give no ratio.
+            assert!(nearest_live >= peak / 2, "{context}");
+            assert!(overhead.contains("not measured (mimalloc"), "{context}");
+        } else {
+            // Read at exit only.
+            assert_eq!(nearest, latest, "{context}");
+            assert!(
+                overhead.contains("not measured: the allocator was read with"),
+                "{context}"
+            );
+        }
+    }
+}
+
 /// A program that spawns each of its arguments with `posix_spawnp` and
 /// waits for it.
 const SPAWN: &str = r#"

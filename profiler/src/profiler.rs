@@ -409,10 +409,7 @@ fn profile_text(state: State, http: &str) -> String {
     // Writing into a String cannot fail.
     let _ = profile::write_magic(&mut text)
         .and_then(|()| profile::write_counters(&mut text, &header, &totals))
-        .and_then(|()| match &allocator {
-            Some(r) => profile::write_allocator_stats(&mut text, r),
-            None => Ok(()),
-        })
+        .and_then(|()| profile::write_allocator_stats(&mut text, allocator.as_ref(), None))
         .and_then(|()| snapshot.write(&mut text))
         .and_then(|()| profile::write_end(&mut text));
     text

@@ -43,6 +43,10 @@
 //!                             (ns since `clock_start`) and the program's live bytes then
 //! allocator_stat allocated 12582912   one of its figures, named as `AllocatorStats::fields`
 //! allocator_stat resident 20971520    names them for the process's `allocator` (see below)
+//! allocator_stats_at_peak 620000000 28835840
+//!                             the reading taken with the most live bytes (optional; only
+//!                             written when it is not the one above): when, and live bytes
+//! allocator_stat_at_peak resident 34603008   one of that reading's figures, as above
 //! stacks sample 524288        stack recording: `sample MEAN_BYTES` or `exact 1` (absent: off)
 //! stacks_exact_first 200000   in `sample` mode, the allocations recorded exactly before
 //!                             sampling started (their weights are 1); absent: none
@@ -88,7 +92,11 @@
 //! (`mi_process_info`), `in_use free arena mmapped releasable` for the
 //! system allocator (glibc's `mallinfo2`). The reading may be older than
 //! the section (the shim reuses its last one where reading is unsafe, as in
-//! `_exit`), hence its own time and live bytes.
+//! `_exit`), hence its own time and live bytes. `allocator_stats` is the
+//! latest reading; `allocator_stats_at_peak`, of all the readings made, the
+//! one with the most live bytes, nearest the peak: a program that frees its
+//! heap before exit is read at exit with little live, where what the
+//! allocator holds says more of what was freed than of the allocator.
 //!
 //! Readers ignore keys they do not know (later minor additions), refuse a
 //! higher version number, and reject a section that does not end with `end`.
@@ -324,12 +332,38 @@ impl AllocatorReading {
     }
 }
 
-/// Writes the allocator's statistics: the `allocator_stats` line, then one
-/// `allocator_stat` line per figure. Goes after [`write_counters`].
-pub fn write_allocator_stats<W: Write>(w: &mut W, r: &AllocatorReading) -> fmt::Result {
-    writeln!(w, "allocator_stats {} {}", r.t_ns, r.live_bytes)?;
+/// Writes the allocator's statistics: the latest reading (the
+/// `allocator_stats` line, then one `allocator_stat` line per figure), then
+/// the one with the most live bytes (`allocator_stats_at_peak` and
+/// `allocator_stat_at_peak`) unless it is the same. Goes after
+/// [`write_counters`].
+pub fn write_allocator_stats<W: Write>(
+    w: &mut W,
+    latest: Option<&AllocatorReading>,
+    at_peak: Option<&AllocatorReading>,
+) -> fmt::Result {
+    if let Some(r) = latest {
+        write_reading(w, "allocator_stats", "allocator_stat", r)?;
+    }
+    match at_peak {
+        Some(r) if Some(r) != latest => {
+            write_reading(w, "allocator_stats_at_peak", "allocator_stat_at_peak", r)
+        }
+        _ => Ok(()),
+    }
+}
+
+/// One reading: its `HEADER T LIVE` line, then a `STAT NAME VALUE` line per
+/// figure.
+fn write_reading<W: Write>(
+    w: &mut W,
+    header: &str,
+    stat: &str,
+    r: &AllocatorReading,
+) -> fmt::Result {
+    writeln!(w, "{header} {} {}", r.t_ns, r.live_bytes)?;
     for (name, v) in r.stats.fields() {
-        writeln!(w, "allocator_stat {name} {v}")?;
+        writeln!(w, "{stat} {name} {v}")?;
     }
     Ok(())
 }
@@ -678,8 +712,12 @@ pub struct ProcessProfile {
     /// Live and resident bytes over time (empty in profiles written before
     /// timelines existed).
     pub timeline: Timeline,
-    /// The allocator's own statistics, if they were read.
+    /// The allocator's own statistics, if they were read: the latest reading.
     pub allocator_stats: Option<AllocatorReading>,
+    /// Of the readings made, the one with the most live bytes, when it is
+    /// not [`allocator_stats`](Self::allocator_stats) (see
+    /// [`reading_nearest_peak`](Self::reading_nearest_peak)).
+    pub allocator_stats_at_peak: Option<AllocatorReading>,
 }
 
 impl ProcessProfile {
@@ -725,6 +763,19 @@ impl ProcessProfile {
         Some((ticks / ticks_per_ns) as u64)
     }
 
+    /// Of the allocator readings the profile carries, the one taken with
+    /// the most live bytes: where what the allocator holds per live byte
+    /// (its heap overhead) describes the allocator rather than what the
+    /// program freed before a reading (the latest is often taken at exit,
+    /// with most of the heap freed). The latest on a tie.
+    pub fn reading_nearest_peak(&self) -> Option<&AllocatorReading> {
+        match (&self.allocator_stats, &self.allocator_stats_at_peak) {
+            (Some(latest), Some(peak)) if peak.live_bytes > latest.live_bytes => Some(peak),
+            (None, peak) => peak.as_ref(),
+            (latest, _) => latest.as_ref(),
+        }
+    }
+
     /// Writes this process back as a profile section.
     pub fn write<W: Write>(&self, w: &mut W) -> fmt::Result {
         let mut cmdline = Vec::new();
@@ -750,9 +801,11 @@ impl ProcessProfile {
             recording: self.recording,
         };
         write_counters(w, &h, &self.totals)?;
-        if let Some(r) = &self.allocator_stats {
-            write_allocator_stats(w, r)?;
-        }
+        write_allocator_stats(
+            w,
+            self.allocator_stats.as_ref(),
+            self.allocator_stats_at_peak.as_ref(),
+        )?;
         for (child, program) in &self.unprofiled_children {
             write_unprofiled_child(w, *child, program.as_bytes())?;
         }
@@ -888,6 +941,30 @@ fn hex_words(s: &str) -> Result<Vec<u64>, &str> {
     Ok(out)
 }
 
+/// One allocator reading's lines as parsed so far: its header line's time
+/// and live bytes, and its figures by name.
+#[derive(Default)]
+struct ReadingLines {
+    at: Option<(u64, u64)>,
+    fields: Vec<(String, u64)>,
+}
+
+impl ReadingLines {
+    /// The reading, if its header line was there and `backend` is one this
+    /// version knows (else its figures cannot be named).
+    fn reading(&self, backend: Option<Backend>) -> Option<AllocatorReading> {
+        let ((t_ns, live_bytes), backend) = self.at.zip(backend)?;
+        Some(AllocatorReading {
+            t_ns,
+            live_bytes,
+            stats: AllocatorStats::from_fields(
+                backend,
+                self.fields.iter().map(|(k, v)| (k.as_str(), *v)),
+            ),
+        })
+    }
+}
+
 fn parse_sections(text: &str) -> Result<Vec<ProcessProfile>, ParseError> {
     let err = |line: usize, message: String| ParseError { line, message };
     let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l));
@@ -918,10 +995,11 @@ fn parse_sections(text: &str) -> Result<Vec<ProcessProfile>, ParseError> {
     }
     let mut procs = Vec::new();
     let mut cur: Option<ProcessProfile> = None;
-    // The open section's `allocator_stats` line and `allocator_stat` figures,
-    // made into an `AllocatorReading` at its `end` (when its `allocator` is known).
-    let mut reading: Option<(u64, u64)> = None;
-    let mut reading_fields: Vec<(String, u64)> = Vec::new();
+    // The open section's readings, the latest (`allocator_stats`) and the
+    // one nearest the peak (`allocator_stats_at_peak`), each made into an
+    // `AllocatorReading` at its `end` (when its `allocator` is known).
+    let mut latest = ReadingLines::default();
+    let mut at_peak = ReadingLines::default();
     for (n, line) in lines {
         let line = line.trim_end();
         if line.is_empty() {
@@ -931,8 +1009,8 @@ fn parse_sections(text: &str) -> Result<Vec<ProcessProfile>, ParseError> {
         let Some(p) = cur.as_mut() else {
             if key == "process" {
                 cur = Some(empty_process());
-                reading = None;
-                reading_fields.clear();
+                latest = ReadingLines::default();
+                at_peak = ReadingLines::default();
                 continue;
             }
             return Err(err(n, format!("expected `process`, found {key:?}")));
@@ -972,33 +1050,33 @@ fn parse_sections(text: &str) -> Result<Vec<ProcessProfile>, ParseError> {
                     // writer writes none): read it as such.
                     p.timeline = Timeline::default();
                 }
-                p.allocator_stats = reading.zip(Backend::from_name(p.allocator.as_bytes())).map(
-                    |((t_ns, live_bytes), backend)| AllocatorReading {
-                        t_ns,
-                        live_bytes,
-                        stats: AllocatorStats::from_fields(
-                            backend,
-                            reading_fields.iter().map(|(k, v)| (k.as_str(), *v)),
-                        ),
-                    },
-                );
+                let backend = Backend::from_name(p.allocator.as_bytes());
+                p.allocator_stats = latest.reading(backend);
+                p.allocator_stats_at_peak = at_peak.reading(backend);
                 procs.push(p);
             }
-            "allocator_stats" => {
+            "allocator_stats" | "allocator_stats_at_peak" => {
                 let r = pair(rest)?;
-                reading = Some((r.tsc, r.mono_ns));
+                let lines = if key == "allocator_stats" {
+                    &mut latest
+                } else {
+                    &mut at_peak
+                };
+                lines.at = Some((r.tsc, r.mono_ns));
             }
-            "allocator_stat" => {
-                if reading.is_none() {
-                    return Err(err(
-                        n,
-                        "`allocator_stat` comes before its `allocator_stats` line".into(),
-                    ));
+            "allocator_stat" | "allocator_stat_at_peak" => {
+                let (lines, header) = if key == "allocator_stat" {
+                    (&mut latest, "allocator_stats")
+                } else {
+                    (&mut at_peak, "allocator_stats_at_peak")
+                };
+                if lines.at.is_none() {
+                    return Err(err(n, format!("`{key}` comes before its `{header}` line")));
                 }
                 let (name, v) = rest
                     .split_once(' ')
-                    .ok_or_else(|| err(n, "`allocator_stat` needs a name and a number".into()))?;
-                reading_fields.push((name.to_string(), num(v)?));
+                    .ok_or_else(|| err(n, format!("`{key}` needs a name and a number")))?;
+                lines.fields.push((name.to_string(), num(v)?));
             }
             "process" => return Err(err(n, "a process section is missing its `end` line".into())),
             "pid" => p.pid = pid(rest)?,
@@ -1230,6 +1308,7 @@ fn empty_process() -> ProcessProfile {
         stacks: Stacks::default(),
         timeline: Timeline::default(),
         allocator_stats: None,
+        allocator_stats_at_peak: None,
     }
 }
 
@@ -1282,6 +1361,7 @@ mod tests {
             stacks: Stacks::default(),
             timeline: Timeline::default(),
             allocator_stats: None,
+            allocator_stats_at_peak: None,
         }
     }
 
@@ -1527,6 +1607,7 @@ mod tests {
         );
         assert!(text.contains("allocator_stat page_faults 3\n"));
         assert!(text.contains("allocator_stat releasable 5\n"));
+        assert!(!text.contains("_at_peak"), "{text}");
         let back = parse(&text).unwrap();
         assert_eq!(back, procs);
         assert_eq!(back[0].allocator_stats.unwrap().overhead(), Some(2.0));
@@ -1535,6 +1616,40 @@ mod tests {
             parse(&to_string(&[sample()])).unwrap()[0].allocator_stats,
             None
         );
+        // A reading nearer the peak than the latest: written after it,
+        // under its own keys, and read back as the one nearest the peak.
+        let mut p = procs[0].clone();
+        let AllocatorStats::Jemalloc(j) = readings[0].1 else {
+            unreachable!()
+        };
+        let at_peak = AllocatorReading::new(
+            620_000_000,
+            27 << 20,
+            AllocatorStats::Jemalloc(crate::JemallocStats {
+                resident: 33 << 20,
+                ..j
+            }),
+        );
+        p.allocator_stats_at_peak = Some(at_peak);
+        let text = to_string(std::slice::from_ref(&p));
+        assert!(
+            text.contains(
+                "allocator_stat retained 7\nallocator_stats_at_peak 620000000 28311552\n\
+                 allocator_stat_at_peak allocated 12582912\nallocator_stat_at_peak active 13631488\n\
+                 allocator_stat_at_peak resident 34603008\nallocator_stat_at_peak mapped 33554432\n\
+                 allocator_stat_at_peak retained 7\nunprofiled_child "
+            ),
+            "{text}"
+        );
+        let back = parse(&text).unwrap().remove(0);
+        assert_eq!(back, p);
+        assert_eq!(back.reading_nearest_peak(), Some(&at_peak));
+        // The latest reading with more live bytes is the one nearest the peak.
+        p.allocator_stats_at_peak = Some(AllocatorReading::new(1, 1 << 20, readings[0].1));
+        assert_eq!(p.reading_nearest_peak(), p.allocator_stats.as_ref());
+        // The same reading twice is written once.
+        p.allocator_stats_at_peak = p.allocator_stats;
+        assert!(!to_string(&[p]).contains("_at_peak"));
     }
 
     /// A later version's figure is skipped; a figure without its
@@ -1565,6 +1680,24 @@ mod tests {
                 "allocator_stats 5 100\nallocator_stat active x",
                 "needs a number",
             ),
+            (
+                "allocator_stat_at_peak active 3",
+                "`allocator_stat_at_peak` comes before its `allocator_stats_at_peak`",
+            ),
+            // The latest reading's header does not open the other's figures.
+            (
+                "allocator_stats 5 100\nallocator_stat_at_peak active 3",
+                "comes before its `allocator_stats_at_peak`",
+            ),
+            ("allocator_stats_at_peak 5", "needs two numbers"),
+            (
+                "allocator_stats_at_peak 5 100\nallocator_stat_at_peak active",
+                "`allocator_stat_at_peak` needs a name and a number",
+            ),
+            (
+                "allocator_stats_at_peak 5 100\nallocator_stat_at_peak active x",
+                "needs a number",
+            ),
         ];
         for (lines, want) in cases {
             let e = parse(&format!("{base}{lines}\nend\n"))
@@ -1572,9 +1705,20 @@ mod tests {
                 .to_string();
             assert!(e.contains(want), "{lines:?}: {e}");
         }
+        // The reading nearest the peak alone (a profile cut to it): read as such.
+        let text = format!(
+            "{base}allocator_stats_at_peak 7 200\nallocator_stat_at_peak resident 500\nend\n"
+        );
+        let p = parse(&text).unwrap().remove(0);
+        assert_eq!(p.allocator_stats, None);
+        let r = p.allocator_stats_at_peak.unwrap();
+        assert_eq!((r.t_ns, r.live_bytes, r.overhead()), (7, 200, Some(2.5)));
+        assert_eq!(p.reading_nearest_peak(), Some(&r));
         // An allocator this version does not know: the figures are skipped.
-        let text = "allocmux-profile 1\nprocess\nallocator tcmalloc\nallocator_stats 1 2\nallocator_stat x 3\nend\n";
-        assert_eq!(parse(text).unwrap()[0].allocator_stats, None);
+        let text = "allocmux-profile 1\nprocess\nallocator tcmalloc\nallocator_stats 1 2\nallocator_stat x 3\n\
+                    allocator_stats_at_peak 1 2\nallocator_stat_at_peak x 3\nend\n";
+        let p = parse(text).unwrap().remove(0);
+        assert_eq!((p.allocator_stats, p.allocator_stats_at_peak), (None, None));
     }
 
     #[test]
