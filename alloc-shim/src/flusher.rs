@@ -22,7 +22,7 @@
 
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{
-    AtomicBool, AtomicU32, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
+    AtomicBool, AtomicU32, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
     Ordering::SeqCst,
 };
 
@@ -57,7 +57,10 @@ const SAMPLE_DUTY: u64 = 100;
 /// (`cargo bench -p allocmux --bench allocator_stats`), so such a glibc
 /// heap is read every 0.5–2 s, and its allocating threads wait on the read
 /// at most 0.1% of the time. The exit profile always reads. Reads made on
-/// the heap's growth (below) wait by the same rule.
+/// the heap's growth (below) wait by the same rule. As for the samples,
+/// the shorter of the last two reads counts: a read preempted on a busy
+/// machine took long without costing the program anything, and must not
+/// hold the next one off for a second.
 const STATS_DUTY: u64 = 1000;
 /// Besides the periodic reads, the allocator's statistics are read when a
 /// timeline sample finds the live bytes at this many quarters of those of
@@ -144,6 +147,7 @@ fn wake() {
 /// Starts the flusher thread (in a `fork` child too: the parent's does
 /// not exist there).
 pub fn start() {
+    recorder::program_read::set_reader(read_on_program_thread);
     STOP.store(false, Relaxed);
     PAUSE.store(false, Relaxed);
     let in_fork_child = STARTED_BEFORE.swap(true, Relaxed);
@@ -243,6 +247,7 @@ extern "C" fn thread_main(_: *mut c_void) -> *mut c_void {
     };
     let mut last_took = 0;
     let mut next_stats = start;
+    let mut last_read_took = 0;
     // The live bytes of the last timeline sample, and those a read for
     // growth waits for (see `GROWTH_QUARTERS`).
     let mut last_live = 0;
@@ -281,14 +286,23 @@ extern "C" fn thread_main(_: *mut c_void) -> *mut c_void {
         // `WRITER`): a read comes at most one sample interval late.
         let may_read = !RAW.load(Relaxed) || raw_thread_may_read_stats();
         let grown = last_live >= read_again_at;
-        let reading = if has_output && may_read && (t0 >= next_flush || grown) && t0 >= next_stats {
+        let stats_due = t0 >= next_stats.max(PROGRAM_READ_NEXT.load(Relaxed));
+        let reading = if has_output && may_read && (t0 >= next_flush || grown) && stats_due {
             let r = writer::read_allocator_stats();
-            next_stats = t0 + recorder::monotonic_ns().saturating_sub(t0) * STATS_DUTY;
+            let took = recorder::monotonic_ns().saturating_sub(t0);
+            next_stats = t0 + took.min(last_read_took) * STATS_DUTY;
+            last_read_took = took;
             if grown {
                 read_again_at = last_live.saturating_mul(GROWTH_QUARTERS) / 4;
             }
             r
         } else {
+            if has_output && !may_read && grown && stats_due {
+                // This thread may not read this allocator: a thread of the
+                // program will (`read_on_program_thread`).
+                recorder::program_read::ask();
+                read_again_at = last_live.saturating_mul(GROWTH_QUARTERS) / 4;
+            }
             None
         };
         let mut w = WRITER.lock();
@@ -323,6 +337,42 @@ extern "C" fn thread_main(_: *mut c_void) -> *mut c_void {
         endpoint::give_back(s);
     }
     core::ptr::null_mut()
+}
+
+/// When the next read on a program thread may be asked at the earliest
+/// ([`STATS_DUTY`] after the last one), and how long the last one took.
+static PROGRAM_READ_NEXT: AtomicU64 = AtomicU64::new(0);
+static PROGRAM_READ_TOOK: AtomicU64 = AtomicU64::new(0);
+
+/// The read of the allocator's statistics that this thread asked of the
+/// program's (see `allocmux_recorder::program_read`) on the heap's growth,
+/// where it may not make it itself: jemalloc's, and glibc's before the
+/// program has a second thread. A program thread runs it inside an
+/// allocator hook, after its call returned: the allocator is between calls
+/// on that thread, and under glibc no other thread uses the heap. A
+/// program that allocates in a signal handler while the same thread is in
+/// the allocator is already outside what glibc and jemalloc support, read
+/// or no read.
+fn read_on_program_thread() {
+    // Shim code that holds `WRITER` allocates through the hooks too: no
+    // read is made under a lock of the shim's (see
+    // `writer::read_allocator_stats`). The next growth asks again.
+    if WRITER.held_here() {
+        return;
+    }
+    let t0 = recorder::monotonic_ns();
+    let reading = writer::read_allocator_stats();
+    let now = recorder::monotonic_ns();
+    let took = now.saturating_sub(t0);
+    let shorter = took.min(PROGRAM_READ_TOOK.swap(took, Relaxed));
+    PROGRAM_READ_NEXT.store(now + shorter * STATS_DUTY, Relaxed);
+    // Never a wait for the writer thread inside the program's call: a
+    // reading that finds it busy is dropped.
+    if let Some(mut w) = WRITER.try_lock()
+        && !w.finished
+    {
+        writer::keep_allocator_stats(&mut w, reading);
+    }
 }
 
 /// Whether the thread glibc does not know of may read the backend's

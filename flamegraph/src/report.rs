@@ -594,21 +594,6 @@ impl HeapOverhead<'_> {
     }
 }
 
-/// When the shim read this process's allocator, for a heap overhead it
-/// could not measure: its writer thread reads every 0.5 s and as the heap
-/// grows, except where that thread cannot (jemalloc, whose state it lacks;
-/// glibc before the program has a second thread, when `malloc` takes no
-/// lock), and then only the exit reading is left.
-fn when_read(p: &ProcessProfile) -> &'static str {
-    match Backend::from_name(p.allocator.as_bytes()) {
-        Some(Backend::Jemalloc) => "jemalloc is read only at exit, from the program's own thread",
-        Some(Backend::System) if p.threads <= 1 => {
-            "glibc is read only at exit in a program with one thread, whose malloc takes no lock"
-        }
-        _ => "it is read every 0.5 s, as the heap grows, and at exit",
-    }
-}
-
 /// The allocator's own figures (its latest reading), one line, then what
 /// it holds per live byte of the program: `jemalloc: 12.0 MiB allocated,
 /// ...` and `heap overhead 1.67x: ...` (prefixed with the process for a
@@ -635,11 +620,11 @@ fn write_allocator_stats(
         HeapOverhead::FarFromPeak(r) => writeln!(
             w,
             "  {indent}heap overhead: not measured: the allocator was read with {} live at most (at {}), \
-             under half the peak of {} ({})",
+             under half the peak of {} (it is read as the heap grows, every 0.5 s and at exit: \
+             a peak held for less than about 20 ms can fall between readings)",
             Bytes(r.live_bytes),
             Dur(r.t_ns),
-            Bytes(peak),
-            when_read(p)
+            Bytes(peak)
         ),
         HeapOverhead::Measured {
             reading: r,
@@ -902,7 +887,7 @@ mod tests {
         assert!(
             out.contains(
                 "heap overhead: not measured: the allocator was read with 552 B live at most (at 1.12 s), \
-                 under half the peak of 51.1 MiB (jemalloc is read only at exit"
+                 under half the peak of 51.1 MiB (it is read as the heap grows"
             ),
             "{out}"
         );

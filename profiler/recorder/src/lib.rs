@@ -61,6 +61,7 @@ pub mod loader;
 mod lock;
 pub mod pprof;
 pub mod process;
+pub mod program_read;
 mod random;
 pub mod stacks;
 mod switchable;

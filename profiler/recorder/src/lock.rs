@@ -100,6 +100,11 @@ impl<T> SpinLock<T> {
         }
     }
 
+    /// Whether the calling thread holds the lock.
+    pub fn held_here(&self) -> bool {
+        self.holder.load(Ordering::Relaxed) == this_thread()
+    }
+
     /// Takes the lock if it is free.
     pub fn try_lock(&self) -> Option<SpinGuard<'_, T>> {
         self.holder

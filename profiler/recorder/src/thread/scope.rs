@@ -444,6 +444,7 @@ pub(super) unsafe extern "C" fn slow<B: Body>(body: B, t: &ThreadState) -> B::Ou
             };
             t.schedule(f, t.next_countdown());
             t.check_peak();
+            crate::program_read::run_if_asked();
             if !t.linked.get() {
                 link_later(t);
             }
