@@ -265,9 +265,12 @@ pub fn sample_timeline(w: &mut Writer) -> u64 {
 /// mutexes, glibc's arena mutexes), so it is only made where no lock can
 /// be held against it: by the flusher (after a call, when the allocator
 /// is between calls: before a periodic write, and when the live bytes have
-/// grown well past the reading nearest the peak so far), and at a normal
-/// exit, each *before* taking
-/// `WRITER`, so no lock of the shim's is held while it waits. Never from
+/// grown well past the reading nearest the peak so far); by a program
+/// thread the flusher asks where it may not read itself, after that
+/// thread's own call returned (`flusher::read_on_program_thread`); and at
+/// a normal exit. Each is made *before* taking `WRITER` (the program
+/// thread only ever tries it), so no lock of the shim's is held while it
+/// waits. Never from
 /// `before_exit`, which `_exit` may reach from a signal handler that
 /// interrupted the allocator: the last reading is written there instead.
 /// It allocates nothing through the hooks: jemalloc's control interface
