@@ -42,8 +42,15 @@ pub enum Claim {
 /// Creates this process's profile file without following symlinks or
 /// replacing anything: `%p` in the template becomes the pid, and if that
 /// name is taken (an `exec` in the same process, or a fixed name shared by
-/// several processes) `.1`, `.2`, ... are tried.
-pub fn claim(template: &[u8], pid: u32, path: &mut [u8; PATH_MAX]) -> Claim {
+/// several processes) `.1`, `.2`, ... are tried. `scratch` is working
+/// room for the trial of nameless files (kept off the stack, which may be
+/// a signal handler's small alternate one in a `fork` child).
+pub fn claim(
+    template: &[u8],
+    pid: u32,
+    path: &mut [u8; PATH_MAX],
+    scratch: &mut [u8; PATH_MAX],
+) -> Claim {
     let mut base = [0u8; PATH_MAX];
     let Some(len) = expand_output_template(template, pid, &mut base) else {
         warn(format_args!(
@@ -66,10 +73,9 @@ pub fn claim(template: &[u8], pid: u32, path: &mut [u8; PATH_MAX]) -> Claim {
         if fd >= 0 {
             // SAFETY: fd is ours.
             unsafe { libc::close(fd) };
-            let mut tmp = [0u8; PATH_MAX];
             return Claim::File {
                 path_len: plen,
-                nameless: nameless_works(&path[..=plen], &mut tmp),
+                nameless: nameless_works(&path[..=plen], scratch),
             };
         }
         if errno() != libc::EEXIST {
@@ -124,8 +130,11 @@ pub fn replace(
     write: impl FnOnce(&Temporary) -> bool,
 ) -> Option<bool> {
     let path = &path[..=path_len];
+    // `tmp` is free until the file is named: it holds the directory's
+    // path meanwhile, which the stack (a signal handler's alternate one,
+    // at an `_exit`) may have no room for.
     let nameless_fd = if *nameless {
-        create_nameless(path)
+        create_nameless(path, tmp)
     } else {
         None
     };
@@ -177,7 +186,9 @@ fn copy_to_temporary(fd: c_int, path: &[u8], tmp: &mut [u8; PATH_MAX]) -> bool {
     let Some(out) = create_temporary(path, tmp) else {
         return false;
     };
-    let mut buf = [0u8; 8192];
+    // Small: this runs on whatever stack the write does (see `replace`),
+    // and only where naming failed.
+    let mut buf = [0u8; 512];
     let mut offset = 0;
     let copied = loop {
         // SAFETY: `buf` is valid for its length; fd is ours.
@@ -319,16 +330,15 @@ fn temporary_names(
 
 /// Opens a file with no name in the directory of `path` (NUL-terminated),
 /// for writing and reading back (see [`copy_to_temporary`]): `O_TMPFILE`,
-/// which some file systems refuse.
-fn create_nameless(path: &[u8]) -> Option<c_int> {
-    let mut dir = [0u8; PATH_MAX];
+/// which some file systems refuse. `dir` is room for the directory's path.
+fn create_nameless(path: &[u8], dir: &mut [u8; PATH_MAX]) -> Option<c_int> {
     let name = &path[..path.len() - 1];
     let parent = match name.iter().rposition(|&b| b == b'/') {
         Some(0) => &b"/"[..],
         Some(i) => &name[..i],
         None => &b"."[..],
     };
-    let mut d = PathBuf::new(&mut dir);
+    let mut d = PathBuf::new(dir);
     d.push(parent)?;
     d.finish()?;
     // SAFETY: `dir` is NUL-terminated by `finish`; open(2) only reads it.
@@ -375,7 +385,7 @@ fn link_temporary(fd: c_int, path: &[u8], tmp: &mut [u8; PATH_MAX]) -> bool {
 /// that a file system or a `/proc` that cannot do it costs no write
 /// (which cannot be redone by the time the link fails).
 fn nameless_works(path: &[u8], tmp: &mut [u8; PATH_MAX]) -> bool {
-    let Some(fd) = create_nameless(path) else {
+    let Some(fd) = create_nameless(path, tmp) else {
         return false;
     };
     let linked = link_temporary(fd, &path[..path.len() - 1], tmp);
@@ -412,7 +422,12 @@ mod tests {
         let Claim::File {
             path_len,
             nameless: works,
-        } = claim(&template[..template.len() - 1], 1, &mut path)
+        } = claim(
+            &template[..template.len() - 1],
+            1,
+            &mut path,
+            &mut [0; PATH_MAX],
+        )
         else {
             panic!("no claim in {}", dir.display());
         };
@@ -502,7 +517,9 @@ mod tests {
             .into_os_string()
             .into_encoded_bytes();
         path.push(0);
-        let fd = create_nameless(&path).expect("O_TMPFILE works in the test's directory");
+        let mut scratch = [0u8; PATH_MAX];
+        let fd =
+            create_nameless(&path, &mut scratch).expect("O_TMPFILE works in the test's directory");
         let text: Vec<u8> = (0..20_000u32).map(|i| b'a' + (i % 26) as u8).collect();
         assert!(write_all(fd, &text));
         let mut tmp = [0u8; PATH_MAX];

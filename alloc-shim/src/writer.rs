@@ -166,6 +166,7 @@ pub fn start_process(w: &mut Writer) {
             &w.file.template[..w.file.template_len],
             w.process.pid,
             &mut w.file.path,
+            &mut w.file.tmp,
         );
         w.discard = claim == Claim::NullDevice;
         match claim {
