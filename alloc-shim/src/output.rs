@@ -413,21 +413,19 @@ mod tests {
         v
     }
 
+    /// `dir/p.prof`, the tests' profile, as bytes without a NUL.
+    fn profile_path(dir: &std::path::Path) -> Vec<u8> {
+        dir.join("p.prof").into_os_string().into_encoded_bytes()
+    }
+
     /// Claims `dir/p.prof` and replaces it with `text`, returning what the
     /// directory held while the text was being written.
     fn replace_in(dir: &std::path::Path, nameless: Option<bool>, text: &str) -> Vec<String> {
-        let mut template = dir.join("p.prof").into_os_string().into_encoded_bytes();
-        template.push(0);
         let mut path = [0u8; PATH_MAX];
         let Claim::File {
             path_len,
             nameless: works,
-        } = claim(
-            &template[..template.len() - 1],
-            1,
-            &mut path,
-            &mut [0; PATH_MAX],
-        )
+        } = claim(&profile_path(dir), 1, &mut path, &mut [0; PATH_MAX])
         else {
             panic!("no claim in {}", dir.display());
         };
@@ -488,11 +486,7 @@ mod tests {
         );
 
         let mut path = [0u8; PATH_MAX];
-        let p = dir
-            .path()
-            .join("p.prof")
-            .into_os_string()
-            .into_encoded_bytes();
+        let p = profile_path(dir.path());
         path[..p.len()].copy_from_slice(&p);
         let mut tmp = [0u8; PATH_MAX];
         assert_eq!(
@@ -511,11 +505,7 @@ mod tests {
     #[test]
     fn a_nameless_file_is_copied_when_it_cannot_be_named() {
         let dir = tempfile::tempdir().unwrap();
-        let mut path = dir
-            .path()
-            .join("p.prof")
-            .into_os_string()
-            .into_encoded_bytes();
+        let mut path = profile_path(dir.path());
         path.push(0);
         let mut scratch = [0u8; PATH_MAX];
         let fd =
