@@ -299,9 +299,11 @@ extern "C" fn thread_main(_: *mut c_void) -> *mut c_void {
         } else {
             if has_output && !may_read && grown && stats_due {
                 // This thread may not read this allocator: a thread of the
-                // program will (`read_on_program_thread`).
+                // program will (`read_on_program_thread`). The bar for the
+                // next read rises once its reading is kept (below), not
+                // now: a read dropped because it found `WRITER` busy, or
+                // not yet made, is asked again at the next sample.
                 recorder::program_read::ask();
-                read_again_at = last_live.saturating_mul(GROWTH_QUARTERS) / 4;
             }
             None
         };
@@ -313,10 +315,11 @@ extern "C" fn thread_main(_: *mut c_void) -> *mut c_void {
             next_sample = next_flush;
             continue;
         }
-        if reading.is_some() {
-            let peak_read = writer::keep_allocator_stats(&mut w, reading);
-            read_again_at = read_again_at.max(peak_read.saturating_mul(GROWTH_QUARTERS) / 4);
-        }
+        // This thread's reading, and one a program thread kept since the
+        // last loop: the next read for growth waits for a quarter more
+        // live bytes than the reading nearest the peak, whoever made it.
+        let peak_read = writer::keep_allocator_stats(&mut w, reading);
+        read_again_at = read_again_at.max(peak_read.saturating_mul(GROWTH_QUARTERS) / 4);
         let now = recorder::monotonic_ns();
         if now >= next_sample {
             last_live = writer::sample_timeline(&mut w);

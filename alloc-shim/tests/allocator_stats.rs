@@ -92,33 +92,21 @@ fn exit_profile_has_fresh_figures(backend: &str) {
     );
 }
 
-/// `_exit` runs no exit handler and may come from a signal handler: the
-/// exit profile carries the last reading made while the program ran. Under
-/// mimalloc that is the writer thread's flush at 500 ms, made while the
-/// program slept with the same heap. The writer thread, which glibc does
-/// not know of and which has none of the allocators' TLS, may not read
-/// glibc's allocator in a program that never started a thread (its
-/// `malloc` takes no lock there) nor jemalloc (whose control interface
-/// needs the thread's jemalloc state): there a thread of the program read
-/// it as the heap grew, at a moment the timeline's samples decide, so only
-/// its backend and its time are checked.
+/// `_exit` runs no exit handler and may come from a signal handler that
+/// interrupted the allocator, so the exit profile reads nothing afresh: it
+/// carries the last reading made while the program ran. The fixture leaves
+/// once a periodic profile shows a reading made with its heap live (under
+/// mimalloc, and glibc with threads, the writer thread's at a flush; under
+/// jemalloc, and glibc without threads, a program thread's, asked for as
+/// the heap grew and made in one of the calls the fixture goes on making),
+/// so on any schedule that reading, or a later one, is the exit profile's.
 fn underscore_exit_reuses_the_last_reading(backend: &str) {
     let p = run_fixture(backend, "_exit");
     let r = p
         .allocator_stats
         .unwrap_or_else(|| panic!("no allocator statistics: {}", summary(&p)));
-    if backend == "system" || backend == "jemalloc" {
-        assert_eq!(r.stats.backend().name(), backend, "{r:?}");
-        assert!(r.t_ns < p.wall_ns(), "{r:?}, wall {}", p.wall_ns());
-        return;
-    }
     check_reading(backend, &r);
-    // The flush at 500 ms, before the exit at 700 ms or later.
-    assert!(
-        r.t_ns >= 400 * MS && r.t_ns < p.wall_ns(),
-        "{r:?}, wall {}",
-        p.wall_ns()
-    );
+    assert!(r.t_ns < p.wall_ns(), "{r:?}, wall {}", p.wall_ns());
 }
 
 per_backend!(
