@@ -8,7 +8,11 @@
 //! lock file names (vendored), in a cargo home of the test's own. So the
 //! build sees only what was packaged: a file the packages miss, or a path
 //! into the workspace, fails here, and the shim must be built from the
-//! packaged allocmux-shim.
+//! packaged allocmux-shim. The library (`allocmux`, every feature) and
+//! the workload programs are built from their packages too, so every
+//! published crate is built from what it publishes, as `cargo publish
+//! --dry-run` would verify it (CI packages the crates without verifying
+//! them again).
 //!
 //! This is the slow test of the suite: a release build of the CLI and its
 //! shim, as `cargo install` makes it. It builds into `target/install-test`,
@@ -25,10 +29,9 @@ use std::time::Instant;
 mod common;
 use common::*;
 
-/// The crates of this workspace that `allocmux-cli` is installed from, and
-/// `allocmux`, which allocmux-workloads' packaged manifest names (a
-/// dev-dependency: cargo resolves it when packaging, but the install never
-/// builds it).
+/// The crates of this workspace: those `allocmux-cli` is installed from,
+/// and `allocmux`, the library, which the test builds from its package as
+/// a user's project would.
 const PACKAGES: [&str; 6] = [
     "allocmux-format",
     "allocmux-recorder",
@@ -111,6 +114,58 @@ fn cargo_install_from_the_packaged_crates_gives_an_allocmux_that_works_anywhere(
         "no build of allocmux-cli used {}: {build_outputs:?}",
         shim_sources.display()
     );
+
+    // The packages the CLI does not build whole, built from the packages
+    // as a user's project and `cargo install` would build them (what
+    // `cargo publish` verifies): the library with every feature, and the
+    // workload programs. In the same target directory, so the C
+    // allocators and the crates the install built are not built again.
+    let user = tempfile::tempdir().unwrap();
+    fs::create_dir(user.path().join("src")).unwrap();
+    fs::write(
+        user.path().join("Cargo.toml"),
+        format!(
+            "[package]\nname = \"user\"\nversion = \"0.1.0\"\nedition = \"2024\"\n\n\
+             [dependencies]\nallocmux = {{ version = \"={}\", features = [\"criterion\", \"budget\"] }}\n\n\
+             [workspace]\n",
+            env!("CARGO_PKG_VERSION")
+        ),
+    )
+    .unwrap();
+    fs::write(
+        user.path().join("src/main.rs"),
+        "#[global_allocator]\n\
+         static A: allocmux::Counting<allocmux::Switchable> = allocmux::Counting::new(allocmux::Switchable::new());\n\
+         fn main() {\n    let (v, used) = allocmux::measure(|| std::hint::black_box(vec![1u8; 100]));\n    \
+         assert!(used.allocs >= 1 && v.len() == 100);\n}\n",
+    )
+    .unwrap();
+    let packaged = |cmd: &mut Command| {
+        cmd.env("CARGO_HOME", cargo_home.path())
+            .env("CARGO_TARGET_DIR", kept.join("build"))
+            .env("CARGO_NET_OFFLINE", "true")
+            .env_remove("LD_LIBRARY_PATH");
+        run(cmd)
+    };
+    let build = packaged(cargo().current_dir(user.path()).args(["run", "--release"]));
+    assert!(
+        build.status.success(),
+        "a project using the packaged allocmux failed to build or run:\n{}",
+        text(&build.stderr)
+    );
+    let workloads = tempfile::tempdir().unwrap();
+    let install = packaged(
+        cargo()
+            .current_dir(elsewhere.path())
+            .args(["install", "--locked", "allocmux-workloads", "--root"])
+            .arg(workloads.path()),
+    );
+    assert!(
+        install.status.success(),
+        "cargo install allocmux-workloads failed:\n{}",
+        text(&install.stderr)
+    );
+    assert!(workloads.path().join("bin/edit-distance").is_file());
 
     // Nothing from the build or from this test's environment: a login
     // shell's PATH and a home of its own, in a directory far from the
