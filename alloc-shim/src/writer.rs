@@ -401,7 +401,7 @@ pub fn write_profile(w: &mut Writer, state: State, exiting_thread: bool) {
     }
     let len = out.len;
     tail.clear();
-    stacks.take();
+    stacks.take(&totals);
     // Writing into a String cannot fail.
     let _ = stacks.write(tail).and_then(|_| profile::write_end(tail));
     // The timeline goes between the counters and the stacks, staged

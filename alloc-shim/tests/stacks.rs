@@ -408,8 +408,11 @@ fn fork_and_exec_with_stacks(backend: &str) {
 /// process's time sample timed, weighted as the process total weighs them:
 /// the stacks' times add up to the process's estimate, less the calls no
 /// stack takes (the recorder's own, frees of blocks allocated before
-/// recording began), which on this fixture are few: they were none in
-/// every run seen.
+/// recording began). On this fixture every call the process counts is
+/// taken by a stack (with every call timed, the stacks' times were the
+/// process's to the tick), so the two are equal whatever any call took,
+/// unless a call gave up waiting for the stack lock (counted as lost):
+/// then only the bound holds.
 fn stack_time_comes_from_the_time_sample(backend: &str) {
     let n = 20_000;
     let p = run_fixture(backend, n, &[("ALLOCMUX_STACKS", "exact")]);
@@ -418,31 +421,39 @@ fn stack_time_comes_from_the_time_sample(backend: &str) {
     let stacks: u64 = p.stacks.stacks.iter().map(|s| s.counts.ticks).sum();
     // Each stack's figure is rounded to whole ticks.
     let rounding = p.stacks.stacks.len() as f64;
-    let share = stacks as f64 / total;
-    eprintln!("{backend}: stacks {stacks} of {total} ticks ({share:.3})");
+    let lost = p.stacks.lost;
+    eprintln!("{backend}: stacks {stacks} of {total} ticks, {lost} lost");
     assert!(
         stacks as f64 <= total + rounding,
         "{backend}: the stacks' time {stacks} exceeds the process's {total}"
     );
-    assert!(
-        share > 0.9,
-        "{backend}: the stacks' time {stacks} is {share:.3} of the process's {total}"
-    );
+    if lost == 0 {
+        assert!(
+            stacks as f64 >= total - rounding,
+            "{backend}: the stacks' time {stacks} falls short of the process's {total}"
+        );
+    }
 }
 
 /// Sample mode serves a sampled call as a larger (or aligned) block, whose
-/// time is not the program's call's: a stack is charged the thread's mean
-/// time per timed call for it instead, so the stacks' times add up to
-/// about the process's estimate. Charged what the larger blocks took, they
-/// came to 7 (glibc), 2.5 (jemalloc) and 2 (mimalloc) times it on the
+/// time is not the program's call's: a stack is charged for it one call at
+/// the process's mean time per timed call, priced when the profile is
+/// written. Charged what the larger blocks took, the stacks' times came to
+/// 7 (glibc), 2.5 (jemalloc) and 2 (mimalloc) times the process's on the
 /// churn.
 ///
-/// Every call is timed: at the default rate one preempted call (the three
-/// backends' runs share the machine's cores), capped at
-/// `MAX_SAMPLED_TICKS` but standing for 256, moved the process's estimate
-/// and the thread's mean time per timed call apart, and the ratio read
-/// anywhere from 0.66 to 1.9 from run to run. Charging the larger blocks'
-/// own time would still come to several times the process's.
+/// The stacks' time is then their estimated calls (allocations and frees)
+/// times `timed_ticks / timed_calls`, and the process's sampled time
+/// `timed_ticks * time_sample_mean`: with every call timed, their ratio is
+/// the estimated calls over the calls, which depends on the byte sampling
+/// alone, not on what any call took (about 2,400 samples: a standard error
+/// near 2%, the bounds ten of them). Compared with the whole estimate
+/// instead, the ratio would also carry the calls timed for themselves (a
+/// thread's first call of each function), measured whole: one of them
+/// preempted on a loaded machine is milliseconds, a tenth of the run's
+/// allocator time. Charged the thread's mean time so far, as the stacks
+/// once were, a preempted call moved every later sample's charge, and the
+/// ratio read up to 1.8 under load.
 fn sample_mode_stack_time_is_the_processs(backend: &str) {
     let p = run_fixture(
         backend,
@@ -453,15 +464,30 @@ fn sample_mode_stack_time_is_the_processs(backend: &str) {
             ("ALLOCMUX_TIME_SAMPLE", "1"),
         ],
     );
-    let total = p.totals.estimated_allocator_ticks(p.time_sample_mean);
+    let sampled = p.totals.timed_ticks as f64 * f64::from(p.time_sample_mean);
     let stacks: u64 = p.stacks.stacks.iter().map(|s| s.counts.ticks).sum();
     let samples: u64 = p.stacks.stacks.iter().map(|s| s.counts.samples).sum();
-    let share = stacks as f64 / total;
-    eprintln!("{backend}: stacks {stacks} of {total} ticks ({share:.3}), {samples} samples");
+    let share = stacks as f64 / sampled;
+    eprintln!("{backend}: stacks {stacks} of {sampled} ticks ({share:.3}), {samples} samples");
     assert!(samples > 1000, "{backend}: {samples} samples");
     assert!(
         (0.8..1.25).contains(&share),
-        "{backend}: the stacks' time {stacks} is {share:.3} of the process's {total}"
+        "{backend}: the stacks' time {stacks} is {share:.3} of the process's sampled {sampled}"
+    );
+    // Exactly so: each stack's time is its estimated calls, its
+    // allocations and the frees of its blocks, at the mean (each figure
+    // rounded: half a call for each of the two counts, and a tick).
+    let mean = p.totals.timed_ticks as f64 / p.totals.timed_calls as f64;
+    let calls: u64 = p
+        .stacks
+        .stacks
+        .iter()
+        .map(|s| 2 * s.counts.allocs - s.counts.live_allocs)
+        .sum();
+    let rounding = p.stacks.stacks.len() as f64 * (1.5 * mean + 1.0);
+    assert!(
+        (stacks as f64 - calls as f64 * mean).abs() <= rounding,
+        "{backend}: the stacks' time {stacks} is not their {calls} calls at {mean:.1} ticks"
     );
 }
 

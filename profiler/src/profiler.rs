@@ -404,7 +404,7 @@ fn profile_text(state: State, http: &str) -> String {
     let mut snapshot = stacks::Snapshot::new();
     // Copying the table holds the stack lock while it allocates: as the
     // recorder's own work, those allocations do not ask for the lock again.
-    recorder::with_stack_thread(|st| st.as_recorder(|| snapshot.take()));
+    recorder::with_stack_thread(|st| st.as_recorder(|| snapshot.take(&totals)));
     let mut text = String::new();
     // Writing into a String cannot fail.
     let _ = profile::write_magic(&mut text)

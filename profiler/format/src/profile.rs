@@ -73,7 +73,10 @@
 //! those calls plus the time of the `free`s of the blocks they made
 //! (estimated in `exact` mode from the calls the time sample timed,
 //! weighted as `timed_ticks` are; timed per recorded call in `sample`
-//! mode). In
+//! mode, but where the shim serves a sampled request of less than 64 KiB
+//! as a larger block: that call and the `free` of its block count,
+//! weighted, as one call each at the section's mean time per timed call,
+//! `timed_ticks / timed_calls`, 0 if it has none). In
 //! `sample` mode every allocation of `n` bytes is sampled with probability
 //! `1 - exp(-n / MEAN_BYTES)` and counted with the weight `1 / p`, so each
 //! estimate is unbiased (the Horvitz-Thompson form of pprof's heap-sample

@@ -164,13 +164,6 @@ impl Counters {
         bump::<SHARED>(&self.timed_ticks_sq, ticks.saturating_mul(ticks));
     }
 
-    /// The mean TSC ticks of the calls the random sample timed so far, if
-    /// any (read by the owning thread).
-    pub fn mean_sampled_ticks(&self) -> Option<u64> {
-        let calls = self.timed_calls.load(Relaxed);
-        (calls != 0).then(|| self.timed_ticks.load(Relaxed) / calls)
-    }
-
     /// Adds one call of `ticks` TSC ticks that was timed because every call
     /// of its kind is (large blocks, a thread's first calls): it stands for
     /// itself only.

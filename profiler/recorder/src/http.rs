@@ -241,7 +241,7 @@ impl Server {
             Answer::NoSymbols => respond(fd, 200, "text/plain; charset=utf-8", b"num_symbols: 0\n"),
             Answer::Index => respond(fd, 200, "text/plain; charset=utf-8", INDEX.as_bytes()),
             Answer::Profile { kind, seconds: 0 } => {
-                self.snapshot.take();
+                self.snapshot.take(&crate::snapshot(None));
                 let meta = Meta {
                     kind,
                     time_ns: wall_ns(),
@@ -255,7 +255,7 @@ impl Server {
                     respond_error(fd, Status::Busy);
                     return;
                 }
-                self.snapshot.take();
+                self.snapshot.take(&crate::snapshot(None));
                 if self.baseline.keep(&self.snapshot).is_err() {
                     respond_error(fd, Status::NoMemory);
                     return;
@@ -276,7 +276,7 @@ impl Server {
         let Some(p) = self.pending.take_if(|p| now >= p.due_ns) else {
             return;
         };
-        self.snapshot.take();
+        self.snapshot.take(&crate::snapshot(None));
         let meta = Meta {
             kind: p.kind,
             time_ns: wall_ns(),

@@ -41,10 +41,12 @@ pub enum Kind {
 pub struct NoMemory;
 
 /// The stacks' figures at the start of a delta profile (`?seconds=N`),
-/// by stack index.
+/// by stack index, unresolved ([`Snapshot::unresolved`]): the calls
+/// charged the mean are priced at the end's mean, as the end's are, so
+/// that a stack's time in the delta is that of its calls in it.
 #[derive(Debug, Default)]
 pub struct Baseline {
-    counts: Vec<SiteCounts>,
+    counts: Vec<(SiteCounts, f64)>,
 }
 
 impl Baseline {
@@ -57,7 +59,8 @@ impl Baseline {
     pub fn keep(&mut self, snap: &Snapshot) -> Result<(), NoMemory> {
         self.counts.clear();
         self.counts.try_reserve(snap.len()).map_err(|_| NoMemory)?;
-        self.counts.extend((0..snap.len()).map(|i| snap.counts(i)));
+        self.counts
+            .extend((0..snap.len()).map(|i| snap.unresolved(i)));
         Ok(())
     }
 }
@@ -242,7 +245,10 @@ fn values(snap: &Snapshot, base: Option<&Baseline>, meta: &Meta, i: usize) -> [i
     let now = snap.counts(i);
     let then = base
         .and_then(|b| b.counts.get(i))
-        .copied()
+        .map(|&(mut then, mean_calls)| {
+            then.ticks = then.ticks.saturating_add(snap.mean_ticks(mean_calls));
+            then
+        })
         .unwrap_or_default();
     let d = |a: u64, b: u64| a as i64 - b as i64;
     let ticks = d(now.ticks, then.ticks);

@@ -19,7 +19,7 @@ impl State {
         size: u64,
         starved: bool,
         repeat: Option<Repeat>,
-        charge: impl Fn(u64) -> u64,
+        charge: impl Fn(u64) -> Charge,
     ) {
         #[cfg(allocmux_bench = "stack_table_only")]
         if new != 0 && !frames.is_empty() {
@@ -30,7 +30,7 @@ impl State {
 
     /// Releases nothing.
     #[inline(always)]
-    pub(super) fn enter_release(&mut self, ptr: usize, charge: impl Fn(u64) -> u64) {
+    pub(super) fn enter_release(&mut self, ptr: usize, charge: impl Fn(u64) -> Charge) {
         core::hint::black_box((self, ptr, &charge));
     }
 }

@@ -103,8 +103,8 @@ pub trait StackBody: Body + Copy {
     /// releases (`free`), whether the blocks it releases were so made. The
     /// shim's bodies do; the Rust wrapper's, whose frees are told block
     /// sizes, do not need to. Such calls are not timed for their stacks:
-    /// in sample mode they are charged the thread's mean time per timed
-    /// call (`promoted_call_ticks`).
+    /// in sample mode they are charged the process's mean time per timed
+    /// call, resolved when the profile is written (`promoted_call_ticks`).
     const PROMOTES: bool = false;
     /// Whether sampled blocks are aligned to [`SAMPLED_BLOCK_BYTES`]
     /// ([`run_promoted`](Self::run_promoted)) and a release tells them by

@@ -27,23 +27,47 @@ pub unsafe fn enter_stacks<B: StackBody>(t: &ThreadState, st: &StackThread, body
     }
 }
 
-/// The allocator time a stack is given for a sampled call made larger or
-/// aligned ([`StackBody::PROMOTES`]), or for the release of a block so
-/// made, of `size` requested bytes, which measured `measured` ticks. Such a
-/// call is not the program's: a 4 KiB block is served and freed by other
-/// paths than a 100-byte one, so its stack would be charged for work the
-/// program never asked for (on the churn, the stacks' times came to 7
-/// times the process's under glibc). It is given instead the thread's mean time
-/// per call as the time sample has measured it so far, which is what the
-/// process total charges each call: the stacks' times then add up to the
-/// process's, and a stack's time is its calls' share of it. Blocks large
-/// enough to be timed for themselves ([`EXACT_TIMING_BYTES`]) keep their
-/// measured time, and so does a call before the thread's first timed one.
-pub(super) fn promoted_call_ticks(size: u64, measured: u64, t: &ThreadState) -> u64 {
-    if size >= crate::thread::EXACT_TIMING_BYTES as u64 {
-        return measured;
+/// What a stack is charged for one recorded call: `Ticks`, a time of its
+/// own, or `Mean`, one call at the process's mean time per timed call,
+/// which the profile writer resolves ([`Snapshot::take`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Charge {
+    /// This many TSC ticks (in exact mode, the time sample's weighted
+    /// ticks of the call; else as measured).
+    Ticks(u64),
+    /// One call at the process's mean time per timed call (the
+    /// profile's `timed_ticks / timed_calls`) when the profile is written.
+    Mean,
+}
+
+impl From<u64> for Charge {
+    fn from(ticks: u64) -> Self {
+        Charge::Ticks(ticks)
     }
-    t.mean_sampled_ticks().unwrap_or(measured)
+}
+
+/// What a stack is charged for a sampled call made larger or aligned
+/// ([`StackBody::PROMOTES`]), or for the release of a block so made, of
+/// `size` requested bytes, which measured `measured` ticks. Such a call is
+/// not the program's: a 4 KiB block is served and freed by other paths
+/// than a 100-byte one, so its stack would be charged for work the program
+/// never asked for (on the churn, the stacks' times came to 7 times the
+/// process's under glibc). It is charged instead one call at the process's
+/// mean time per timed call, resolved when the profile is written
+/// ([`Charge::Mean`]), which is what the process total charges each call:
+/// the stacks' times then add up to the process's sampled time as their
+/// estimated calls add up to its calls, whatever the calls took, and a
+/// stack's time is its calls' share of it. (Charged the thread's mean so
+/// far, one preempted call moved the charge of every later sample, and the
+/// stacks' sum read up to 1.8 times the process's under load.) Blocks
+/// large enough to be timed for themselves ([`EXACT_TIMING_BYTES`]) keep
+/// their measured time.
+pub(super) fn promoted_call_ticks(size: u64, measured: u64) -> Charge {
+    if size >= crate::thread::EXACT_TIMING_BYTES as u64 {
+        Charge::Ticks(measured)
+    } else {
+        Charge::Mean
+    }
 }
 
 #[cold]
@@ -87,9 +111,9 @@ pub(super) unsafe extern "C" fn stacked<B: StackBody>(
     let promoted = B::PROMOTES && SAMPLES_ENLARGED.load(Relaxed);
     let charge = |size: u64| {
         if promoted {
-            promoted_call_ticks(size, ticks, t)
+            promoted_call_ticks(size, ticks)
         } else {
-            ticks
+            Charge::Ticks(ticks)
         }
     };
     let old = body.released();
@@ -113,10 +137,9 @@ pub(super) unsafe extern "C" fn stacked<B: StackBody>(
 
 /// Enters what a recorded call did in the tables: the release of a tracked
 /// block at `released` and the new block at `new` (of `size` requested
-/// bytes) with the calling thread's stack, `charge(size)` being the
-/// allocator time a block's stack is given for the call. Either may be 0
-/// (none). Called by the thread that made the call, marked busy, right
-/// after it.
+/// bytes) with the calling thread's stack, `charge(size)` being what a
+/// block's stack is charged for the call. Either may be 0 (none). Called
+/// by the thread that made the call, marked busy, right after it.
 #[inline(always)]
 pub(super) fn record_call(
     st: &StackThread,
@@ -124,7 +147,7 @@ pub(super) fn record_call(
     released: usize,
     new: usize,
     size: u64,
-    charge: impl Fn(u64) -> u64,
+    charge: impl Fn(u64) -> Charge,
 ) {
     if released == 0 && new == 0 {
         return;

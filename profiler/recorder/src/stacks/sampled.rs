@@ -302,7 +302,7 @@ pub(super) unsafe extern "C" fn live_sampled<B: StackBody, S: Scope>(
     // (counted as lost): its release would not be told.
     let new = if sample { promoted.handed_out(&out) } else { 0 };
     let size = body.request().unwrap_or(0) as u64;
-    record_call(st, sample, released, new, size, |_| ticks);
+    record_call(st, sample, released, new, size, |_| Charge::Ticks(ticks));
     if sample {
         st.rearm(MEAN_BYTES.load(Relaxed));
     } else {
@@ -571,9 +571,8 @@ impl<B: StackBody, Sk: OwnStacks, Th: OwnState<'static>, const COUNTED: bool> Bo
 pub(super) struct ReleaseChecked<S, Sk, Th, const COUNTED: bool> {
     pub(super) inner: S,
     pub(super) stacks: Sk,
-    /// The thread's recorder state, for the time of a sampled block's
-    /// release (see [`promoted_call_ticks`]), and to take a counted
-    /// request's bytes back when the call fails.
+    /// The thread's recorder state, to take a counted request's bytes back
+    /// when the call fails.
     pub(super) state: Th,
     pub(super) requested: usize,
 }
@@ -588,8 +587,7 @@ impl<S: Scope, Sk: OwnStacks, Th: OwnState<'static>, const COUNTED: bool> Scope
             self.inner.release(ptr, usable, op)
         } else {
             // The block's address first, where the hook received it.
-            let (stacks, state) = (self.stacks.stacks(), self.state.state());
-            release_large(ptr, usable, self.inner, stacks, state, op)
+            release_large(ptr, usable, self.inner, self.stacks.stacks(), op)
         }
     }
     #[inline(always)]
@@ -637,7 +635,6 @@ pub(super) extern "C" fn release_large<S: Scope, R, F: FnOnce() -> R>(
     usable: usize,
     s: S,
     st: &StackThread,
-    t: &ThreadState,
     op: F,
 ) -> R {
     if !maybe_tracked(ptr) || st.busy.get() {
@@ -653,7 +650,7 @@ pub(super) extern "C" fn release_large<S: Scope, R, F: FnOnce() -> R>(
     // Not recorded if the lock is held too long, as in `stacked`: the
     // block stays in the table until its address is handed out again.
     if let Some(mut s) = STATE.lock_within(WAIT_YIELDS) {
-        s.enter_release(ptr, |size| promoted_call_ticks(size, ticks, t));
+        s.enter_release(ptr, |size| promoted_call_ticks(size, ticks));
     }
     st.busy.set(false);
     out

@@ -7,7 +7,11 @@ use super::*;
 /// addresses are in the snapshot's frame store.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Copied {
+    /// Its ticks only those charged as such (see `mean_calls`).
     pub(super) counts: SiteCounts,
+    /// Its weighted calls charged the process's mean time per timed call
+    /// ([`Charge::Mean`]).
+    pub(super) mean_calls: f64,
     pub(super) frames_at: u64,
     pub(super) depth: u32,
 }
@@ -24,6 +28,10 @@ pub struct Snapshot {
     pub(super) exact_first: u64,
     pub(super) lost: u64,
     pub(super) degraded: u64,
+    /// The process's mean TSC ticks per timed call when the copy was
+    /// taken (0 if none was timed): what a call charged
+    /// [`Charge::Mean`] counts for.
+    pub(super) call_ticks: f64,
     pub(super) modules: Vec<unwind::ModuleInfo>,
     pub(super) stacks: Chunks<Copied, COPY_CHUNK>,
     pub(super) frames: Chunks<u64, FRAME_CHUNK>,
@@ -41,6 +49,7 @@ impl Snapshot {
             exact_first: 0,
             lost: 0,
             degraded: 0,
+            call_ticks: 0.0,
             modules: Vec::new(),
             stacks: Chunks::new(),
             frames: Chunks::new(),
@@ -58,7 +67,15 @@ impl Snapshot {
     /// of memory: by the exit profile the program may have given much
     /// back, and the copy's chunks are larger than anything the shim's
     /// emergency reserve serves, so they cannot empty it.
-    pub fn take(&mut self) {
+    ///
+    /// `totals` are the process's, as the profile written from the copy
+    /// carries them: a stack's calls charged the mean
+    /// ([`Charge::Mean`], sampled calls made larger in sample mode) count
+    /// for their `timed_ticks / timed_calls` each, so that the stacks'
+    /// times add up to the process's sampled time as the stacks' estimated
+    /// calls add up to its calls, whatever any one call took.
+    pub fn take(&mut self, totals: &Totals) {
+        self.call_ticks = mean_call_ticks(totals);
         self.mode = mode();
         if self.mode == StackMode::Off {
             return; // `write` writes nothing then
@@ -99,6 +116,7 @@ impl Snapshot {
             let site = s.sites.sites.get(i);
             self.stacks.push(Copied {
                 counts: s.sites.counts(i),
+                mean_calls: site.mean_calls,
                 frames_at: site.frames_at,
                 depth: site.depth,
             });
@@ -121,9 +139,29 @@ impl Snapshot {
         self.stacks.len() == 0
     }
 
-    /// The figures of stack `i`.
+    /// The figures of stack `i`, as the profile writes them.
     pub fn counts(&self, i: usize) -> SiteCounts {
-        self.stacks.get(i).counts
+        self.resolved(self.stacks.get(i))
+    }
+
+    /// The figures of stack `i` with only the ticks charged as such, and
+    /// its weighted calls charged the mean ([`Charge::Mean`]): for a
+    /// delta, whose start is priced at the end's mean.
+    pub(crate) fn unresolved(&self, i: usize) -> (SiteCounts, f64) {
+        let c = self.stacks.get(i);
+        (c.counts, c.mean_calls)
+    }
+
+    /// `calls` charged the mean, in ticks at this copy's mean.
+    pub(crate) fn mean_ticks(&self, calls: f64) -> u64 {
+        (calls * self.call_ticks).max(0.0).round() as u64
+    }
+
+    /// `c`'s figures, its calls charged the mean priced at this copy's.
+    pub(super) fn resolved(&self, c: &Copied) -> SiteCounts {
+        let mut counts = c.counts;
+        counts.ticks = counts.ticks.saturating_add(self.mean_ticks(c.mean_calls));
+        counts
     }
 
     /// The return addresses of stack `i`, innermost first, gathered into
@@ -140,7 +178,7 @@ impl Snapshot {
     /// The length of `c`'s line.
     pub(super) fn line_len(&self, c: &Copied) -> usize {
         let (a, b) = self.frames.slices(c.frames_at as usize, c.depth as usize);
-        stack_line_len(&c.counts, a.iter().chain(b))
+        stack_line_len(&self.resolved(c), a.iter().chain(b))
     }
 
     /// The return addresses of `c`, gathered into `buf`.
@@ -207,9 +245,19 @@ impl Snapshot {
         let mut buf = [0u64; unwind::MAX_FRAMES];
         for i in 0..stacks {
             let c = self.stacks.get(i);
-            profile::write_stack(out, &c.counts, self.frames_of(c, &mut buf))?;
+            profile::write_stack(out, &self.resolved(c), self.frames_of(c, &mut buf))?;
         }
         Ok(())
+    }
+}
+
+/// The mean TSC ticks per call of the calls the process's time sample
+/// timed (capped as the process total caps them), 0 if none was.
+pub(super) fn mean_call_ticks(t: &Totals) -> f64 {
+    if t.timed_calls == 0 {
+        0.0
+    } else {
+        t.timed_ticks as f64 / t.timed_calls as f64
     }
 }
 

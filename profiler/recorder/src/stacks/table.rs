@@ -3,11 +3,11 @@
 
 use super::*;
 
-/// A growth step of the site table is one chunk of 4,096 sites (384 KiB),
+/// A growth step of the site table is one chunk of 4,096 sites (416 KiB),
 /// of the frame store one of 65,536 return addresses (512 KiB).
 pub(super) const SITE_CHUNK: usize = 4096;
 pub(super) const FRAME_CHUNK: usize = 65_536;
-/// A snapshot's stacks, 4,096 (320 KiB) a chunk.
+/// A snapshot's stacks, 4,096 (352 KiB) a chunk.
 pub(super) const COPY_CHUNK: usize = 4096;
 /// Shards of the stack index (see [`Sharded`]): at most 14.7 million
 /// distinct stacks.
@@ -32,7 +32,12 @@ pub(super) struct Site {
     pub(super) samples: u64,
     pub(super) allocs: f64,
     pub(super) bytes: f64,
+    /// Allocator ticks charged as such ([`Charge::Ticks`]).
     pub(super) ticks: f64,
+    /// Calls charged the process's mean time per timed call
+    /// ([`Charge::Mean`]), weighted: their ticks are resolved when the
+    /// profile is written, with the mean it carries.
+    pub(super) mean_calls: f64,
     pub(super) live_allocs: f64,
     pub(super) live_bytes: f64,
     pub(super) peak_allocs: f64,
@@ -55,6 +60,7 @@ impl Site {
             allocs: 0.0,
             bytes: 0.0,
             ticks: 0.0,
+            mean_calls: 0.0,
             live_allocs: 0.0,
             live_bytes: 0.0,
             peak_allocs: 0.0,
@@ -77,7 +83,7 @@ impl Site {
 /// size the tables can reach, is a block-map shard at its bound,
 /// `max_shard_bytes::<usize, Block>()` = 3,276,816 bytes (3.1 MiB); then
 /// a stack-index shard (2.1 MiB), a frame chunk or the block map's
-/// page-map root (512 KiB), a site chunk (384 KiB), a page-map leaf (256
+/// page-map root (512 KiB), a site chunk (416 KiB), a page-map leaf (256
 /// KiB) and the block map's 2,048 shard headers (64 KiB). The
 /// `sites_never_allocate_more_than_a_shard_at_once` test holds them to it.
 ///
@@ -221,7 +227,7 @@ impl Sites {
         addr: usize,
         size: u64,
         frames: &[u64],
-        ticks: u64,
+        charge: impl Into<Charge>,
         repeat: Option<Repeat>,
     ) {
         // (Slots are below `SLOTS`, a power of two: the mask only spares a
@@ -266,7 +272,7 @@ impl Sites {
         s.samples += 1;
         s.allocs += w;
         s.bytes += w * size as f64;
-        s.ticks += w * ticks as f64;
+        s.charge(w, charge.into());
         if inserted == Inserted::NoRoom {
             self.degraded += 1;
             return;
@@ -282,9 +288,9 @@ impl Sites {
             // The allocator handed out a block we thought live: its free
             // was not seen (freed before recording began, or by a path
             // around the hooks). Forget the stale one.
-            self.forget(old, 0);
+            self.forget(old, Charge::Ticks(0));
             if let Some(also) = also {
-                self.forget(also, 0);
+                self.forget(also, Charge::Ticks(0));
             }
         } else if MODE.load(Relaxed) == MODE_SAMPLE {
             let slot = filter_slot(addr);
@@ -295,13 +301,13 @@ impl Sites {
         }
     }
 
-    /// The release of the block at `addr`, if tracked, whose call took
-    /// `ticks(requested size)` for its stack.
-    pub(super) fn free(&mut self, addr: usize, ticks: impl FnOnce(u64) -> u64) {
+    /// The release of the block at `addr`, if tracked, whose call charges
+    /// its stack `ticks(requested size)`.
+    pub(super) fn free<C: Into<Charge>>(&mut self, addr: usize, ticks: impl FnOnce(u64) -> C) {
         let Some(b) = self.blocks.remove(addr) else {
             return; // a filter false positive, or an untracked block
         };
-        let ticks = ticks(b.size);
+        let ticks = ticks(b.size).into();
         if MODE.load(Relaxed) == MODE_SAMPLE {
             let slot = filter_slot(addr);
             let v = slot.load(Relaxed);
@@ -312,15 +318,17 @@ impl Sites {
         self.forget(b, ticks);
     }
 
-    pub(super) fn forget(&mut self, b: Block, ticks: u64) {
+    pub(super) fn forget(&mut self, b: Block, charge: Charge) {
         let w = f64::from(b.weight);
         let s = self.touch(b.site);
         s.live_allocs -= w;
         s.live_bytes -= w * b.size as f64;
-        s.ticks += w * ticks as f64;
+        s.charge(w, charge);
         self.live -= w * b.size as f64;
     }
 
+    /// The figures of site `i`, its ticks those charged as such
+    /// ([`Charge::Ticks`]; its calls charged the mean are `mean_calls`).
     pub(super) fn counts(&self, i: usize) -> SiteCounts {
         let s = self.sites.get(i);
         let at_peak = s.stamp <= self.peak_op;
@@ -339,6 +347,17 @@ impl Sites {
             peak_bytes: n(pb),
             live_allocs: n(s.live_allocs),
             live_bytes: n(s.live_bytes),
+        }
+    }
+}
+
+impl Site {
+    /// Charges `charge` for a call of weight `w`.
+    #[inline(always)]
+    fn charge(&mut self, w: f64, charge: Charge) {
+        match charge {
+            Charge::Ticks(ticks) => self.ticks += w * ticks as f64,
+            Charge::Mean => self.mean_calls += w,
         }
     }
 }
@@ -451,9 +470,9 @@ pub fn is_short_of_memory() -> bool {
 impl State {
     /// Enters a call that released the tracked block at `released` and
     /// handed out `new` (of `size` requested bytes) with the stack
-    /// `frames`; either may be 0 (none). `charge(size)` is the allocator
-    /// time a block's stack is given for the call: the new block's when
-    /// there is one (the call is an allocation), else the freed block's.
+    /// `frames`; either may be 0 (none). `charge(size)` is what a block's
+    /// stack is charged for the call: the new block's when there is one
+    /// (the call is an allocation), else the freed block's.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     pub(super) fn enter_call(
@@ -464,11 +483,16 @@ impl State {
         size: u64,
         starved: bool,
         repeat: Option<Repeat>,
-        charge: impl Fn(u64) -> u64,
+        charge: impl Fn(u64) -> Charge,
     ) {
         if released != 0 {
-            self.sites
-                .free(released, |size| if new != 0 { 0 } else { charge(size) });
+            self.sites.free(released, |size| {
+                if new != 0 {
+                    Charge::Ticks(0)
+                } else {
+                    charge(size)
+                }
+            });
         }
         if new != 0 {
             if frames.is_empty() {
@@ -483,7 +507,7 @@ impl State {
     /// Enters the release of the tracked block at `ptr`, its stack
     /// charged `charge(size)`.
     #[inline(always)]
-    pub(super) fn enter_release(&mut self, ptr: usize, charge: impl Fn(u64) -> u64) {
+    pub(super) fn enter_release(&mut self, ptr: usize, charge: impl Fn(u64) -> Charge) {
         self.sites.free(ptr, charge);
     }
 }

@@ -174,6 +174,7 @@ fn snapshot_of(sites: &mut Sites, modules: Vec<unwind::ModuleInfo>) -> Snapshot 
         let site = sites.sites.get(i);
         snap.stacks.push(Copied {
             counts: sites.counts(i),
+            mean_calls: site.mean_calls,
             frames_at: site.frames_at,
             depth: site.depth,
         });
@@ -327,4 +328,65 @@ fn a_repeated_stack_goes_to_the_site_it_went_to_last() {
     fresh.alloc(0x1000, 8, &b, 1, again(3));
     assert_eq!(fresh.sites.len(), 1);
     assert_eq!(fresh.last_site[3], 0);
+}
+
+/// A sampled call made larger is charged one call at the process's mean
+/// time per timed call, whatever it measured; a block large enough to be
+/// timed for itself keeps its time.
+#[test]
+fn promoted_calls_are_charged_the_mean_unless_large() {
+    let large = crate::thread::EXACT_TIMING_BYTES as u64;
+    assert_eq!(promoted_call_ticks(100, 7), Charge::Mean);
+    assert_eq!(promoted_call_ticks(large - 1, 1 << 30), Charge::Mean);
+    assert_eq!(promoted_call_ticks(large, 7), Charge::Ticks(7));
+}
+
+/// The calls charged the mean are priced when the profile is written, at
+/// the process's mean time per timed call then: the stacks' times are
+/// their estimated calls times that mean, plus what was charged as such,
+/// however long any one call took, and a delta prices its start at its
+/// end's mean.
+#[test]
+fn calls_charged_the_mean_are_priced_when_written() {
+    let mut sites = Sites::with_mean(1000);
+    let (a, b) = (stack(1, 3), stack(2, 4));
+    // Two sampled blocks on `a` (weights w(100), w(300)), one freed; one on
+    // `b` charged 70 ticks of its own, freed at the mean.
+    sites.alloc(0x1000, 100, &a, Charge::Mean, None);
+    sites.alloc(0x2000, 300, &a, Charge::Mean, None);
+    sites.free(0x1000, |_| Charge::Mean);
+    sites.alloc(0x3000, 200_000, &b, Charge::Ticks(70), None);
+    sites.free(0x3000, |_| Charge::Mean);
+    // As the table keeps them (a block's weight is an f32).
+    let w = |size| f64::from(weight(size, 1000) as f32);
+    let (w1, w3, wb) = (w(100), w(300), w(200_000));
+    let mut snap = snapshot_of(&mut sites, Vec::new());
+    assert_eq!(snap.counts(0).ticks, 0, "nothing timed: the mean is 0");
+    let mut totals = Totals::default();
+    totals.timed_calls = 4;
+    totals.timed_ticks = 4 * 250;
+    totals.exact_ticks = 1 << 40; // stands for itself: not in the mean
+    snap.call_ticks = mean_call_ticks(&totals);
+    assert_eq!(snap.call_ticks, 250.0);
+    let ticks_a = ((2.0 * w1 + w3) * 250.0).round() as u64;
+    let ticks_b = (wb * 70.0).round() as u64 + (wb * 250.0).round() as u64;
+    assert_eq!(
+        (snap.counts(0).ticks, snap.counts(1).ticks),
+        (ticks_a, ticks_b)
+    );
+    // Written as priced.
+    let mut text = String::new();
+    snap.write(&mut text).unwrap();
+    let section = format!("allocmux-profile 1\nprocess\n{text}end\n");
+    let p = &profile::parse(&section).unwrap()[0];
+    let written: Vec<u64> = p.stacks.stacks.iter().map(|s| s.counts.ticks).collect();
+    assert_eq!(written, [ticks_a, ticks_b]);
+    // A delta's start, kept unresolved, is priced at the end's mean.
+    let (then, calls) = snap.unresolved(0);
+    assert_eq!((then.ticks, calls), (0, 2.0 * w1 + w3));
+    snap.call_ticks = 1000.0;
+    assert_eq!(
+        then.ticks + snap.mean_ticks(calls),
+        ((2.0 * w1 + w3) * 1000.0).round() as u64
+    );
 }

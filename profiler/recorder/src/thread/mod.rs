@@ -188,12 +188,6 @@ impl ThreadState {
         self.timed.replace(0)
     }
 
-    /// The mean allocator time of this thread's calls that the time sample
-    /// timed so far (capped as the sample caps them), if any. Owner only.
-    pub fn mean_sampled_ticks(&self) -> Option<u64> {
-        self.counters.mean_sampled_ticks()
-    }
-
     /// This thread's live bytes rose by `bytes` (an allocation, a growing
     /// `realloc`), for callers that report every block, as the Rust
     /// wrapper does: its peak is then exact. Owner only; one subtraction
