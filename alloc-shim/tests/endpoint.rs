@@ -11,7 +11,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{ChildStdin, Command, Stdio};
 use std::sync::mpsc::{Receiver, channel};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::*;
 
@@ -320,25 +320,49 @@ fn a_fleet_of_two_merges() {
 }
 
 /// A delta profile (`?seconds=N`) holds what was allocated during its
-/// seconds only. The request is sent first on a connection of the
-/// test's own (the server takes its baseline as the request comes, within
-/// milliseconds), the program churns a second later, and the answer,
-/// saved, is read by `go tool pprof`.
+/// seconds only. The request is sent on a connection of the test's own,
+/// then a plain one on another, and its answer awaited: the server
+/// serves connections one at a time in the order they came, so by then
+/// it has taken the delta's baseline. The program then churns, and the
+/// answer, saved, is read by `go tool pprof`.
+///
+/// The window ends `N` seconds after the baseline, which came after the
+/// test's clock read `start` (the same monotonic clock): a churn seen done
+/// before `start + N` lies wholly inside it, whatever the schedule. One
+/// that was not (a machine too slow for 3 s) proves nothing either way,
+/// and is tried again with a longer window.
 #[test]
 fn a_delta_profile_covers_only_its_seconds() {
     let mut s = serve("system", &[("ALLOCMUX_STACKS", "exact")]);
-    let mut c = TcpStream::connect(s.host()).unwrap();
-    c.write_all(b"GET /debug/pprof/allocs?seconds=3 HTTP/1.1\r\n\r\n")
-        .unwrap();
-    std::thread::sleep(Duration::from_secs(1));
-    assert_eq!(s.say("churn"), "churned");
-    c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    let mut answer = Vec::new();
-    c.read_to_end(&mut answer).unwrap();
-    let body = answer
+    let mut attempts = [3u64, 15, 60].into_iter();
+    let body = loop {
+        let seconds = attempts
+            .next()
+            .expect("no churn of 10,000 blocks done within 60 s");
+        let start = Instant::now();
+        let mut c = TcpStream::connect(s.host()).unwrap();
+        let request = format!("GET /debug/pprof/allocs?seconds={seconds} HTTP/1.1\r\n\r\n");
+        c.write_all(request.as_bytes()).unwrap();
+        assert_eq!(
+            status_of(s.host(), b"GET /debug/pprof/ HTTP/1.1\r\n\r\n"),
+            Some(200),
+            "the index, served after the delta's baseline"
+        );
+        assert_eq!(s.say("churn"), "churned");
+        let inside = start.elapsed() < Duration::from_secs(seconds);
+        c.set_read_timeout(Some(Duration::from_secs(seconds + 60)))
+            .unwrap();
+        let mut answer = Vec::new();
+        c.read_to_end(&mut answer).unwrap();
+        if inside {
+            break answer;
+        }
+        eprintln!("the churn took longer than the window of {seconds} s: again");
+    };
+    let body = body
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
-        .map(|at| &answer[at + 4..])
+        .map(|at| &body[at + 4..])
         .expect("an HTTP answer");
     let dir = tempfile::tempdir().unwrap();
     let saved = dir.path().join("delta.pb");
