@@ -97,7 +97,8 @@ fn exactly_n_more(what: &str, n: u64, with: &ProcessProfile, without: &ProcessPr
 
 // ---- (1) crash safety -------------------------------------------------------
 
-/// Runs a mode that crashes by itself after "ready" and a 1.5 s sleep.
+/// Runs a mode that crashes by itself after "ready", once the shim's
+/// periodic flush has written a profile holding all its calls.
 fn crashing(backend: &str, mode: &str, n: u64) -> (ExitStatus, ProcessProfile) {
     let dir = tempfile::tempdir().unwrap();
     let mut cmd = Command::new(hostile());
@@ -115,7 +116,9 @@ fn crashing(backend: &str, mode: &str, n: u64) -> (ExitStatus, ProcessProfile) {
 
 /// SIGSEGV and SIGABRT: the program dies as it would without the shim (the
 /// shim installs no signal handler) and its profile holds what the periodic
-/// flush wrote, here everything: the crash comes 1.5 s after the last call.
+/// flush wrote, here everything: the fixture crashes only once it has read
+/// back a flushed profile that counted its last call (whenever the flush
+/// comes), so the profile left is one that did.
 fn segv_and_abort_leave_a_readable_profile(backend: &str) {
     const N: u64 = 500;
     for (mode, sig) in [("segv", libc::SIGSEGV), ("abort", libc::SIGABRT)] {
