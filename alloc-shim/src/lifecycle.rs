@@ -153,28 +153,49 @@ extern "C" fn last_word(_: *mut c_void) {
     }
 }
 
+/// How long `_exit` and `exec` wait for a write of the writer thread's to
+/// end before the image leaves without its exit profile. A write takes
+/// milliseconds (tens with many stacks), but its thread may be preempted
+/// for a while on a loaded machine; the wait is bounded all the same,
+/// because that write may wait for a lock this thread holds (a signal
+/// handler here interrupted the allocator or the stack table).
+const LEAVING_WAIT_NS: u64 = 2_000_000_000;
+
+/// `WRITER` for the exit profile of an image that is leaving (`_exit`,
+/// `exec`): at once if it is free, after the write in progress on another
+/// thread (within [`LEAVING_WAIT_NS`]), never if this thread holds it (a
+/// signal handler that interrupted a write here).
+fn writer_for_leaving() -> Option<recorder::SpinGuard<'static, writer::Writer>> {
+    let deadline = recorder::monotonic_ns().saturating_add(LEAVING_WAIT_NS);
+    loop {
+        if let Some(w) = WRITER.try_lock() {
+            return Some(w);
+        }
+        if WRITER.held_here() || recorder::monotonic_ns() >= deadline {
+            return None;
+        }
+        // SAFETY: sched_yield has no preconditions.
+        unsafe { libc::sched_yield() };
+    }
+}
+
 /// From the `_exit` hook: the exit profile, for processes that leave
 /// without exit handlers (dash, forked children). Skipped in a `vfork` child,
 /// which shares the parent's memory (its pid is not the one recorded: vfork
-/// runs no atfork handler), and if the writer stays busy, as when `_exit`
-/// comes from a signal handler that interrupted a write on this thread.
-/// The allocator's statistics are the writer thread's last reading: `_exit`
-/// may come from a signal handler that interrupted the allocator.
+/// runs no atfork handler), and if the writer cannot be had (see
+/// [`writer_for_leaving`]). The allocator's statistics are the last
+/// reading: `_exit` may come from a signal handler that interrupted the
+/// allocator.
 pub fn before_exit() {
     if !choice::recorded() || !STARTED.load(Relaxed) {
         return;
     }
-    for _ in 0..1000 {
-        if let Some(mut w) = WRITER.try_lock() {
-            // SAFETY: getpid has no preconditions.
-            if w.process.pid == unsafe { libc::getpid() } as u32 {
-                flusher::stop();
-                writer::write_profile(&mut w, State::Exited, true);
-            }
-            return;
+    if let Some(mut w) = writer_for_leaving() {
+        // SAFETY: getpid has no preconditions.
+        if w.process.pid == unsafe { libc::getpid() } as u32 {
+            flusher::stop();
+            writer::write_profile(&mut w, State::Exited, true);
         }
-        // SAFETY: sched_yield has no preconditions.
-        unsafe { libc::sched_yield() };
     }
 }
 
@@ -190,28 +211,24 @@ pub fn before_exec(target: &[u8]) -> bool {
     if !choice::recorded() || !STARTED.load(Relaxed) {
         return false;
     }
-    for _ in 0..1000 {
-        if let Some(mut w) = WRITER.try_lock() {
-            // SAFETY: getpid has no preconditions.
-            if w.process.pid != unsafe { libc::getpid() } as u32 || w.finished || !w.has_output {
-                return false;
-            }
-            // Named in the profile, so that a program the shim cannot
-            // reach (static, setuid) is named rather than lost.
-            let len = if target.len() <= w.process.exec.len() {
-                target.len()
-            } else {
-                0
-            };
-            w.process.exec[..len].copy_from_slice(&target[..len]);
-            w.process.exec_len = len;
-            writer::write_profile(&mut w, State::Exited, true);
-            return w.finished;
-        }
-        // SAFETY: sched_yield has no preconditions.
-        unsafe { libc::sched_yield() };
+    let Some(mut w) = writer_for_leaving() else {
+        return false;
+    };
+    // SAFETY: getpid has no preconditions.
+    if w.process.pid != unsafe { libc::getpid() } as u32 || w.finished || !w.has_output {
+        return false;
     }
-    false
+    // Named in the profile, so that a program the shim cannot reach
+    // (static, setuid) is named rather than lost.
+    let len = if target.len() <= w.process.exec.len() {
+        target.len()
+    } else {
+        0
+    };
+    w.process.exec[..len].copy_from_slice(&target[..len]);
+    w.process.exec_len = len;
+    writer::write_profile(&mut w, State::Exited, true);
+    w.finished
 }
 
 /// The `exec` failed and this image goes on: the profile is a running

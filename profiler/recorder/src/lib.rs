@@ -76,7 +76,7 @@ mod wrapper;
 pub use allocmux_format::Backend;
 pub use clock::{ClockPair, Tsc, clock_ns, monotonic_ns, read_clocks};
 pub use counters::Counters;
-pub use lock::{AtFork, SpinLock};
+pub use lock::{AtFork, SpinGuard, SpinLock};
 pub use switchable::Switchable;
 pub use thread::{
     Body, DEFAULT_TIME_SAMPLE_MEAN, EXACT_TIMING_BYTES, MAX_SAMPLED_TICKS, OwnState, PUBLISH_BYTES,
