@@ -86,16 +86,20 @@ fn run_reports_death_by_signal_as_128_plus_signal() {
             err.contains(&format!("killed by signal {sig} ({name})")),
             "{err}"
         );
-        // The profile the shell's shim wrote at start-up is still shown,
-        // its row marked `?`: killed before its first periodic write, so
-        // nothing is known of what it allocated.
+        // The killed shell's last profile is still shown, as a running
+        // one: its row is marked `?` if it was killed before its first
+        // periodic write (nothing is known of what it allocated), `*` if
+        // after (figures of that write). Which one depends on the schedule;
+        // `figures.rs` shows the `?` deterministically.
         let rows: Vec<&str> = err
             .lines()
             .filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit()))
             .collect();
         assert!(
-            err.contains("1 process") && rows.len() == 1 && rows[0].contains("sh?"),
-            "the killed shell's profile, marked ?:\n{err}"
+            err.contains("1 process")
+                && rows.len() == 1
+                && (rows[0].contains("sh?") || rows[0].contains("sh*")),
+            "the killed shell's profile, marked ? or *:\n{err}"
         );
     }
 }
@@ -487,7 +491,9 @@ fn report_plot_draws_live_and_resident_memory_per_process() {
     );
     // Each process's live heap is a line through its samples, in its own
     // colour (the parent's first: it started first); the mesh, the axes
-    // and the resident size's dashes are other polylines.
+    // and the resident size's dashes are other polylines. Each timeline
+    // has at least its start-up and exit points, however few samples the
+    // schedule let the writer thread take between them.
     let doc = roxmltree::Document::parse(&svg).unwrap();
     let longest_in = |color: &str| {
         doc.descendants()
@@ -505,7 +511,7 @@ fn report_plot_draws_live_and_resident_memory_per_process() {
         let samples = p.timeline.points.len();
         let longest = longest_in(color);
         assert!(
-            samples >= 5 && longest == samples,
+            samples >= 2 && longest == samples,
             "pid {}'s live line ({color}) should have a vertex per sample ({samples}), the longest line has {longest}",
             p.pid
         );

@@ -292,26 +292,190 @@ fn run_says_when_recorded_stacks_are_thrown_away() {
     assert!(!text(&out.stderr).contains("thrown away"));
 }
 
+/// A program that runs `sh -c 'kill -9 $$'` in a child that cannot make
+/// threads: the child refuses itself the `clone` and `clone3` system calls
+/// (seccomp, with `EPERM`) and `exec`s the shell, whose shim then starts
+/// no writer thread. So the shell is killed before any periodic write on
+/// any schedule, leaving its start-up profile alone. Exit status 0 when
+/// the shell died of SIGKILL, else 1 with a FAIL line.
+const KILLED_WITHOUT_WRITER: &str = r#"
+#define _GNU_SOURCE
+#include <errno.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#ifndef SYS_clone3
+#define SYS_clone3 435
+#endif
+int main(void) {
+    pid_t c = fork();
+    if (c < 0) { printf("FAIL killed_without_writer: fork\n"); return 1; }
+    if (c == 0) {
+        struct sock_filter filter[] = {
+            BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+            BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone, 2, 0),
+            BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone3, 1, 0),
+            BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+            BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+        };
+        struct sock_fprog prog = {sizeof filter / sizeof filter[0], filter};
+        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) ||
+            prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog)) {
+            dprintf(1, "FAIL killed_without_writer: seccomp\n");
+            _exit(1);
+        }
+        execl("/bin/sh", "sh", "-c", "kill -9 $$", (char *)0);
+        dprintf(1, "FAIL killed_without_writer: exec\n");
+        _exit(1);
+    }
+    int st;
+    while (waitpid(c, &st, 0) < 0)
+        ;
+    if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGKILL) {
+        printf("FAIL killed_without_writer: the shell's status is %d, not SIGKILL\n", st);
+        return 1;
+    }
+    return 0;
+}
+"#;
+
+/// When the shim's first periodic write comes (the flusher's interval,
+/// `alloc-shim/src/flusher.rs`): a running profile that covers less has
+/// no write but the start-up one.
+const FIRST_PERIODIC_WRITE_NS: u64 = 500_000_000;
+
 /// A process killed before the shim's first periodic write left only its
-/// start-up profile: its figures are unknown, not zero.
+/// start-up profile: its figures are unknown, not zero. The report's rule,
+/// on profiles of the three kinds (a start-up profile, a running one that
+/// covers the first periodic write's time with no call, an exit profile);
+/// then end to end, with a shell killed while its shim has no writer
+/// thread, so that no periodic write can have come whatever the schedule.
 #[test]
 fn a_process_killed_before_its_first_write_is_unknown_not_zero() {
-    let (out, doc) = run_json(&["sh", "-c", "seq 1 10000000 | head -1"]);
-    let procs = doc["processes"].as_array().unwrap();
-    let seq = procs
+    let dir = tempfile::tempdir().unwrap();
+    // Times in ns since boot, the TSC at 1 tick per ns.
+    let section = |pid: u32, name: &str, state: &str, covered_ns: u64, calls: u64| {
+        let (start, end) = (1_000_000_000, 1_000_000_000 + covered_ns);
+        let counts = if calls == 0 {
+            String::new()
+        } else {
+            format!(
+                "calls malloc {calls}\ncalls free {calls}\nbytes_requested {}\n\
+                 bytes_allocated {}\nbytes_freed {}\npeak_live_bytes 64\n",
+                16 * calls,
+                16 * calls,
+                16 * calls
+            )
+        };
+        format!(
+            "process\npid {pid}\nppid 100\nargv {name}\nallocator system\nstate {state}\n\
+             clock_start {start} {start}\nclock_end {end} {end}\n{counts}end\n"
+        )
+    };
+    let prof = dir.path().join("synthetic.prof");
+    fs::write(
+        &prof,
+        [
+            "allocmux-profile 1\n".to_string(),
+            section(100, "parent", "exited", 900_000_000, 5),
+            section(101, "early", "running", 1_000_000, 0),
+            section(102, "idle", "running", FIRST_PERIODIC_WRITE_NS, 0),
+        ]
+        .concat(),
+    )
+    .unwrap();
+    let doc = json_of(&ok(run(allocmux().args(["report", "--json"]).arg(&prof))).stdout);
+    let known = |name: &str| {
+        doc["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["argv"][0] == name)
+            .unwrap_or_else(|| panic!("no {name} in {doc}"))["figures_known"]
+            .clone()
+    };
+    assert_eq!(known("early"), false, "{doc}");
+    // Its zeros cover a periodic write's time: figures.
+    assert_eq!(known("idle"), true, "{doc}");
+    assert_eq!(known("parent"), true, "{doc}");
+    let report = text(&ok(run(allocmux().arg("report").arg(&prof))).stdout);
+    let row = |name: &str| -> &str {
+        report
+            .lines()
+            .find(|l| l.contains(name))
+            .unwrap_or_else(|| panic!("no {name} row in {report}"))
+    };
+    assert!(
+        !row("early?").contains(" 0 "),
+        "no zeros for what is unknown: {report}"
+    );
+    assert!(!row("idle*").contains('?'), "{report}");
+    assert!(report.contains("what it allocated is unknown"), "{report}");
+
+    // End to end: the killed shell's profile is its start-up one, as the
+    // shim wrote it (running, no call), and the report reads it.
+    let prof = dir.path().join("run.prof");
+    let out = ok(run(allocmux()
+        .args(["run", "-o"])
+        .arg(&prof)
+        .args(["--json", "-", "--"])
+        .arg(killed_without_writer())));
+    let doc = json_of(&out.stdout);
+    let is_shell = |argv: &[String]| argv == ["sh", "-c", "kill -9 $$"];
+    let profiles = allocmux_format::profile::parse(&fs::read_to_string(&prof).unwrap()).unwrap();
+    let shell = profiles
         .iter()
-        .find(|p| p["argv"][0] == "seq")
-        .unwrap_or_else(|| panic!("no seq in {doc}"));
-    assert_eq!(seq["figures_known"], false, "{seq}");
-    let head = procs.iter().find(|p| p["argv"][0] == "head").unwrap();
-    assert_eq!(head["figures_known"], true, "{head}");
-    let err = text(&out.stderr);
-    let row = err
-        .lines()
-        .find(|l| l.contains("seq?"))
-        .unwrap_or_else(|| panic!("no seq? row in {err}"));
-    assert!(!row.contains(" 0 "), "no zeros for what is unknown: {row}");
-    assert!(err.contains("what it allocated is unknown"), "{err}");
+        .find(|p| is_shell(&p.argv))
+        .unwrap_or_else(|| panic!("no profile of the shell: {doc}"));
+    assert_eq!(shell.state, allocmux_format::profile::State::Running);
+    assert_eq!(shell.totals.total_calls(), 0, "{doc}");
+    let procs = doc["processes"].as_array().unwrap();
+    let json_argv =
+        |p: &Value| -> Vec<String> { serde_json::from_value(p["argv"].clone()).unwrap() };
+    let shell_json = procs
+        .iter()
+        .find(|p| is_shell(&json_argv(p)))
+        .unwrap_or_else(|| panic!("no shell in {doc}"));
+    // Unknown, unless writing the start-up profile itself took as long as
+    // the interval of the periodic writes (a stalled machine): then its
+    // zeros cover that time, as the idle process's above.
+    let covered_ns = shell.clock_end.mono_ns - shell.clock_start.mono_ns;
+    let unknown = covered_ns < FIRST_PERIODIC_WRITE_NS;
+    assert_eq!(shell_json["figures_known"], !unknown, "{shell_json}");
+    // The program that waited for it ended as always.
+    let parent = procs
+        .iter()
+        .find(|p| p["pid"] != shell_json["pid"])
+        .unwrap_or_else(|| panic!("no parent in {doc}"));
+    assert_eq!(parent["figures_known"], true, "{parent}");
+    if unknown {
+        let err = text(&out.stderr);
+        let row = err
+            .lines()
+            .find(|l| l.contains("sh?"))
+            .unwrap_or_else(|| panic!("no sh? row in {err}"));
+        assert!(!row.contains(" 0 "), "no zeros for what is unknown: {row}");
+        assert!(err.contains("what it allocated is unknown"), "{err}");
+    }
+}
+
+fn killed_without_writer() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap().keep();
+        c_program(
+            &dir,
+            "killed_without_writer",
+            KILLED_WITHOUT_WRITER,
+            &["-O2"],
+        )
+    })
 }
 
 /// Figures scaled up from sampled stacks are marked as estimates (`≈`),
@@ -432,28 +596,108 @@ fn the_recorders_memory_is_not_the_programs_heap() {
     );
 }
 
-/// A program that allocates about 40 MiB in blocks of 64 B to 1 KiB, holds
-/// them 2.5 s, frees them all and exits: on its main thread (`main`) or on
-/// a second one (`thread`), which lets the shim's writer thread read
-/// glibc's statistics while it runs. The hold outlasts the pause the writer
-/// thread keeps between reads (1,000 times the shorter of the last two
-/// reads), even where two reads in a row were preempted for a
-/// millisecond or two on a loaded machine.
+/// A program that allocates about 40 MiB in blocks of 64 B to 1 KiB,
+/// holds them, frees them all and exits: on its main thread (`main`) or
+/// on a second one (`thread`), which lets the shim's writer thread read
+/// glibc's statistics while it runs.
+///
+/// It holds its heap until the event the test checks, not for a time: a
+/// reading of the allocator's statistics with at least 4/5 of its blocks'
+/// bytes live, in the running profile the shim flushes to
+/// `$ALLOCMUX_OUTPUT` (`%p` its pid). The shim promises one on any
+/// schedule once the heap stops growing: a read is asked whenever the live
+/// bytes reach 5/4 of the reading nearest the peak so far, so the last one
+/// had more than 4/5 of the final heap. Meanwhile it mallocs and frees
+/// small blocks, as a program that goes on working does: under jemalloc,
+/// and glibc without a second thread, a thread of the program makes that
+/// read inside one of its calls (the writer thread may not). Its blocks'
+/// bytes are their usable sizes, as the shim counts live bytes. Gives up
+/// after 120 s with a FAIL line and status 1.
+///
+/// It allocates in batches of 1,000 blocks with a 1 ms sleep between:
+/// the shim spaces its reads by 1,000 times the shorter of the last two
+/// (`STATS_DUTY` in `alloc-shim/src/flusher.rs`), and under glibc with a
+/// second thread the writer thread's read waits for the arena's lock. On a
+/// loaded machine a thread allocating without a pause is often preempted
+/// holding it, which made two reads in a row take 25–100 ms, and held the
+/// reading of the whole heap off for 25 s to over 100 s. A thread that
+/// sleeps between short batches is seldom preempted inside a call, and
+/// soon runs again when it is (the scheduler favours a thread that slept).
 const HELD_THEN_FREED: &str = r#"
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <malloc.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #define BLOCKS 80000
 static void *blocks[BLOCKS];
+static void *volatile sink;
+static char profile[1 << 20];
+static unsigned long long mono_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000ULL + ts.tv_nsec / 1000000;
+}
+/* Whether a line of the profile starting with `key` ("\nallocator_stats "
+ * or "\nallocator_stats_at_peak ", followed by T_NS LIVE) has LIVE >=
+ * `live`. */
+static int has_live(const char *key, unsigned long long live) {
+    for (char *line = strstr(profile, key); line; line = strstr(line + 1, key)) {
+        unsigned long long t, bytes;
+        if (sscanf(line + strlen(key), "%llu %llu", &t, &bytes) == 2 && bytes >= live)
+            return 1;
+    }
+    return 0;
+}
+/* Whether the profile at `path` has a reading with `live` bytes live (the
+ * shim replaces the file whole, so a read sees one write or another). */
+static int has_reading(const char *path, unsigned long long live) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, profile, sizeof profile - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    profile[n] = 0;
+    return has_live("\nallocator_stats ", live) || has_live("\nallocator_stats_at_peak ", live);
+}
 static void *work(void *arg) {
+    unsigned long long heap = 0;
     for (int i = 0; i < BLOCKS; i++) {
         blocks[i] = malloc(64 + (i * 37) % 961);
         if (!blocks[i]) exit(2);
         memset(blocks[i], 1, 64);
+        heap += malloc_usable_size(blocks[i]);
+        if (i % 1000 == 999) {
+            struct timespec ts = {0, 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
     }
-    struct timespec ts = {2, 500 * 1000 * 1000};
-    nanosleep(&ts, NULL);
+    const char *out = getenv("ALLOCMUX_OUTPUT");
+    const char *p = out ? strstr(out, "%p") : NULL;
+    if (!p) {
+        printf("FAIL held_then_freed: ALLOCMUX_OUTPUT has no %%p\n");
+        exit(1);
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%.*s%d%s", (int)(p - out), out, (int)getpid(), p + 2);
+    unsigned long long give_up = mono_ms() + 120000;
+    while (!has_reading(path, heap / 5 * 4)) {
+        if (mono_ms() > give_up) {
+            printf("FAIL held_then_freed: no allocator reading with %llu bytes live "
+                   "in the profile after 120 s\n", heap / 5 * 4);
+            exit(1);
+        }
+        for (int j = 0; j < 1000; j++) {
+            sink = malloc(16);
+            free(sink);
+        }
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
     for (int i = 0; i < BLOCKS; i++) free(blocks[i]);
     return arg;
 }
@@ -493,7 +737,7 @@ fn held_then_freed() -> &'static Path {
 #[test]
 fn heap_overhead_is_measured_near_the_peak() {
     let exe = held_then_freed().to_str().unwrap();
-    // The six runs at once: each holds its heap for seconds.
+    // The six runs at once: each holds its heap until the shim has read it.
     let runs: Vec<_> = std::thread::scope(|s| {
         let handles: Vec<_> = ["system", "jemalloc", "mimalloc"]
             .into_iter()
