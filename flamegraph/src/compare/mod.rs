@@ -266,21 +266,26 @@ pub fn run(mut opts: Options) -> Result<Comparison> {
         }
         if opts.stop_early {
             cmp.level = looks_level(rounds);
-        }
-        // Never before MIN_ROUNDS, whose intervals cannot reach the level
-        // (their summary would name no winner anyway).
-        if opts.stop_early
-            && measured >= MIN_ROUNDS
-            && measured < rounds
-            && matches!(Summary::new(&cmp).verdict, Verdict::Winner { .. })
-        {
-            cmp.stopped_early = true;
-            break;
+            if stops_early(&cmp, measured, rounds) {
+                cmp.stopped_early = true;
+                break;
+            }
         }
     }
     cmp.rounds_planned = rounds;
     bar.finish_and_clear();
     Ok(cmp)
+}
+
+/// Whether `--stop-early` ends the comparison `cmp` (its intervals at
+/// the level of the looks) after `measured` of at most `rounds` measured
+/// rounds: when its verdict names a winner before the last round. Never
+/// before [`MIN_ROUNDS`], whose intervals cannot reach the level (their
+/// summary would name no winner anyway).
+fn stops_early(cmp: &Comparison, measured: usize, rounds: usize) -> bool {
+    measured >= MIN_ROUNDS
+        && measured < rounds
+        && matches!(Summary::new(cmp).verdict, Verdict::Winner { .. })
 }
 
 fn run_once(
@@ -389,6 +394,135 @@ mod tests {
             let need = crate::stats::fewest_pairs(looks_level(rounds));
             assert!((MIN_ROUNDS..=rounds).contains(&need), "-n {rounds}: {need}");
         }
+    }
+
+    /// The comparison after `walls[0].len()` measured rounds, each
+    /// allocator's timing runs taking `walls[k][r]` ms in round `r + 1`,
+    /// with its intervals at the level of `--stop-early`'s looks over at
+    /// most `rounds` rounds.
+    fn timed(allocators: &[Backend], walls: &[Vec<u64>], rounds: usize) -> Comparison {
+        let runs = (0..walls[0].len())
+            .flat_map(|r| {
+                allocators
+                    .iter()
+                    .zip(walls)
+                    .map(move |(&allocator, w)| RunRecord {
+                        round: r + 1,
+                        warmup: false,
+                        recorded: false,
+                        allocator,
+                        wall_ns: w[r] * 1_000_000,
+                        user_ns: w[r] * 900_000,
+                        sys_ns: 1_000_000,
+                        max_rss_bytes: 50 << 20,
+                        allocation_calls: 0,
+                        allocator_ns: 0,
+                        profiles: vec![],
+                    })
+            })
+            .collect();
+        Comparison {
+            command: vec!["prog".into()],
+            allocators: allocators.to_vec(),
+            runs,
+            warmup: 0,
+            rounds_planned: rounds,
+            stopped_early: false,
+            level: looks_level(rounds),
+        }
+    }
+
+    /// After which measured round `--stop-early` ends a comparison of at
+    /// most `rounds` rounds with these wall times (as in [`timed`]), if it
+    /// does: it looks after every round, as `run` does.
+    fn first_stop(allocators: &[Backend], walls: &[Vec<u64>], rounds: usize) -> Option<usize> {
+        (1..=rounds).find(|&measured| {
+            let so_far: Vec<Vec<u64>> = walls.iter().map(|w| w[..measured].to_vec()).collect();
+            stops_early(&timed(allocators, &so_far, rounds), measured, rounds)
+        })
+    }
+
+    /// Wall times of `rounds` rounds: `base` ms, give or take up to 20 ms
+    /// that vary from round to round (differently for each `seed`).
+    fn jittered(base: u64, seed: usize, rounds: usize) -> Vec<u64> {
+        (0..rounds)
+            .map(|r| base + ((r * 7 + seed * 3) % 5) as u64 * 10)
+            .collect()
+    }
+
+    use Backend::{Jemalloc, Mimalloc, System};
+
+    /// An allocator faster in every round stops the comparison at the first
+    /// look whose interval can reach the stricter level of the looks: over
+    /// at most 20 rounds, 15 looks share the 5%, and the 10th round is the
+    /// first that can reach 1 − 0.05/15 (1 − 2⁻⁹).
+    #[test]
+    fn a_winner_of_every_round_stops_at_the_first_look_that_can_tell() {
+        let walls = [jittered(300, 0, 20), jittered(100, 1, 20)];
+        let stop = first_stop(&[System, Mimalloc], &walls, 20);
+        assert_eq!(stop, Some(10));
+        assert_eq!(stop, Some(crate::stats::fewest_pairs(looks_level(20))));
+        // The verdict it stopped on names the winner at the looks' level.
+        let so_far: Vec<Vec<u64>> = walls.iter().map(|w| w[..10].to_vec()).collect();
+        let s = Summary::new(&timed(&[System, Mimalloc], &so_far, 20));
+        assert!(
+            matches!(
+                s.verdict,
+                Verdict::Winner {
+                    winner: Mimalloc,
+                    ..
+                }
+            ),
+            "{:?}",
+            s.verdict
+        );
+        // With three allocators, the winner must beat both.
+        let walls = [
+            jittered(300, 0, 20),
+            jittered(200, 1, 20),
+            jittered(100, 2, 20),
+        ];
+        assert_eq!(
+            first_stop(&[System, Jemalloc, Mimalloc], &walls, 20),
+            Some(10)
+        );
+    }
+
+    /// A round the winner loses puts the stop off; losing every other
+    /// round, or being faster than one allocator but not the other, never
+    /// stops the comparison.
+    #[test]
+    fn a_lost_round_delays_the_stop_and_a_tie_never_stops() {
+        let mut walls = [jittered(300, 0, 20), jittered(100, 1, 20)];
+        walls[1][2] = 400;
+        let stop = first_stop(&[System, Mimalloc], &walls, 20);
+        assert!(stop.is_some_and(|m| m > 10), "{stop:?}");
+        let alternating: Vec<u64> = (0..20)
+            .map(|r| if r % 2 == 0 { 100 } else { 500 })
+            .collect();
+        let walls = [jittered(300, 0, 20), alternating];
+        assert_eq!(first_stop(&[System, Mimalloc], &walls, 20), None);
+        let walls = [
+            jittered(300, 0, 20),
+            jittered(100, 1, 20),
+            jittered(100, 2, 20),
+        ];
+        assert_eq!(first_stop(&[System, Jemalloc, Mimalloc], &walls, 20), None);
+    }
+
+    /// The last round is no early stop, and no look comes before
+    /// [`MIN_ROUNDS`]: with `-n 6` a comparison always runs its 6 rounds.
+    #[test]
+    fn the_last_round_is_not_an_early_stop() {
+        let walls = [jittered(300, 0, 6), jittered(100, 1, 6)];
+        assert_eq!(first_stop(&[System, Mimalloc], &walls, 6), None);
+        // At the 6th round the verdict is clear all the same.
+        let s = Summary::new(&timed(&[System, Mimalloc], &walls, 6));
+        assert!(
+            matches!(s.verdict, Verdict::Winner { .. }),
+            "{:?}",
+            s.verdict
+        );
     }
 
     #[test]
