@@ -32,6 +32,9 @@ async function withPage(fn) {
     args: ARGS,
     viewport: { width: 1280, height: 900 },
   });
+  // Waits for the page give up after minutes: a loaded machine can starve
+  // Chromium for seconds.
+  context.setDefaultTimeout(120000);
   const out = { blocked: [], console_errors: [], page_errors: [] };
   try {
     const page = await context.newPage();
@@ -71,16 +74,18 @@ const widths = (page) =>
     }
     return w;
   });
-// Waits for the flamegraph's transitions to end (widths stop changing).
+// Waits for the flamegraph's transitions to end, then reads its widths. A
+// change (weight, inversion) schedules its d3 transitions at once, in the
+// event handler, on the frames' elements, and d3 deletes an element's
+// `__transition` when its last one has ended: so no element of the chart
+// with one left means drawn. (Two equal readings some time apart, which
+// this once waited for, also come of a renderer too starved to run a
+// frame between them.)
 async function settled(page) {
-  let last = "";
-  for (let i = 0; i < 40; i++) {
-    await page.waitForTimeout(100);
-    const now = JSON.stringify(await widths(page));
-    if (now === last) return JSON.parse(now);
-    last = now;
-  }
-  return JSON.parse(last);
+  await page.waitForFunction(() => [...document.querySelectorAll("#flame *")].every((n) => !n.__transition), null, {
+    polling: 50,
+  });
+  return widths(page);
 }
 // Names of the frames one level under the root ("all").
 const firstLevel = (page) =>
@@ -96,7 +101,7 @@ const firstLevel = (page) =>
 
 async function profile(page, out) {
   await page.goto(url);
-  await page.waitForSelector("#flame g.frame", { timeout: 10000 });
+  await page.waitForSelector("#flame g.frame");
   out.tabs = await page.$$eval("#tabs button", (b) => b.map((x) => x.id));
   out.notes = await page.$$eval("ul.notes li", (l) => l.map((x) => x.textContent));
   const f = (out.flame = {});
