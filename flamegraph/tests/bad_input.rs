@@ -62,6 +62,7 @@ fn populate(dir: &Path) {
     w("empty.prof", b"");
     w("binary.prof", &[0x7f, b'E', b'L', b'F', 0xff, 0xfe, 0, 1]);
     w("text.prof", b"hello, world\n");
+    w("utf16.prof", &[0xff, 0xfe, b'a', 0]);
     w("cut.prof", &good.as_bytes()[..good.len() / 2]);
     w(
         "newer.prof",
@@ -275,6 +276,7 @@ fn cases() -> Vec<Case> {
         ("empty.prof", "empty"),
         ("binary.prof", "not an allocmux profile"),
         ("text.prof", "not an allocmux profile"),
+        ("utf16.prof", "not text"),
         ("cut.prof", "truncated"),
         ("newer.prof", "newer than this allocmux reads"),
     ];

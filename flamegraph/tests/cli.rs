@@ -64,15 +64,6 @@ fn run_keeps_output_and_exit_status_and_summarises_on_stderr() {
 }
 
 #[test]
-fn json_to_stdout_follows_the_programs_output() {
-    let out = run(allocmux().args(["run", "--json", "-", "--", "true"]));
-    assert!(out.status.success());
-    let v = json_of(&out);
-    assert_eq!(v["command"][0], "true");
-    assert_eq!(v["processes"].as_array().unwrap().len(), 1);
-}
-
-#[test]
 fn run_reports_death_by_signal_as_128_plus_signal() {
     for (sig, code, name) in [
         (15, 143, "SIGTERM"),
@@ -309,104 +300,6 @@ fn assert_clear_error(out: &Output, code: i32, needle: &str) {
     assert_eq!(out.status.code(), Some(code), "{err}");
     assert!(err.contains(needle), "expected {needle:?} in {err:?}");
     assert!(!err.contains("panicked"), "{err}");
-}
-
-#[test]
-fn bad_arguments_are_refused_clearly() {
-    assert_clear_error(
-        &run(allocmux().args(["run", "-a", "tcmalloc", "--", "true"])),
-        2,
-        "invalid value 'tcmalloc'",
-    );
-    assert_clear_error(&run(allocmux().args(["run"])), 2, "required");
-    assert_clear_error(
-        &run(allocmux().args(["run", "--", "no-such-program-xyz"])),
-        127,
-        "command not found: no-such-program-xyz",
-    );
-    assert_clear_error(&run(allocmux().args(["report"])), 2, "required");
-}
-
-#[test]
-fn unpreloadable_targets_are_refused_before_running() {
-    let dir = tempfile::tempdir().unwrap();
-    let suid = dir.path().join("suid-true");
-    fs::copy("/bin/true", &suid).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    fs::set_permissions(&suid, fs::Permissions::from_mode(0o4755)).unwrap();
-    assert_clear_error(
-        &run(allocmux().arg("run").arg("--").arg(&suid)),
-        1,
-        "setuid or setgid",
-    );
-
-    let stat = static_binary(dir.path());
-    assert_clear_error(
-        &run(allocmux().arg("run").arg("--").arg(&stat)),
-        1,
-        "statically linked",
-    );
-}
-
-#[test]
-fn existing_outputs_are_kept_unless_forced() {
-    let dir = tempfile::tempdir().unwrap();
-    let prof = dir.path().join("keep.prof");
-    fs::write(&prof, "precious").unwrap();
-    let out = run(allocmux()
-        .args(["run", "-o"])
-        .arg(&prof)
-        .args(["--", "true"]));
-    assert_clear_error(&out, 1, "already exists");
-    assert_eq!(fs::read_to_string(&prof).unwrap(), "precious");
-    let forced = run(allocmux()
-        .args(["run", "--force", "-o"])
-        .arg(&prof)
-        .args(["--", "true"]));
-    assert!(forced.status.success(), "{}", text(&forced.stderr));
-    assert!(
-        fs::read_to_string(&prof)
-            .unwrap()
-            .starts_with("allocmux-profile 1\n")
-    );
-
-    let missing_dir = dir.path().join("no/such/dir/x.json");
-    assert_clear_error(
-        &run(allocmux()
-            .arg("run")
-            .arg("--json")
-            .arg(&missing_dir)
-            .args(["--", "true"])),
-        1,
-        "cannot write the JSON report",
-    );
-}
-
-#[test]
-fn bad_profiles_get_a_reason() {
-    let dir = tempfile::tempdir().unwrap();
-    let write = |name: &str, body: &[u8]| {
-        let p = dir.path().join(name);
-        fs::write(&p, body).unwrap();
-        p
-    };
-    let cases = [
-        (write("empty.prof", b""), "empty"),
-        (write("other.prof", b"hello\n"), "not an allocmux profile"),
-        (
-            write("newer.prof", b"allocmux-profile 9\n"),
-            "newer than this allocmux reads",
-        ),
-        (
-            write("cut.prof", b"allocmux-profile 1\nprocess\npid 1\n"),
-            "truncated",
-        ),
-        (write("bin.prof", &[0xff, 0xfe, 0x00]), "not text"),
-        (dir.path().join("missing.prof"), "cannot read profile"),
-    ];
-    for (path, needle) in cases {
-        assert_clear_error(&run(allocmux().arg("report").arg(&path)), 1, needle);
-    }
 }
 
 /// A profile of `timeline fork` (a parent holding 64 MiB, a forked child
