@@ -20,10 +20,14 @@ for rev in "${revs[@]}"; do
     sha=$(git -C "$root" rev-parse --short "$rev")
     wt="$tmp/wt-$sha"
     git -C "$root" worktree add -q --detach "$wt" "$rev"
-    (cd "$wt" && cargo test -q --locked -p allocmux-cli --test install --no-run 2>/dev/null)
+    # The install test is a module of the CLI's one test binary, or (in
+    # revisions before it) a binary of its own.
+    test=(--test install)
+    [ -f "$wt/flamegraph/tests/main.rs" ] && test=(--test integration install::)
+    (cd "$wt" && cargo test -q --locked -p allocmux-cli "${test[@]:0:2}" --no-run 2>/dev/null)
     rm -rf "$wt/target/install-test/build"
     (cd "$wt" && /usr/bin/time -f "%e %U %S" -o "$tmp/time-$sha" \
-        cargo test -q --locked -p allocmux-cli --test install >/dev/null 2>&1)
+        cargo test -q --locked -p allocmux-cli "${test[@]}" >/dev/null 2>&1)
     read -r wall user sys < "$tmp/time-$sha"
     cpu=$(echo "$user + $sys" | bc)
     outer=no

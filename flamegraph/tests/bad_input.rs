@@ -16,7 +16,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-mod common;
+use crate::common;
 use common::*;
 
 /// The command every run-like case is given: it leaves `ran` behind.

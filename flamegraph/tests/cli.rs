@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 
 use serde_json::Value;
 
-mod common;
+use crate::common;
 use common::*;
 
 /// Compiles a C fixture of the shim's tests.

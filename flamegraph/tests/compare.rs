@@ -6,7 +6,7 @@ use std::fs;
 
 use serde_json::Value;
 
-mod common;
+use crate::common;
 use common::*;
 
 const ALLOCATORS: [&str; 3] = ["system", "jemalloc", "mimalloc"];

@@ -7,7 +7,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-mod common;
+use crate::common;
 use common::*;
 
 /// Screenshots `svg` in headless Chromium into `png`; `None` (after saying

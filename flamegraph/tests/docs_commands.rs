@@ -200,12 +200,33 @@ fn packages() -> BTreeSet<String> {
     names
 }
 
-/// Whether some crate of the workspace has `DIR/NAME.rs` (or
-/// `DIR/NAME/main.rs`): an example, bench or test target of that name.
+/// Whether some crate of the workspace has an example, bench or test
+/// target of that name: `DIR/NAME.rs` (or `DIR/NAME/main.rs`), or one its
+/// manifest declares (`[[test]]` and the like, `name = "NAME"`).
 fn target_exists(dir: &str, name: &str) -> bool {
+    let table = match dir {
+        "examples" => "[[example]]",
+        "benches" => "[[bench]]",
+        _ => "[[test]]",
+    };
+    let declared = |manifest: &str| {
+        let mut inside = false;
+        manifest.lines().map(str::trim).any(|l| {
+            if l.starts_with('[') {
+                inside = l == table;
+            }
+            inside
+                && l.strip_prefix("name")
+                    .and_then(|v| v.split('"').nth(1))
+                    .is_some_and(|n| n == name)
+        })
+    };
     fs::read_dir(root()).unwrap().any(|entry| {
-        let d = entry.unwrap().path().join(dir);
-        d.join(format!("{name}.rs")).is_file() || d.join(name).join("main.rs").is_file()
+        let krate = entry.unwrap().path();
+        let d = krate.join(dir);
+        d.join(format!("{name}.rs")).is_file()
+            || d.join(name).join("main.rs").is_file()
+            || fs::read_to_string(krate.join("Cargo.toml")).is_ok_and(|m| declared(&m))
     })
 }
 
@@ -477,6 +498,10 @@ fn blocks_are_read_as_documented() {
     assert!(!lists_flag("  --force-all", "--force"));
     assert!(check_cargo(&words("-p allocmux-nonexistent")).is_err());
     assert!(check_cargo(&words("-p allocmux-cli")).is_ok());
+    // A test target declared in a manifest, and one a file makes.
+    assert!(check_cargo(&words("test -p allocmux-cli --test integration")).is_ok());
+    assert!(check_cargo(&words("test -p allocmux --test fuzz_profile")).is_ok());
+    assert!(check_cargo(&words("test --test no_such_target")).is_err());
     assert_eq!(
         script_paths("run `bash scripts/bench.sh`, see scripts/results/."),
         [

@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 
 use serde_json::Value;
 
-mod common;
+use crate::common;
 use common::*;
 
 /// A program that maps and touches `argv[1]` MiB, unmaps it, and prints

@@ -20,7 +20,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-mod common;
+use crate::common;
 use common::*;
 
 /// Small blocks by count, one large leaked block by bytes: the two weights
@@ -70,7 +70,7 @@ fn program(dir: &Path) -> PathBuf {
 /// Where the screenshots go: `target/html-report-shots/` of this build.
 fn shots_dir(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap();
-    // target/debug/deps/html_report-HASH
+    // target/debug/deps/integration-HASH
     let target = exe.ancestors().nth(3).unwrap().to_path_buf();
     let dir = target.join("html-report-shots").join(name);
     fs::create_dir_all(&dir).unwrap();

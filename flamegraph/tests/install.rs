@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-mod common;
+use crate::common;
 use common::*;
 
 /// The crates of this workspace: those `allocmux-cli` is installed from,

@@ -21,7 +21,7 @@ const PATIENCE: Duration = Duration::from_secs(120);
 /// Scrapes at most: the scraper stops then even if the benchmark runs on.
 const MOST_SCRAPES: usize = 600;
 
-mod common;
+use crate::common;
 use common::*;
 
 /// A port nobody listens on now (the kernel's pick, released).

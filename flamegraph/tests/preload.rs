@@ -8,7 +8,7 @@ use std::process::Command;
 
 use allocmux_format::profile::{self, StackMode};
 
-mod common;
+use crate::common;
 use common::*;
 
 /// The shim's exact-count fixture.

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-mod common;
+use crate::common;
 use common::*;
 
 fn fixture(name: &str) -> PathBuf {

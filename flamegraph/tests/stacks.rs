@@ -14,7 +14,7 @@ use allocmux_format::SiteCounts;
 use allocmux_format::profile::{self, Module, ProcessProfile, Stack, StackMode, Stacks};
 use serde_json::Value;
 
-mod common;
+use crate::common;
 use common::*;
 
 /// The fixture, built once (non-PIE: its addresses are its ELF virtual

@@ -8,7 +8,7 @@ use std::process::Command;
 
 use allocmux_testkit::{compile, shim};
 
-mod common;
+use crate::common;
 use common::bin_dir;
 
 /// Skips (or, on CI, fails) when something the script needs is missing.

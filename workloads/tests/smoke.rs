@@ -8,7 +8,7 @@ use std::process::Command;
 use allocmux_testkit::{BACKENDS, ok_as, shim, text};
 use allocmux_workloads::ALL;
 
-mod common;
+use crate::common;
 use common::bin;
 
 /// Small enough for debug builds: the whole test takes a few seconds.

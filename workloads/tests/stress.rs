@@ -14,7 +14,7 @@ use allocmux::Func;
 use allocmux_format::profile::{ProcessProfile, StackMode, State};
 use allocmux_testkit::{BACKENDS, require, run_under_with, text};
 
-mod common;
+use crate::common;
 use common::bin;
 
 /// (mode name, the shim's settings for it).
