@@ -48,6 +48,13 @@ fn show(t: &Timeline) -> String {
 /// What every recorded timeline must satisfy: points in time order,
 /// within the buffer, starting at start-up and, for an exited process,
 /// ending with the exit profile's own figures.
+///
+/// The start-up point is taken at the shim's initialisation (or a fork
+/// child's), before the program's `main`; how long after `clock_start`
+/// depends on the schedule, so it is known by its live bytes: those of
+/// before the program's blocks (every fixture here allocates its 1 MiB
+/// and larger blocks later, after at least 100 points in `long`, whose
+/// halvings merge the first points into the first).
 fn check_shape(who: &str, p: &ProcessProfile) {
     let t = &p.timeline;
     let first = t.points.first().copied().unwrap_or_default();
@@ -66,8 +73,9 @@ fn check_shape(who: &str, p: &ProcessProfile) {
             "points in time order".to_string(),
         ),
         (
-            first.t_ns < 50 * MS,
-            "the first point at start-up (under 50 ms)".to_string(),
+            first.live_bytes < MIB,
+            "the first point at start-up, before the program's blocks (under 1 MiB live)"
+                .to_string(),
         ),
         (
             p.state != State::Exited
@@ -97,9 +105,11 @@ fn find(t: &Timeline, f: impl Fn(&TimelinePoint) -> bool) -> Option<usize> {
     t.points.iter().position(f)
 }
 
-/// 64 MiB held for 150 ms, then freed for 150 ms: the timeline shows the
-/// block live and resident, then gone while the program still runs (not
-/// just in the exit point: a large free must reach the sampled live count).
+/// A 64 MiB block held, then freed: the timeline shows the block live and
+/// resident, then gone while the program still runs (not just in the exit
+/// point: a large free must reach the sampled live count). The fixture
+/// waits for each in its flushed profile (see timeline.c), so a shim that
+/// never samples them fails it with a FAIL line after 100 s.
 fn timeline_follows_a_64_mib_block(backend: &str) {
     let files = run_fixture(backend, &["phases"], "phases done");
     assert_eq!(files.len(), 1, "{}", listing(&files));
@@ -107,16 +117,6 @@ fn timeline_follows_a_64_mib_block(backend: &str) {
     let who = format!("timeline phases under {backend}");
     check_shape(&who, p);
     let t = &p.timeline;
-    // ~300 ms at 10 ms: about 30 points; a loaded machine may delay some.
-    assert!(
-        t.points.len() >= 12,
-        "{who}: a 300 ms run sampled every 10 ms should have many points\n{}",
-        show(t)
-    );
-    assert_eq!(
-        t.interval_ns, BASE_INTERVAL_NS,
-        "{who}: no halving in 300 ms"
-    );
     let held = find(t, |q| q.live_bytes >= 64 * MIB && q.rss_bytes >= 64 * MIB);
     let Some(held) = held else {
         panic!(
@@ -124,7 +124,8 @@ fn timeline_follows_a_64_mib_block(backend: &str) {
             show(t)
         );
     };
-    // After the free and before the exit point.
+    // After the free and before the exit point (the fixture saw two such
+    // flushed before it exited, and a halving keeps one of them).
     let freed = t.points[held + 1..t.points.len() - 1]
         .iter()
         .position(|q| q.live_bytes < MIB)
@@ -156,6 +157,8 @@ fn timeline_follows_a_64_mib_block(backend: &str) {
 /// A forked child records its own timeline from its own start: its
 /// points begin at the fork, show its own 1 MiB and not the parent's 64
 /// MiB, and end at its exit; the parent's timeline goes on past the fork.
+/// Only orderings the fixture's sleeps and `waitpid` impose are checked
+/// (a sleep lasts at least its time), never how many points fit in one.
 fn fork_child_has_its_own_timeline(backend: &str) {
     let files = run_fixture(backend, &["fork"], "fork done");
     let me = std::process::id();
@@ -190,12 +193,12 @@ fn fork_child_has_its_own_timeline(backend: &str) {
             "the parent's timeline shows its 64 MiB",
         ),
         (
-            ct.duration_ns() < 1_000 * MS && ct.points.len() < pt.points.len(),
-            "the child's timeline covers its ~100 ms only",
+            ct.duration_ns() >= 100 * MS,
+            "the child's timeline runs to its exit, after its 100 ms sleep",
         ),
         (
-            pt.duration_ns() > forked_at + ct.duration_ns(),
-            "the parent's timeline goes on after the child's end",
+            pt.duration_ns() >= forked_at + ct.duration_ns() + 100 * MS,
+            "the parent's timeline goes on after the child's end, through its 100 ms sleep",
         ),
     ]);
     assert!(
@@ -249,55 +252,57 @@ fn short_process_has_a_start_and_an_end_point() {
 
 /// A run longer than the buffer holds at the first interval: the timeline
 /// halves its resolution instead of growing or stopping, still spans the
-/// whole run, and a 30 ms spike early in the run survives the merging.
+/// whole run, and spikes early in the run, each a single point, survive
+/// the merging. The fixture runs until its flushed profile shows the
+/// interval doubled after the spikes (see timeline.c), not for a fixed
+/// time: how many samples fit in a time depends on the schedule. Gaps
+/// between points are not bounded either: a sample preempted twice in a
+/// row holds off the next by up to `SAMPLE_DUTY` times as long
+/// (flusher.rs).
 #[test]
 fn long_run_keeps_a_bounded_timeline_over_the_whole_run() {
-    // 20% beyond what CAPACITY points at the first interval cover (~24.6 s
-    // with 2048 points at 10 ms), so the buffer halves once.
-    let run_ms = CAPACITY as u64 * BASE_INTERVAL_NS / MS * 6 / 5;
-    let spike_ms = run_ms / 4;
-    let files = run_fixture(
-        "system",
-        &["long", &run_ms.to_string(), &spike_ms.to_string()],
-        "long done",
-    );
+    // timeline.c's SPIKES: blocks of 32 MiB, 33 MiB, ...
+    const SPIKES: u64 = 4;
+    let files = run_fixture("system", &["long"], "long done");
     assert_eq!(files.len(), 1, "{}", listing(&files));
     let p = &files[0].1;
-    let who = format!("timeline long {run_ms} {spike_ms}");
-    check_shape(&who, p);
+    let who = "timeline long";
+    check_shape(who, p);
     let t = &p.timeline;
-    let last = t.points.last().unwrap();
-    let max_gap = t
-        .points
-        .windows(2)
-        .map(|w| w[1].t_ns - w[0].t_ns)
-        .max()
-        .unwrap_or(0);
+    // Each spike is a point of its own, two or more points before the next
+    // one's (the fixture waits for each in a flushed profile: the sample
+    // that added it comes first), so one halving, which merges neighbouring
+    // pairs keeping the larger figures, keeps every spike's; later ones may
+    // merge spikes into the largest (only where the fixture was held back
+    // for the 10 s and more a second halving takes).
+    let kept = if t.interval_ns == 2 * BASE_INTERVAL_NS {
+        0..SPIKES
+    } else {
+        SPIKES - 1..SPIKES
+    };
+    let lost: Vec<u64> = kept
+        .map(|k| 32 + k)
+        .filter(|mib| {
+            !t.points
+                .iter()
+                .any(|q| q.live_bytes >= mib * MIB && q.live_bytes < (mib + 1) * MIB)
+        })
+        .collect();
     let problems = unmet([
         (
             t.interval_ns >= 2 * BASE_INTERVAL_NS,
             "a doubled interval (the buffer filled and halved)".to_string(),
         ),
         (
-            t.points.len() >= CAPACITY / 4,
-            format!("at least {} points (halving keeps half)", CAPACITY / 4),
-        ),
-        (
-            last.t_ns >= run_ms * MS,
-            format!("a last point after the {run_ms} ms run"),
-        ),
-        // No hole: sampling went on through the whole run (generous, for
-        // a loaded machine: the interval is 20 ms).
-        (
-            max_gap <= 1_000 * MS,
+            t.points.len() > CAPACITY / 2,
             format!(
-                "no gap over 1 s between points (largest: {} ms)",
-                max_gap / MS
+                "over {} points (a halving keeps half of a full buffer)",
+                CAPACITY / 2
             ),
         ),
         (
-            t.peak_live_bytes() >= 32 * MIB,
-            format!("the 32 MiB spike at {spike_ms} ms, kept by the merging"),
+            lost.is_empty(),
+            format!("the spikes, kept by the merging (lost: {lost:?} MiB)"),
         ),
     ]);
     assert!(
