@@ -5,7 +5,7 @@
 #
 # Usage:
 #   bash scripts/suite_soak.sh [--runs N] [--idle-only | --loaded-only]
-#   bash scripts/suite_soak.sh --runs 50 --binary allocmux-shim:shim [-- FILTER...]
+#   bash scripts/suite_soak.sh --runs 50 --binary allocmux-shim:integration [-- FILTER...]
 #
 # Without --binary: builds the suite once (`cargo test --workspace --locked
 # --no-run`), then runs the README's test command, `cargo test --workspace
@@ -53,7 +53,7 @@ if [ -n "$binary" ]; then
     package="${binary%%:*}"
     test="${binary#*:}"
     if [ "$package" = "$binary" ] || [ -z "$test" ]; then
-        echo "suite_soak.sh: --binary takes PACKAGE:TEST, as allocmux-shim:shim" >&2
+        echo "suite_soak.sh: --binary takes PACKAGE:TEST, as allocmux-shim:integration" >&2
         exit 2
     fi
     command=(cargo test --locked -p "$package" --test "$test" -- "${filter[@]}")

@@ -2,8 +2,7 @@
 //! figures are there, read while the program ran and at its exit, and
 //! consistent with each other and with the program's live bytes.
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use std::process::Command;
 

@@ -17,8 +17,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::process::Command;
 
-#[macro_use]
-mod common;
+use crate::common;
 use common::*;
 
 use allocmux_format::profile::StackMode;

@@ -11,8 +11,7 @@
 //! SIGKILL after a few seconds is `periodic_flush_survives_sigkill` in
 //! processes.rs; fork storms are `fork_while_threads_allocate` there.
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, ExitStatus, Output, Stdio};

@@ -6,7 +6,7 @@
 //! what is theirs alone: the table decides the backend and mode whatever
 //! the environment says, and they count as the universal library does.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

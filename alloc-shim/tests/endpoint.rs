@@ -4,8 +4,7 @@
 //! requests, a taken port and `fork` leave the program's output and exit
 //! status as they were.
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};

@@ -2,8 +2,7 @@
 //! fixture that differ only in an iteration count is exactly that many
 //! times the fixture's per-iteration table, under every backend.
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use std::process::Command;
 

@@ -10,8 +10,7 @@
 //! Each case runs for `BUDGET` (at least twice), since the hangs these
 //! guard against came at once or within a few hundred forks.
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

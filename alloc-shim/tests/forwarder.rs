@@ -5,7 +5,7 @@
 //! of the recorder: no profile, even with `ALLOCMUX_OUTPUT` set, no
 //! thread, and `malloc` bound to the forwarding hook itself.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

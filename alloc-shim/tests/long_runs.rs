@@ -11,8 +11,7 @@
 
 use std::process::Command;
 
-#[macro_use]
-mod common;
+use crate::common;
 use common::*;
 
 /// Allocations of the shorter run; the longer makes ten times as many.

@@ -3,8 +3,7 @@
 //! existing files are never overwritten, the stderr summary, and how bad
 //! settings are reported.
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;

@@ -4,7 +4,7 @@
 //! A missing program is skipped with a message, except on CI (`CI` set),
 //! where the test fails and names the package to install.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Output};

@@ -13,8 +13,7 @@
 //! ended in `memory allocation of N bytes failed` and SIGABRT (with stacks
 //! recorded), after the program's own success line.
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::Command;

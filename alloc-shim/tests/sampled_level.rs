@@ -3,8 +3,7 @@
 //! from the stack sample, and its 95% interval holds the true total (the
 //! same program's exact counts) in about 95% of runs.
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use std::process::Command;
 

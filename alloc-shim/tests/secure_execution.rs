@@ -7,7 +7,7 @@
 //! set-user-ID bit; so the test installs a copy of the shim there (removed
 //! again by a guard) and therefore runs only as root (CI runs as root).
 
-mod common;
+use crate::common;
 
 use std::ffi::CString;
 use std::os::unix::fs::PermissionsExt;

@@ -2,8 +2,7 @@
 //! (semantics.c checks them from inside the program), and failing calls are
 //! counted as failures.
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::process::{Command, Output};

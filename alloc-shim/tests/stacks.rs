@@ -3,8 +3,7 @@
 //! shares within a stated tolerance, leak and peak attribution, threads,
 //! fork, and real programs whose output is unchanged with stacks on.
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

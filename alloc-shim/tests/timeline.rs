@@ -2,8 +2,7 @@
 //! memory sampled over real runs, a fork child's own timeline, and a long
 //! run kept within the buffer while spanning the whole run.
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use std::process::Command;
 
