@@ -123,16 +123,20 @@ fn cargo_install_from_the_packaged_crates_gives_an_allocmux_that_works_anywhere(
 
     // The packages the CLI does not build whole, built from the packages
     // as a user's project and `cargo install` would build them (what
-    // `cargo publish` verifies): the library with every feature, and the
-    // workload programs. In the same target directory, so the C
-    // allocators and the crates the install built are not built again.
+    // `cargo publish` verifies): the library with the features of its own
+    // code, and the workload programs. In the same target directory, so
+    // the crates the install built are not built again. The library's
+    // default features (`jemalloc`, `mimalloc`) only turn on the
+    // recorder's, which the shim's build above compiled from its package
+    // with the C allocators; without them here, those are not configured
+    // and compiled a second time (a minute of the test on 2 cores).
     let user = tempfile::tempdir().unwrap();
     fs::create_dir(user.path().join("src")).unwrap();
     fs::write(
         user.path().join("Cargo.toml"),
         format!(
             "[package]\nname = \"user\"\nversion = \"0.1.0\"\nedition = \"2024\"\n\n\
-             [dependencies]\nallocmux = {{ version = \"={}\", features = [\"criterion\", \"budget\"] }}\n\n\
+             [dependencies]\nallocmux = {{ version = \"={}\", default-features = false, features = [\"criterion\", \"budget\"] }}\n\n\
              [workspace]\n",
             env!("CARGO_PKG_VERSION")
         ),
