@@ -38,7 +38,7 @@ impl Choice {
         let backend = match self.backend {
             Backend::Jemalloc => 2,
             Backend::Mimalloc => 3,
-            _ => 1,
+            Backend::System => 1,
         };
         match (self.recorded, self.live) {
             (false, _) => backend | UNRECORDED_BIT,

@@ -388,7 +388,7 @@ fn raw_thread_may_read_stats() -> bool {
     match choice::current().backend {
         Backend::Mimalloc => true,
         Backend::System => !threading::single_threaded(),
-        _ => false,
+        Backend::Jemalloc => false,
     }
 }
 

@@ -115,13 +115,13 @@ pub fn install(choice: Choice, mode: StackMode) {
         match choice.backend {
             Allocator::Jemalloc => &JEMALLOC_FORWARD,
             Allocator::Mimalloc => &MIMALLOC_FORWARD,
-            _ => &UNRECORDED,
+            Allocator::System => &UNRECORDED,
         }
     } else if choice.live {
         match choice.backend {
             Allocator::Jemalloc => &JEMALLOC_LIVE,
             Allocator::Mimalloc => &MIMALLOC_LIVE,
-            _ => &SYSTEM_LIVE,
+            Allocator::System => &SYSTEM_LIVE,
         }
     } else {
         match (choice.backend, mode) {
@@ -136,9 +136,9 @@ pub fn install(choice: Choice, mode: StackMode) {
                 (false, Sample { .. }) => &MIMALLOC_LOOKUP_SAMPLED,
                 (false, Exact) => &MIMALLOC_LOOKUP_STACKS,
             },
-            (_, Off) => &SYSTEM,
-            (_, Sample { .. }) => &SYSTEM_SAMPLED,
-            (_, Exact) => &SYSTEM_STACKS,
+            (Allocator::System, Off) => &SYSTEM,
+            (Allocator::System, Sample { .. }) => &SYSTEM_SAMPLED,
+            (Allocator::System, Exact) => &SYSTEM_STACKS,
         }
     };
     SLOTS.set(t);

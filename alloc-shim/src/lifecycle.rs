@@ -47,7 +47,7 @@ pub fn init(envp: *const *const c_char) {
         // Forwarding only: no profile, no thread, no endpoint; but
         // jemalloc's and mimalloc's locks are still taken around `fork`,
         // as with recording (see `fork_prepare`).
-        if choice.backend != Backend::System && !STARTED.swap(true, Relaxed) {
+        if has_fork_locks(choice.backend) && !STARTED.swap(true, Relaxed) {
             threading::init();
             register_fork_handlers();
         }
@@ -276,7 +276,7 @@ extern "C" fn fork_prepare() {
         match b {
             Backend::Jemalloc => backend::jemalloc_fork::prepare(),
             Backend::Mimalloc => backend::mimalloc_fork::prepare(),
-            _ => {}
+            Backend::System => {}
         }
     }
 }
@@ -286,7 +286,7 @@ extern "C" fn fork_parent() {
         match b {
             Backend::Jemalloc => backend::jemalloc_fork::parent(),
             Backend::Mimalloc => backend::mimalloc_fork::parent(),
-            _ => {}
+            Backend::System => {}
         }
         // SAFETY: taken in `fork_prepare` by this thread.
         unsafe { _IO_list_unlock() };
@@ -309,8 +309,16 @@ unsafe extern "C" {
 /// because glibc runs the handlers of concurrent forks concurrently.
 fn backend_locks() -> Option<Backend> {
     let b = choice::current().backend;
-    (matches!(b, Backend::Jemalloc | Backend::Mimalloc) && !threading::single_threaded())
-        .then_some(b)
+    (has_fork_locks(b) && !threading::single_threaded()).then_some(b)
+}
+
+/// Whether the shim takes `b`'s locks around `fork` (glibc's `fork` takes
+/// its own allocator's). A match, so that a new backend must answer.
+const fn has_fork_locks(b: Backend) -> bool {
+    match b {
+        Backend::Jemalloc | Backend::Mimalloc => true,
+        Backend::System => false,
+    }
 }
 
 extern "C" fn fork_child() {
@@ -318,7 +326,7 @@ extern "C" fn fork_child() {
         match b {
             Backend::Jemalloc => backend::jemalloc_fork::child(),
             Backend::Mimalloc => backend::mimalloc_fork::child(),
-            _ => {}
+            Backend::System => {}
         }
     }
     if !choice::recorded() {

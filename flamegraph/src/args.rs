@@ -309,7 +309,7 @@ fn backend_parser() -> impl TypedValueParser<Value = Backend> {
         PossibleValue::new(b.name()).help(match b {
             Backend::System => "glibc's malloc",
             Backend::Jemalloc => "jemalloc",
-            _ => "mimalloc",
+            Backend::Mimalloc => "mimalloc",
         })
     });
     PossibleValuesParser::new(values).map(|name| name.parse::<Backend>().expect("a listed name"))

@@ -3,9 +3,9 @@
 
 use std::io::{self, Write};
 
+use allocmux_format::Backend;
 use allocmux_format::profile::{AllocatorReading, ProcessProfile, Recording, State};
 use allocmux_format::stats::{Func, Totals};
-use allocmux_format::{AllocatorStats, Backend};
 
 use crate::json::ReportJson;
 use crate::sys::ChildExit;
@@ -612,10 +612,8 @@ fn write_allocator_stats(
     };
     writeln!(w, "  {prefix}{}", latest.stats)?;
     let peak = p.totals.peak_live_bytes;
-    let what = |r: &AllocatorReading| match r.stats {
-        AllocatorStats::Jemalloc(_) => "resident",
-        _ => "arena + mmapped",
-    };
+    // Only readings with a held figure are measured or far from the peak.
+    let what = |r: &AllocatorReading| r.stats.held_name().unwrap_or("held");
     match overhead {
         HeapOverhead::FarFromPeak(r) => writeln!(
             w,

@@ -139,6 +139,17 @@ impl AllocatorStats {
         }
     }
 
+    /// The name of [`AllocatorStats::held_bytes`]'s figure, as the
+    /// allocator calls it: `resident`, `arena + mmapped`; `None` where
+    /// there is no such figure.
+    pub fn held_name(&self) -> Option<&'static str> {
+        match self {
+            AllocatorStats::System(_) => Some("arena + mmapped"),
+            AllocatorStats::Jemalloc(_) => Some("resident"),
+            AllocatorStats::Mimalloc(_) => None,
+        }
+    }
+
     /// What the allocator counts as in use by the program, where it counts
     /// it: jemalloc's `allocated`, glibc's `in_use`; `None` for mimalloc
     /// (its process information has no such figure).
