@@ -116,8 +116,13 @@ fn run_case(
             );
         }
         assert!(st.lost == 0 || st.degraded > 0, "{facts}");
-        // The stacks of the allocations made before memory ran out.
-        assert!(!st.stacks.is_empty(), "{facts}");
+        // The stacks of the allocations made before memory ran out, as
+        // the writer's last copy of the stack table holds them. A copy
+        // there is no memory for leaves the previous one, and there is
+        // none when no flush came before the limit (the flusher's timing
+        // decides: under load it may not run) and the exit's found no
+        // room: then the profile has no stacks, and says it is degraded.
+        assert!(!st.stacks.is_empty() || st.degraded > 0, "{facts}");
     }
     (p, said)
 }
