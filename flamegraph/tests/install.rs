@@ -18,8 +18,8 @@
 //! (`cargo install --debug`): what it checks, that the packages hold
 //! everything their builds need and that the installed binary finds its
 //! shim anywhere, does not depend on the optimization level, and release
-//! builds of the packages take half as long again (measured from nothing
-//! on 2 cores: 321 s against 198 s). The shim itself is built in release
+//! builds of the packages take 60% longer (measured from nothing on 2
+//! cores: 321 s against 198 s). The shim itself is built in release
 //! all the same, by the CLI's build script, as every install builds it.
 //! It builds into `target/install-test`,
 //! kept between runs so that later runs only rebuild what changed, and
