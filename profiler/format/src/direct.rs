@@ -18,9 +18,9 @@
 //! Exact mode has none: a call there costs thousands of instructions, and
 //! one jump is nothing to them.
 
-use crate::Backend;
 use crate::profile::StackMode;
 use crate::settings::Level;
+use crate::{Backend, Func};
 
 /// One hook table with a direct shim.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -145,6 +145,36 @@ impl DirectTable {
         TABLES
             .into_iter()
             .find(|t| t.recorded && t.live == live && t.backend == backend && t.sampled == sampled)
+    }
+
+    /// The allocator's own function that this table's export of `func` is
+    /// bound to, instead of the table's hook, where that function already
+    /// keeps the shim's C rules (`alloc-shim/src/posix.rs`): a forwarder's
+    /// `malloc` and `free`, and jemalloc's `calloc`. Each sets `errno` to
+    /// `ENOMEM` when it fails (jemalloc itself, mimalloc through the error
+    /// handler the shim registers at start-up) and ignores `free(NULL)`; the
+    /// hook would add one jump to each call, 2% of a `malloc`/`free` pair's
+    /// instructions under mimalloc. The other functions keep their hooks:
+    /// mimalloc's `calloc` sets no `errno` when the product overflows, and
+    /// `realloc(p, 0)`, the alignment rules and `malloc_usable_size(NULL)`
+    /// are glibc's only through the hooks. A symbol of the shim's static
+    /// symbol table (the allocators' functions are not exported); where it
+    /// is missing (a stripped shim) the export stays the hook.
+    pub fn entry_point(&self, func: Func) -> Option<&'static str> {
+        if self.recorded {
+            return None;
+        }
+        let (malloc, free, calloc) = match self.backend {
+            Backend::Jemalloc => ("_rjem_malloc", "_rjem_free", Some("_rjem_calloc")),
+            Backend::Mimalloc => ("mi_malloc", "mi_free", None),
+            Backend::System => return None,
+        };
+        match func {
+            Func::Malloc => Some(malloc),
+            Func::Free => Some(free),
+            Func::Calloc => calloc,
+            _ => None,
+        }
     }
 
     /// The forwarder of `backend`: its table that records nothing (glibc
