@@ -2,16 +2,18 @@
 //! or mimalloc, chosen once per process from `ALLOCMUX_ALLOCATOR`.
 //!
 //! The choice is made by the process's first allocation (or an earlier
-//! [`Switchable::backend`] call) and stored in one atomic byte; every call
-//! after that loads it and branches, so a block is always freed by the
-//! allocator that made it. jemalloc and mimalloc are the same static,
+//! [`Switchable::backend`] call) and stored in one atomic byte, and the
+//! chosen allocator's four functions in four slots: every call after that
+//! is one indirect jump through its slot, whichever allocator it is (a
+//! test of the byte per allocator would cost the last one tested the
+//! most), and a block is always freed by the allocator that made it.
+//! jemalloc and mimalloc are the same static,
 //! prefixed builds the shim uses (`_rjem_*` from tikv-jemalloc-sys, `mi_*`
 //! from libmimalloc-sys), called the way tikv-jemallocator and the mimalloc
 //! crate call them.
 
 use core::alloc::{GlobalAlloc, Layout};
-use core::sync::atomic::{AtomicU8, Ordering::Relaxed};
-use std::alloc::System;
+use core::sync::atomic::{AtomicPtr, AtomicU8, Ordering::Relaxed};
 
 use allocmux_format::Backend;
 use allocmux_format::settings::{ALLOCATOR, Reader, Settings};
@@ -64,9 +66,10 @@ impl Switchable {
     /// The backend in use, choosing it now if nothing has allocated yet.
     pub fn backend(&self) -> Backend {
         match choice() {
+            SYSTEM => Backend::System,
             JEMALLOC => Backend::Jemalloc,
             MIMALLOC => Backend::Mimalloc,
-            _ => Backend::System,
+            code => unreachable!("choose() stores a backend's code, not {code}"),
         }
     }
 
@@ -160,64 +163,224 @@ fn complain(parts: &[&[u8]]) {
     }
 }
 
-// SAFETY: each call goes to the backend fixed by `choice()`, which never
-// changes once set, so every block is resized and freed by the allocator
-// that made it; each backend honours the layout's size and alignment.
+/// One allocator's functions, with `GlobalAlloc`'s contracts, each layout
+/// passed as its size and alignment, in the registers `__rust_alloc` and
+/// the others receive them in: a call then jumps through its slot with no
+/// argument moved.
+#[derive(Clone, Copy)]
+struct Functions {
+    alloc: unsafe fn(usize, usize) -> *mut u8,
+    alloc_zeroed: unsafe fn(usize, usize) -> *mut u8,
+    dealloc: unsafe fn(*mut u8, usize, usize),
+    realloc: unsafe fn(*mut u8, usize, usize, usize) -> *mut u8,
+}
+
+/// The [`Functions`] of a module whose `alloc`, `alloc_zeroed`, `dealloc`
+/// and `realloc` take a `Layout`, as `GlobalAlloc`'s do.
+macro_rules! functions_of {
+    ($m:ident) => {
+        Functions {
+            // SAFETY: the size and alignment of a `GlobalAlloc` call's
+            // layout, valid as such; the call's contract, forwarded.
+            alloc: |size, align| unsafe {
+                $m::alloc(Layout::from_size_align_unchecked(size, align))
+            },
+            // SAFETY: as for `alloc`.
+            alloc_zeroed: |size, align| unsafe {
+                $m::alloc_zeroed(Layout::from_size_align_unchecked(size, align))
+            },
+            // SAFETY: as for `alloc`; the block is this allocator's (the
+            // choice never changes).
+            dealloc: |ptr, size, align| unsafe {
+                $m::dealloc(ptr, Layout::from_size_align_unchecked(size, align))
+            },
+            // SAFETY: as for `dealloc`.
+            realloc: |ptr, size, align, new_size| unsafe {
+                $m::realloc(
+                    ptr,
+                    Layout::from_size_align_unchecked(size, align),
+                    new_size,
+                )
+            },
+        }
+    };
+}
+
+/// The functions of `backend`, which `choose` has checked is built in.
+fn functions(backend: Backend) -> Functions {
+    match backend {
+        Backend::System => functions_of!(system),
+        #[cfg(feature = "jemalloc")]
+        Backend::Jemalloc => functions_of!(jemalloc),
+        #[cfg(feature = "mimalloc")]
+        Backend::Mimalloc => functions_of!(mimalloc),
+        #[cfg(not(feature = "jemalloc"))]
+        Backend::Jemalloc => unreachable!("choose() never picks a backend not built in"),
+        #[cfg(not(feature = "mimalloc"))]
+        Backend::Mimalloc => unreachable!("choose() never picks a backend not built in"),
+    }
+}
+
+/// The functions every call goes through: the first call's until the
+/// choice is made, then the chosen allocator's. A slot per function
+/// rather than a pointer to a [`Functions`]: a call is then one load of
+/// its slot and a jump, with no pointer to chase first.
+struct Slots {
+    alloc: AtomicPtr<()>,
+    alloc_zeroed: AtomicPtr<()>,
+    dealloc: AtomicPtr<()>,
+    realloc: AtomicPtr<()>,
+}
+
+impl Slots {
+    const fn of(f: Functions) -> Slots {
+        Slots {
+            alloc: AtomicPtr::new(f.alloc as *mut ()),
+            alloc_zeroed: AtomicPtr::new(f.alloc_zeroed as *mut ()),
+            dealloc: AtomicPtr::new(f.dealloc as *mut ()),
+            realloc: AtomicPtr::new(f.realloc as *mut ()),
+        }
+    }
+
+    fn set(&self, f: Functions) {
+        self.alloc.store(f.alloc as *mut (), Relaxed);
+        self.alloc_zeroed.store(f.alloc_zeroed as *mut (), Relaxed);
+        self.dealloc.store(f.dealloc as *mut (), Relaxed);
+        self.realloc.store(f.realloc as *mut (), Relaxed);
+    }
+}
+
+static SLOTS: Slots = Slots::of(first_call::FUNCTIONS);
+
+/// The process's first calls, whichever function: choose, fill the slots,
+/// then call the chosen function. Several threads may get here before the
+/// slots are filled: each finds the same choice (`choose`) and stores the
+/// same functions.
+mod first_call {
+    use super::*;
+
+    pub const FUNCTIONS: Functions = Functions {
+        alloc,
+        alloc_zeroed,
+        dealloc,
+        realloc,
+    };
+
+    #[cold]
+    fn install() -> Functions {
+        let f = functions(Switchable::new().backend());
+        SLOTS.set(f);
+        f
+    }
+
+    unsafe fn alloc(size: usize, align: usize) -> *mut u8 {
+        // SAFETY: the caller's arguments, to the chosen allocator.
+        unsafe { (install().alloc)(size, align) }
+    }
+
+    unsafe fn alloc_zeroed(size: usize, align: usize) -> *mut u8 {
+        // SAFETY: the caller's arguments, to the chosen allocator.
+        unsafe { (install().alloc_zeroed)(size, align) }
+    }
+
+    unsafe fn dealloc(ptr: *mut u8, size: usize, align: usize) {
+        // SAFETY: no block exists before the first allocation, which made
+        // the choice: a block being freed is the chosen allocator's.
+        unsafe { (install().dealloc)(ptr, size, align) }
+    }
+
+    unsafe fn realloc(ptr: *mut u8, size: usize, align: usize, new_size: usize) -> *mut u8 {
+        // SAFETY: as for `dealloc`.
+        unsafe { (install().realloc)(ptr, size, align, new_size) }
+    }
+}
+
+// SAFETY: every call goes to the functions in the slots: the first call's,
+// which choose and call the chosen allocator's, then the chosen
+// allocator's; the choice never changes once made, so every block is
+// resized and freed by the allocator that made it. Each allocator's
+// functions honour the layout's size and alignment.
 unsafe impl GlobalAlloc for Switchable {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        match choice() {
-            // SAFETY: the caller's layout, forwarded.
-            #[cfg(feature = "jemalloc")]
-            JEMALLOC => unsafe { jemalloc::alloc(layout) },
-            // SAFETY: the caller's layout, forwarded.
-            #[cfg(feature = "mimalloc")]
-            MIMALLOC => unsafe { mimalloc::alloc(layout) },
-            // SAFETY: the caller's layout, forwarded.
-            _ => unsafe { System.alloc(layout) },
+        // SAFETY: the slot only ever holds an `alloc` of `Functions`
+        // (`Slots::of`, `Slots::set`); the caller's layout, forwarded.
+        unsafe {
+            let f: unsafe fn(usize, usize) -> *mut u8 =
+                core::mem::transmute(SLOTS.alloc.load(Relaxed));
+            f(layout.size(), layout.align())
         }
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        match choice() {
-            // SAFETY: the caller's layout, forwarded.
-            #[cfg(feature = "jemalloc")]
-            JEMALLOC => unsafe { jemalloc::alloc_zeroed(layout) },
-            // SAFETY: the caller's layout, forwarded.
-            #[cfg(feature = "mimalloc")]
-            MIMALLOC => unsafe { mimalloc::alloc_zeroed(layout) },
-            // SAFETY: the caller's layout, forwarded.
-            _ => unsafe { System.alloc_zeroed(layout) },
+        // SAFETY: the slot only ever holds an `alloc_zeroed` of
+        // `Functions`; the caller's layout, forwarded.
+        unsafe {
+            let f: unsafe fn(usize, usize) -> *mut u8 =
+                core::mem::transmute(SLOTS.alloc_zeroed.load(Relaxed));
+            f(layout.size(), layout.align())
         }
     }
 
     #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        match choice() {
-            // SAFETY: a block this backend made (the choice is fixed), forwarded.
-            #[cfg(feature = "jemalloc")]
-            JEMALLOC => unsafe { jemalloc::dealloc(ptr, layout) },
-            // SAFETY: a block this backend made (the choice is fixed), forwarded.
-            #[cfg(feature = "mimalloc")]
-            MIMALLOC => unsafe { mimalloc::dealloc(ptr, layout) },
-            // SAFETY: a block this backend made (the choice is fixed), forwarded.
-            _ => unsafe { System.dealloc(ptr, layout) },
+        // SAFETY: the slot only ever holds a `dealloc` of `Functions`; a
+        // block of the allocator in use (the choice is fixed), forwarded.
+        unsafe {
+            let f: unsafe fn(*mut u8, usize, usize) =
+                core::mem::transmute(SLOTS.dealloc.load(Relaxed));
+            f(ptr, layout.size(), layout.align())
         }
     }
 
     #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        match choice() {
-            // SAFETY: a block this backend made (the choice is fixed), forwarded.
-            #[cfg(feature = "jemalloc")]
-            JEMALLOC => unsafe { jemalloc::realloc(ptr, layout, new_size) },
-            // SAFETY: a block this backend made (the choice is fixed), forwarded.
-            #[cfg(feature = "mimalloc")]
-            MIMALLOC => unsafe { mimalloc::realloc(ptr, layout, new_size) },
-            // SAFETY: a block this backend made (the choice is fixed), forwarded.
-            _ => unsafe { System.realloc(ptr, layout, new_size) },
+        // SAFETY: the slot only ever holds a `realloc` of `Functions`; a
+        // block of the allocator in use (the choice is fixed), forwarded.
+        unsafe {
+            let f: unsafe fn(*mut u8, usize, usize, usize) -> *mut u8 =
+                core::mem::transmute(SLOTS.realloc.load(Relaxed));
+            f(ptr, layout.size(), layout.align(), new_size)
         }
+    }
+}
+
+/// glibc's malloc, as std's `System` drives it.
+mod system {
+    use core::alloc::{GlobalAlloc, Layout};
+    use std::alloc::System;
+
+    /// # Safety
+    /// As `GlobalAlloc::alloc`.
+    #[inline(always)]
+    pub unsafe fn alloc(layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's layout, forwarded.
+        unsafe { System.alloc(layout) }
+    }
+
+    /// # Safety
+    /// As `GlobalAlloc::alloc_zeroed`.
+    #[inline(always)]
+    pub unsafe fn alloc_zeroed(layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's layout, forwarded.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    /// # Safety
+    /// As `GlobalAlloc::dealloc`, for a block of `System`.
+    #[inline(always)]
+    pub unsafe fn dealloc(ptr: *mut u8, layout: Layout) {
+        // SAFETY: a block of `System`, forwarded.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    /// # Safety
+    /// As `GlobalAlloc::realloc`, for a block of `System`.
+    #[inline(always)]
+    pub unsafe fn realloc(ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: a block of `System`, forwarded.
+        unsafe { System.realloc(ptr, layout, new_size) }
     }
 }
 
