@@ -105,7 +105,9 @@ impl Start {
         };
         let launcher = self.cmd.spawn()?;
         let launcher_exit = {
-            let _ignore = sys::IgnoreInterrupts::new();
+            // The launcher passes a SIGTERM or SIGHUP on to the program.
+            let signals = sys::ChildSignals::new();
+            signals.child_started(launcher.id());
             sys::wait_child(launcher.id())?
         };
         read_result(result.path(), launcher_exit)

@@ -1,11 +1,13 @@
 //! The few process-control calls the CLI needs that std lacks (`wait4`
-//! with resource usage, signal dispositions, a liveness probe), kept here so
+//! with resource usage, signal dispositions and passing signals on, a
+//! liveness probe), kept here so
 //! that every other module of the crate is safe Rust.
 #![allow(unsafe_code)]
 
 use std::io;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
+use std::sync::atomic::{AtomicI32, Ordering::SeqCst};
 
 /// How a waited-for child ended, with its resource usage (its own plus that
 /// of the descendants it reaped).
@@ -62,43 +64,115 @@ pub fn wait_child(pid: u32) -> io::Result<ChildExit> {
     })
 }
 
-/// While alive, SIGINT and SIGQUIT are ignored by this process, as `time`
-/// and `system(3)` do: a Ctrl-C reaches the child (same process group) and
-/// the tool survives to report how the child ended.
-#[derive(Debug)]
-pub struct IgnoreInterrupts {
-    old_int: libc::sighandler_t,
-    old_quit: libc::sighandler_t,
+/// The signals a [`ChildSignals`] passes on to the child: a request to
+/// stop addressed to the tool (`kill PID`, a service manager, `timeout`,
+/// a closed terminal) is for the program it runs, which then ends the way
+/// it chooses while the tool stays to report it and remove its temporary
+/// files.
+const PASSED_ON: [libc::c_int; 2] = [libc::SIGTERM, libc::SIGHUP];
+
+/// The pid [`PASSED_ON`] signals go to; 0 until the child is known.
+static CHILD: AtomicI32 = AtomicI32::new(0);
+/// A [`PASSED_ON`] signal that came before the child was known.
+static PENDING: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn pass_on(signal: libc::c_int) {
+    match CHILD.load(SeqCst) {
+        0 => PENDING.store(signal, SeqCst),
+        // SAFETY: `kill` is async-signal-safe. The pid is this process's
+        // child, reaped at most a moment before (`Drop` forgets it right
+        // after the wait), and the kernel reuses a pid only once the
+        // whole pid range has gone round.
+        pid => unsafe {
+            libc::kill(pid, signal);
+        },
+    }
 }
 
-impl IgnoreInterrupts {
-    /// Starts ignoring.
+/// While alive, SIGINT and SIGQUIT are ignored by this process, as `time`
+/// and `system(3)` do (a Ctrl-C reaches the child, in the same process
+/// group, and the tool survives to report how the child ended), and
+/// SIGTERM and SIGHUP are passed on to the child named by
+/// [`ChildSignals::child_started`]. A child sent the signal by its group
+/// as well gets it twice, which ends a program as once does.
+#[derive(Debug)]
+pub struct ChildSignals {
+    old_int: libc::sighandler_t,
+    old_quit: libc::sighandler_t,
+    old_passed_on: [libc::sighandler_t; 2],
+}
+
+impl ChildSignals {
+    /// Starts ignoring and passing on.
     pub fn new() -> Self {
-        // SAFETY: `signal` with SIG_IGN installs no handler code, and
-        // SIGINT and SIGQUIT may be ignored; the old dispositions are kept
-        // to be restored on drop.
+        CHILD.store(0, SeqCst);
+        PENDING.store(0, SeqCst);
+        let handler = pass_on as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        // SAFETY: SIG_IGN installs no code, and `pass_on` only reads
+        // atomics and calls `kill`, both async-signal-safe; the old
+        // dispositions are kept to be restored on drop.
         unsafe {
-            IgnoreInterrupts {
+            ChildSignals {
                 old_int: libc::signal(libc::SIGINT, libc::SIG_IGN),
                 old_quit: libc::signal(libc::SIGQUIT, libc::SIG_IGN),
+                old_passed_on: PASSED_ON.map(|s| libc::signal(s, handler)),
+            }
+        }
+    }
+
+    /// Names the child the signals go to, and sends it one that came
+    /// before.
+    pub fn child_started(&self, pid: u32) {
+        CHILD.store(pid as i32, SeqCst);
+        let early = PENDING.swap(0, SeqCst);
+        if early != 0 {
+            pass_on(early);
+        }
+    }
+
+    /// Gives this process's dispositions back, in a child about to `exec`
+    /// (exec resets handlers, not ignored signals: one ignored before
+    /// stays ignored for the program, as without the tool).
+    ///
+    /// # Safety
+    /// Only async-signal-safe calls: fit for a `pre_exec` hook.
+    unsafe fn restore(
+        old_int: libc::sighandler_t,
+        old_quit: libc::sighandler_t,
+        old_passed_on: [libc::sighandler_t; 2],
+    ) {
+        // SAFETY: `signal` is async-signal-safe, and each disposition is
+        // one `signal` returned for the same signal.
+        unsafe {
+            libc::signal(libc::SIGINT, old_int);
+            libc::signal(libc::SIGQUIT, old_quit);
+            for (s, old) in PASSED_ON.into_iter().zip(old_passed_on) {
+                libc::signal(s, old);
             }
         }
     }
 }
 
-impl Default for IgnoreInterrupts {
+impl Default for ChildSignals {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl Drop for IgnoreInterrupts {
+impl Drop for ChildSignals {
     fn drop(&mut self) {
         // SAFETY: the dispositions restored are the ones `signal` returned
         // in `new`, so they are valid for these signals.
-        unsafe {
-            libc::signal(libc::SIGINT, self.old_int);
-            libc::signal(libc::SIGQUIT, self.old_quit);
+        unsafe { Self::restore(self.old_int, self.old_quit, self.old_passed_on) }
+        CHILD.store(0, SeqCst);
+        let late = PENDING.swap(0, SeqCst);
+        if late != 0 {
+            // A stop request that found no child: this process's own again.
+            // SAFETY: `raise` sends the signal to this thread, now with
+            // its old disposition.
+            unsafe {
+                libc::raise(late);
+            }
         }
     }
 }
@@ -111,9 +185,10 @@ pub fn process_alive(pid: u32) -> bool {
     r == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
-/// Starts `cmd` with a real `fork` and waits for it, ignoring SIGINT and
-/// SIGQUIT meanwhile (as [`IgnoreInterrupts`]) while the child gets back
-/// the dispositions this process had. Returns its pid and how it ended.
+/// Starts `cmd` with a real `fork` and waits for it, with SIGINT and
+/// SIGQUIT ignored and SIGTERM and SIGHUP passed on meanwhile (as
+/// [`ChildSignals`]) while the child gets back the dispositions this
+/// process had. Returns its pid and how it ended.
 ///
 /// A real `fork`, not the `vfork` behind `posix_spawn`: a child that
 /// shares this process's memory starts its program with this process's
@@ -121,21 +196,21 @@ pub fn process_alive(pid: u32) -> bool {
 /// copied. std forks (rather than spawning) whenever a `pre_exec` hook is
 /// set, which restoring the signals needs anyway.
 pub fn spawn_and_wait(cmd: &mut Command) -> io::Result<(u32, ChildExit)> {
-    let ignore = IgnoreInterrupts::new();
-    let (old_int, old_quit) = (ignore.old_int, ignore.old_quit);
+    let signals = ChildSignals::new();
+    let (old_int, old_quit, old_passed_on) =
+        (signals.old_int, signals.old_quit, signals.old_passed_on);
     // SAFETY: the hook runs in the forked child before `exec`, where only
-    // async-signal-safe calls are allowed; `signal` is one, and it
-    // restores dispositions `signal` itself returned.
+    // async-signal-safe calls are allowed, which `restore` makes.
     unsafe {
         cmd.pre_exec(move || {
-            libc::signal(libc::SIGINT, old_int);
-            libc::signal(libc::SIGQUIT, old_quit);
+            ChildSignals::restore(old_int, old_quit, old_passed_on);
             Ok(())
         });
     }
     let child = cmd.spawn()?;
+    signals.child_started(child.id());
     let exit = wait_child(child.id())?;
-    drop(ignore);
+    drop(signals);
     Ok((child.id(), exit))
 }
 

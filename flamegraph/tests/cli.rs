@@ -63,6 +63,75 @@ fn run_keeps_output_and_exit_status_and_summarises_on_stderr() {
     );
 }
 
+/// Whether the process `pid` catches `signal` (its `SigCgt` mask in
+/// /proc), which is when a signal sent to it is handled rather than
+/// ending it.
+fn catches(pid: u32, signal: u32) -> bool {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigCgt:"))
+        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .is_some_and(|mask| mask & (1 << (signal - 1)) != 0)
+}
+
+/// `kill PID` of allocmux (a service manager's stop, `timeout`) reaches
+/// the program, which ends as it chooses; allocmux reports it, keeps its
+/// exit status and profile, and leaves no temporary file behind.
+#[test]
+fn a_stop_request_to_allocmux_is_passed_on_to_the_program() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let tmp = tempfile::tempdir().unwrap();
+    let out_dir = tempfile::tempdir().unwrap();
+    let profile = out_dir.path().join("stopped.prof");
+    for signal in [libc::SIGTERM, libc::SIGHUP] {
+        let mut cli = allocmux()
+            .args(["run", "-o"])
+            .arg(&profile)
+            .args([
+                "--force",
+                "--",
+                "sh",
+                "-c",
+                "trap 'echo stopped; exit 3' TERM HUP; echo ready; while :; do sleep 0.05; done",
+            ])
+            .env("TMPDIR", tmp.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(cli.stdout.take().unwrap()).lines();
+        assert_eq!(lines.next().unwrap().unwrap(), "ready");
+        // The program runs, so the launcher is waiting on it with its
+        // handler set; allocmux sets its own just after starting the
+        // launcher, which this waits for rather than for a time (the
+        // bound only ends a wait that a broken build makes endless).
+        let started = std::time::Instant::now();
+        while !catches(cli.id(), signal as u32) {
+            assert!(
+                started.elapsed().as_secs() < 60,
+                "allocmux never caught signal {signal}"
+            );
+            std::thread::yield_now();
+        }
+        // SAFETY: signals the allocmux child this test started and has not
+        // yet waited for.
+        assert_eq!(unsafe { libc::kill(cli.id() as i32, signal) }, 0);
+        assert_eq!(lines.next().unwrap().unwrap(), "stopped");
+        let out = cli.wait_with_output().unwrap();
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "signal {signal}: {err}");
+        assert!(
+            err.contains("exited with status 3"),
+            "signal {signal}: {err}"
+        );
+        assert!(profile.is_file(), "signal {signal}: no profile\n{err}");
+        let left: Vec<_> = fs::read_dir(tmp.path()).unwrap().collect();
+        assert!(left.is_empty(), "signal {signal}: left in TMPDIR: {left:?}");
+    }
+}
+
 #[test]
 fn run_reports_death_by_signal_as_128_plus_signal() {
     for (sig, code, name) in [
