@@ -10,7 +10,7 @@
 //! one after another, stopping at the first that fails; its background
 //! jobs are stopped when it ends. The blocks of a document run in order,
 //! in one temporary directory per document (so a profile one command
-//! writes is there for the next), with the `allocmux` of this build first
+//! writes is there for the next), and documents run side by side, with the `allocmux` of this build first
 //! on `PATH` and its embedded shim, as an installed one runs. A block that
 //! runs `go` is skipped where Go is not installed (never under CI).
 //! A block marked `no_run` (`sh,no_run`: an install, a long benchmark,
@@ -405,57 +405,91 @@ fn script_paths(markdown: &str) -> Vec<(usize, String)> {
     paths
 }
 
-#[test]
-fn quoted_commands_run() {
-    let cache = tempfile::tempdir().unwrap();
-    let go = have_go();
-    assert!(go || std::env::var_os("CI").is_none(), "CI must have Go");
+/// Runs and checks the commands of one document; what failed, and how
+/// many commands ran.
+fn run_document(doc: &Path, cache: &Path, go: bool) -> (Vec<String>, usize) {
+    let name = doc.strip_prefix(root()).unwrap().display().to_string();
+    let text = fs::read_to_string(doc).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let quoted = quoted_commands(&text);
     let mut failures = Vec::new();
     let mut ran = 0;
-    for doc in documents() {
-        let name = doc.strip_prefix(root()).unwrap().display().to_string();
-        let text = fs::read_to_string(&doc).unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let quoted = quoted_commands(&text);
-        for q in &quoted {
-            if let Err(why) = check(q) {
-                failures.push(format!("{name}:{}: `{}`: {why}", q.line, q.text));
-            }
+    for q in &quoted {
+        if let Err(why) = check(q) {
+            failures.push(format!("{name}:{}: `{}`: {why}", q.line, q.text));
         }
-        let mut blocks: Vec<Vec<&Quoted>> = Vec::new();
-        for q in quoted.iter().filter(|q| !q.no_run) {
-            match blocks.last_mut() {
-                Some(b) if b[0].block == q.block => b.push(q),
-                _ => blocks.push(vec![q]),
-            }
+    }
+    let mut blocks: Vec<Vec<&Quoted>> = Vec::new();
+    for q in quoted.iter().filter(|q| !q.no_run) {
+        match blocks.last_mut() {
+            Some(b) if b[0].block == q.block => b.push(q),
+            _ => blocks.push(vec![q]),
         }
-        for block in blocks {
-            if !go
-                && block
+    }
+    for block in blocks {
+        if !go
+            && block
+                .iter()
+                .any(|q| words(&q.text).iter().any(|w| w == "go"))
+        {
+            eprintln!("skipping {name}:{}: Go is not installed", block[0].line);
+            continue;
+        }
+        match run_block(&block, dir.path(), cache) {
+            Ok(()) => ran += block.len(),
+            Err((line, why)) => {
+                let text = &block
                     .iter()
-                    .any(|q| words(&q.text).iter().any(|w| w == "go"))
-            {
-                eprintln!("skipping {name}:{}: Go is not installed", block[0].line);
-                continue;
-            }
-            match run_block(&block, dir.path(), cache.path()) {
-                Ok(()) => ran += block.len(),
-                Err((line, why)) => {
-                    let text = &block
-                        .iter()
-                        .find(|q| q.line == line)
-                        .unwrap_or(&block[0])
-                        .text;
-                    failures.push(format!("{name}:{line}: `{text}`: {why}"));
-                }
-            }
-        }
-        for (line, path) in script_paths(&text) {
-            if !root().join(&path).exists() {
-                failures.push(format!("{name}:{line}: `{path}` does not exist"));
+                    .find(|q| q.line == line)
+                    .unwrap_or(&block[0])
+                    .text;
+                failures.push(format!("{name}:{line}: `{text}`: {why}"));
             }
         }
     }
+    for (line, path) in script_paths(&text) {
+        if !root().join(&path).exists() {
+            failures.push(format!("{name}:{line}: `{path}` does not exist"));
+        }
+    }
+    (failures, ran)
+}
+
+/// Documents are independent (a directory each, and no two documents use
+/// the same port), and their commands spend most of their time waiting on
+/// programs, servers and `sleep`: so they run side by side, a few at once,
+/// each document's blocks still in order.
+#[test]
+fn quoted_commands_run() {
+    const AT_ONCE: usize = 3;
+    let cache = tempfile::tempdir().unwrap();
+    let go = have_go();
+    assert!(go || std::env::var_os("CI").is_none(), "CI must have Go");
+    let docs = documents();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results: Vec<(Vec<String>, usize)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..AT_ONCE)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(doc) = docs.get(i) else { break done };
+                        done.push((i, run_document(doc, cache.path(), go)));
+                    }
+                })
+            })
+            .collect();
+        let mut all: Vec<_> = workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap())
+            .collect();
+        // Failures in the documents' order, whichever ran first.
+        all.sort_by_key(|(i, _)| *i);
+        all.into_iter().map(|(_, r)| r).collect()
+    });
+    let failures: Vec<String> = results.iter().flat_map(|(f, _)| f.clone()).collect();
+    let ran: usize = results.iter().map(|(_, n)| n).sum();
     assert!(
         failures.is_empty(),
         "{} quoted command(s) fail:\n\n{}",

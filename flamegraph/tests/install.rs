@@ -21,6 +21,13 @@
 //! builds of the packages take 60% longer (measured from nothing on 2
 //! cores: 321 s against 198 s). The shim itself is built in release
 //! all the same, by the CLI's build script, as every install builds it.
+//! jemalloc's C library, which the packages take unchanged from
+//! tikv-jemalloc-sys, is not configured and compiled again (a minute of
+//! the test on 2 cores): the build links the one the workspace's shim
+//! build made from the same tikv-jemalloc-sys release with the same
+//! features, through that crate's own `JEMALLOC_OVERRIDE`. Where the
+//! workspace has none (`ALLOCMUX_SHIM_TARGET_DIR` elsewhere), jemalloc is
+//! built from source, as a user's install builds it.
 //! It builds into `target/install-test`,
 //! kept between runs so that later runs only rebuild what changed, and
 //! apart from the target directory of the `cargo test` that runs it, so
@@ -82,7 +89,11 @@ fn cargo_install_from_the_packaged_crates_gives_an_allocmux_that_works_anywhere(
     let elsewhere = tempfile::tempdir().unwrap();
     let root = tempfile::tempdir().unwrap();
     let started = Instant::now();
-    let install = run(cargo()
+    let mut install = cargo();
+    if let Some(jemalloc) = workspace_jemalloc(kept.parent().unwrap()) {
+        install.env("JEMALLOC_OVERRIDE", jemalloc);
+    }
+    let install = run(install
         .current_dir(elsewhere.path())
         .args(["install", "--debug", "--locked", "allocmux-cli", "--root"])
         .arg(root.path())
@@ -289,6 +300,28 @@ fn cargo_install_from_the_packaged_crates_gives_an_allocmux_that_works_anywhere(
         assert_eq!(shim.kind, allocmux_cli::elf::Kind::SharedLibrary);
         assert!(shim.defines_malloc, "{}", path.display());
     }
+}
+
+/// The jemalloc library the workspace's shim build compiled (with
+/// tikv-jemalloc-sys's prefix, as the packaged shim's build would): the
+/// newest `libjemalloc_pic.a` in the shim's target directory, which is
+/// `ALLOCMUX_SHIM_TARGET_DIR` or `target/allocmux-shim`.
+fn workspace_jemalloc(target: &Path) -> Option<PathBuf> {
+    let shim_target = std::env::var_os("ALLOCMUX_SHIM_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| target.join("allocmux-shim"));
+    fs::read_dir(shim_target.join("release/build"))
+        .ok()?
+        .filter_map(|e| {
+            let dir = e.ok()?.path();
+            let name = dir.file_name()?.to_string_lossy().into_owned();
+            let lib = dir.join("out/lib/libjemalloc_pic.a");
+            let modified = fs::metadata(&lib).ok()?.modified().ok()?;
+            name.starts_with("tikv-jemalloc-sys-")
+                .then_some((modified, lib))
+        })
+        .max()
+        .map(|(_, lib)| lib)
 }
 
 /// The cargo running this test.
