@@ -39,6 +39,7 @@ impl Choice {
             Backend::Jemalloc => 2,
             Backend::Mimalloc => 3,
             Backend::System => 1,
+            Backend::Next => 4,
         };
         match (self.recorded, self.live) {
             (false, _) => backend | UNRECORDED_BIT,
@@ -49,9 +50,12 @@ impl Choice {
 
     const fn decode(code: u8) -> Choice {
         let backend = match code & !(UNRECORDED_BIT | LIVE_BIT) {
+            1 => Backend::System,
             2 => Backend::Jemalloc,
             3 => Backend::Mimalloc,
-            _ => Backend::System,
+            4 => Backend::Next,
+            // Codes come from `encode` only.
+            _ => unreachable!(),
         };
         Choice {
             backend,
@@ -108,6 +112,13 @@ fn choose() -> Choice {
     };
     // Before the recorder's first allocation of its own (its stack tables).
     crate::heap::follow_backend(choice.backend);
+    if choice.recorded {
+        // Before the first recorded call draws its thread's first gap:
+        // calls can come before the constructor (another library's
+        // constructor allocating), and a gap drawn with the default mean
+        // would leave hundreds of them untimed under `ALLOCMUX_TIME_SAMPLE=1`.
+        recorder::set_time_sample_mean(settings.time_sample_mean);
+    }
     // Install first, publish last: a first call that finds the choice made
     // (`FIRST_CALL` trampolines read `current()` and then jump through the
     // slots) must find the hooks in place, or it would jump to itself.
@@ -140,6 +151,11 @@ fn choose() -> Choice {
     };
     crate::hooks::install(choice, hooks_mode);
     CHOICE.store(choice.encode(), Release);
+    if choice.backend == Backend::Next {
+        // After publishing: `dlsym` may allocate, and its calls must find
+        // the choice made (and the arena serving them), not choose again.
+        crate::backend::resolve_next();
+    }
     choice
 }
 
@@ -149,7 +165,7 @@ mod tests {
 
     #[test]
     fn codes_round_trip() {
-        for backend in Backend::ALL {
+        for backend in Backend::BUILT_IN.into_iter().chain([Backend::Next]) {
             for (recorded, live) in [(true, false), (true, true), (false, false)] {
                 let c = Choice {
                     backend,

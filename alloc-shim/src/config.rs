@@ -18,8 +18,6 @@ unsafe extern "C" {
 pub struct Config {
     /// The profile path template, if output to a file is wanted.
     pub output: Option<&'static [u8]>,
-    /// Mean calls between timed calls.
-    pub time_sample_mean: u32,
     /// Where to serve the live `/debug/pprof` endpoint, if anywhere.
     pub http: Option<&'static [u8]>,
 }
@@ -115,7 +113,6 @@ pub fn read(envp: *const *const c_char) -> Config {
     });
     Config {
         output,
-        time_sample_mean: settings.time_sample_mean,
         http: settings.http,
     }
 }

@@ -383,12 +383,12 @@ fn read_on_program_thread() {
 /// under its arena locks, once the program has a thread of its own (until
 /// then its `malloc` takes no lock); jemalloc's never (its control
 /// interface needs the thread's jemalloc state, in TLS this thread lacks),
-/// nor those of a backend not listed here.
+/// nor the next library's (none are read).
 fn raw_thread_may_read_stats() -> bool {
     match choice::current().backend {
         Backend::Mimalloc => true,
         Backend::System => !threading::single_threaded(),
-        Backend::Jemalloc => false,
+        Backend::Jemalloc | Backend::Next => false,
     }
 }
 

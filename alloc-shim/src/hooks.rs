@@ -21,7 +21,7 @@ use allocmux_recorder::Body;
 use allocmux_recorder::enter;
 use allocmux_recorder::stacks::{StackBody, enter_live, enter_sampled, enter_stacks};
 
-use crate::backend::{Jemalloc, Mimalloc, MimallocLookup, System};
+use crate::backend::{Jemalloc, Mimalloc, MimallocLookup, Next, System};
 use crate::choice::{self, Choice};
 use crate::posix::*;
 use crate::tls;
@@ -116,12 +116,14 @@ pub fn install(choice: Choice, mode: StackMode) {
             Allocator::Jemalloc => &JEMALLOC_FORWARD,
             Allocator::Mimalloc => &MIMALLOC_FORWARD,
             Allocator::System => &UNRECORDED,
+            Allocator::Next => &NEXT_UNRECORDED,
         }
     } else if choice.live {
         match choice.backend {
             Allocator::Jemalloc => &JEMALLOC_LIVE,
             Allocator::Mimalloc => &MIMALLOC_LIVE,
             Allocator::System => &SYSTEM_LIVE,
+            Allocator::Next => &NEXT_LIVE,
         }
     } else {
         match (choice.backend, mode) {
@@ -139,6 +141,9 @@ pub fn install(choice: Choice, mode: StackMode) {
             (Allocator::System, Off) => &SYSTEM,
             (Allocator::System, Sample { .. }) => &SYSTEM_SAMPLED,
             (Allocator::System, Exact) => &SYSTEM_STACKS,
+            (Allocator::Next, Off) => &NEXT,
+            (Allocator::Next, Sample { .. }) => &NEXT_SAMPLED,
+            (Allocator::Next, Exact) => &NEXT_STACKS,
         }
     };
     SLOTS.set(t);
@@ -369,6 +374,13 @@ static JEMALLOC_LIVE: Hooks = recorded_hooks!(Jemalloc, live, jemalloc_live);
 static MIMALLOC_LIVE: Hooks = recorded_hooks!(MimallocLookup, live, mimalloc_live);
 static JEMALLOC_FORWARD: Hooks = recorded_hooks!(Jemalloc, unrecorded, jemalloc_forward);
 static MIMALLOC_FORWARD: Hooks = recorded_hooks!(Mimalloc, unrecorded, mimalloc_forward);
+/// The next library after the shim (see `backend::next`): no direct shim,
+/// since its functions are found at run time.
+static NEXT: Hooks = recorded_hooks!(Next);
+static NEXT_STACKS: Hooks = recorded_hooks!(Next, with_stacks);
+static NEXT_SAMPLED: Hooks = recorded_hooks!(Next, with_sampled_stacks);
+static NEXT_LIVE: Hooks = recorded_hooks!(Next, live);
+static NEXT_UNRECORDED: Hooks = recorded_hooks!(Next, unrecorded);
 
 /// A table whose every function chooses the backend, then forwards to the
 /// table the choice installed.

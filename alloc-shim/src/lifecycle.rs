@@ -58,7 +58,6 @@ pub fn init(envp: *const *const c_char) {
     }
     let cfg = config::read(envp);
     threading::init();
-    recorder::set_time_sample_mean(cfg.time_sample_mean);
     recorder::prepare_thread_key();
     {
         let mut w = WRITER.lock();
@@ -276,7 +275,7 @@ extern "C" fn fork_prepare() {
         match b {
             Backend::Jemalloc => backend::jemalloc_fork::prepare(),
             Backend::Mimalloc => backend::mimalloc_fork::prepare(),
-            Backend::System => {}
+            Backend::System | Backend::Next => {}
         }
     }
 }
@@ -286,7 +285,7 @@ extern "C" fn fork_parent() {
         match b {
             Backend::Jemalloc => backend::jemalloc_fork::parent(),
             Backend::Mimalloc => backend::mimalloc_fork::parent(),
-            Backend::System => {}
+            Backend::System | Backend::Next => {}
         }
         // SAFETY: taken in `fork_prepare` by this thread.
         unsafe { _IO_list_unlock() };
@@ -313,11 +312,14 @@ fn backend_locks() -> Option<Backend> {
 }
 
 /// Whether the shim takes `b`'s locks around `fork` (glibc's `fork` takes
-/// its own allocator's). A match, so that a new backend must answer.
+/// its own allocator's; a preloaded library replacing glibc's registers
+/// its own `pthread_atfork` handlers, as tcmalloc does, or is not
+/// fork-safe without the shim either). A match, so that a new backend
+/// must answer.
 const fn has_fork_locks(b: Backend) -> bool {
     match b {
         Backend::Jemalloc | Backend::Mimalloc => true,
-        Backend::System => false,
+        Backend::System | Backend::Next => false,
     }
 }
 
@@ -326,7 +328,7 @@ extern "C" fn fork_child() {
         match b {
             Backend::Jemalloc => backend::jemalloc_fork::child(),
             Backend::Mimalloc => backend::mimalloc_fork::child(),
-            Backend::System => {}
+            Backend::System | Backend::Next => {}
         }
     }
     if !choice::recorded() {

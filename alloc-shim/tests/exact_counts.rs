@@ -277,7 +277,7 @@ fn threads_differences_are_exact(backend: &str) {
     );
 }
 
-per_backend!(
+per_backend_and_next!(
     counts_differences_are_exact,
     threads_differences_are_exact,
     default_sampling_keeps_counts_exact

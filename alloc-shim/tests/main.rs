@@ -14,6 +14,7 @@ mod exact_counts;
 mod fork_safety;
 mod forwarder;
 mod long_runs;
+mod next_library;
 mod processes;
 mod real_programs;
 mod recorder_memory;

@@ -738,9 +738,12 @@ fn bad_numeric_settings_warn_and_fall_back() {
     assert_eq!(lines.len(), 2, "two bad settings, two warnings: {lines:#?}");
 }
 
-per_backend!(
+per_backend_and_next!(
     fork_and_exec_counts_are_exact_per_process,
-    fork_while_threads_allocate,
+    fork_while_threads_allocate
+);
+
+per_backend!(
     fork_right_after_threads_start_does_not_hang,
     main_leaving_through_pthread_exit_ends_with_the_last_thread,
     no_thread_keeps_root_after_setuid,

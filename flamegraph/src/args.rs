@@ -305,11 +305,12 @@ struct DemoArgs {
 /// `--allocator`'s values: the names of [`Backend`], each with a word on
 /// what it is for `--help`.
 fn backend_parser() -> impl TypedValueParser<Value = Backend> {
-    let values = Backend::ALL.map(|b| {
+    let values = Backend::BUILT_IN.map(|b| {
         PossibleValue::new(b.name()).help(match b {
             Backend::System => "glibc's malloc",
             Backend::Jemalloc => "jemalloc",
             Backend::Mimalloc => "mimalloc",
+            Backend::Next => "the allocator library preloaded after the shim",
         })
     });
     PossibleValuesParser::new(values).map(|name| name.parse::<Backend>().expect("a listed name"))

@@ -482,7 +482,7 @@ mod tests {
                 names.push(name);
             }
         }
-        for backend in Backend::ALL {
+        for backend in Backend::BUILT_IN {
             let sampled = StackMode::Sample { mean_bytes: 4096 };
             let (bytes, name) = library(backend, Level::Sampled, sampled).unwrap();
             assert!(name.contains("_live-"), "{name}");

@@ -6,6 +6,7 @@
 
 mod jemalloc;
 mod mimalloc;
+mod next;
 mod system;
 
 pub use jemalloc::Jemalloc;
@@ -14,6 +15,7 @@ pub use mimalloc::fork as mimalloc_fork;
 pub use mimalloc::init as init_mimalloc;
 pub use mimalloc::set_errno_on_failure as mimalloc_sets_errno;
 pub use mimalloc::{Mimalloc, MimallocLookup};
+pub use next::{Next, resolve as resolve_next};
 pub use system::{System, chunk as glibc_chunk};
 
 mod page_aligned;

@@ -13,7 +13,26 @@ use allocmux_format::settings as env;
 use crate::process::{run, scrub, set_on};
 use crate::profiles::read_profiles;
 
-/// Every backend the shim can forward to.
+/// The allocator library the tests preload after the shim for the `next`
+/// backend (`allocmux_format::Backend::Next`): Debian's tcmalloc.
+pub const NEXT_LIBRARY: &str = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4";
+
+/// [`NEXT_LIBRARY`], if installed. Its absence fails the test under CI
+/// (which installs `libtcmalloc-minimal4`); elsewhere the caller skips.
+pub fn next_library() -> Option<&'static Path> {
+    let path = Path::new(NEXT_LIBRARY);
+    if path.is_file() {
+        return Some(path);
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "{NEXT_LIBRARY} is not installed: install the `libtcmalloc-minimal4` package (CI must run every test)"
+    );
+    eprintln!("skipping: {NEXT_LIBRARY} not installed");
+    None
+}
+
+/// Every built-in backend the shim can forward to.
 pub const BACKENDS: [&str; 3] = ["system", "jemalloc", "mimalloc"];
 
 /// The freshly built shim (the CLI's build script builds it from this tree),
@@ -72,7 +91,15 @@ pub fn forwarder_for(backend: &str) -> Option<PathBuf> {
 pub fn preload<'a>(cmd: &'a mut Command, backend: &str, output: Option<&Path>) -> &'a mut Command {
     scrub(cmd).env("ALLOCMUX_ALLOCATOR", backend);
     let library = shim_for(cmd, backend);
-    cmd.env("LD_PRELOAD", library);
+    if backend == Backend::Next.name() {
+        let next = next_library().expect("the next backend's tests check for its library first");
+        let mut both = library.into_os_string();
+        both.push(" ");
+        both.push(next);
+        cmd.env("LD_PRELOAD", both);
+    } else {
+        cmd.env("LD_PRELOAD", library);
+    }
     if let Some(output) = output {
         cmd.env("ALLOCMUX_OUTPUT", output);
     }

@@ -33,6 +33,35 @@ macro_rules! per_backend {
     )*};
 }
 
+/// [`per_backend!`], and under the `next` backend too, with tcmalloc
+/// preloaded after the shim (skipped where it is not installed, outside
+/// CI): for the tests of what the shim promises whatever the allocator
+/// behind it (exact counts, the C rules, `fork`).
+macro_rules! per_backend_and_next {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[test]
+            fn system() {
+                super::$name("system")
+            }
+            #[test]
+            fn jemalloc() {
+                super::$name("jemalloc")
+            }
+            #[test]
+            fn mimalloc() {
+                super::$name("mimalloc")
+            }
+            #[test]
+            fn next() {
+                if allocmux_testkit::next_library().is_some() {
+                    super::$name("next")
+                }
+            }
+        }
+    )*};
+}
+
 /// What is wanted of a result and does not hold: each check is whether it
 /// holds and what it wants, so a test reports every failed want at once.
 pub fn unmet<W: Into<String>>(checks: impl IntoIterator<Item = (bool, W)>) -> Vec<String> {

@@ -25,6 +25,7 @@ pub fn colour(a: Backend) -> RGBColor {
         Backend::System => RGBColor(0x4c, 0x72, 0xb0),
         Backend::Jemalloc => RGBColor(0xdd, 0x84, 0x52),
         Backend::Mimalloc => RGBColor(0x55, 0xa8, 0x68),
+        Backend::Next => RGBColor(0x81, 0x72, 0xb3),
     }
 }
 

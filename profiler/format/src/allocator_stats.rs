@@ -203,14 +203,16 @@ impl AllocatorStats {
     /// The statistics of `backend` from `(name, value)` pairs as
     /// [`fields`](AllocatorStats::fields) gives them: unknown names are
     /// ignored (a later version's additions), missing ones read as 0.
+    /// None for [`Backend::Next`], whose statistics allocmux cannot read.
     pub fn from_fields<'a>(
         backend: Backend,
         fields: impl IntoIterator<Item = (&'a str, u64)>,
-    ) -> AllocatorStats {
+    ) -> Option<AllocatorStats> {
         let mut s = match backend {
             Backend::System => AllocatorStats::System(GlibcStats::default()),
             Backend::Jemalloc => AllocatorStats::Jemalloc(JemallocStats::default()),
             Backend::Mimalloc => AllocatorStats::Mimalloc(MimallocStats::default()),
+            Backend::Next => return None,
         };
         for (name, v) in fields {
             let slot = match (&mut s, name) {
@@ -232,7 +234,7 @@ impl AllocatorStats {
             };
             *slot = v;
         }
-        s
+        Some(s)
     }
 }
 
@@ -321,8 +323,9 @@ mod tests {
         });
         for s in [j, m, g] {
             let pairs: Vec<_> = s.fields().collect();
-            assert_eq!(AllocatorStats::from_fields(s.backend(), pairs), s);
+            assert_eq!(AllocatorStats::from_fields(s.backend(), pairs), Some(s));
         }
+        assert_eq!(AllocatorStats::from_fields(Backend::Next, []), None);
         assert_eq!(m.fields().count(), 4);
         assert_eq!((g.held_bytes(), g.allocated_bytes()), (Some(7), Some(1)));
         assert_eq!((m.held_bytes(), m.allocated_bytes()), (None, None));
@@ -336,10 +339,10 @@ mod tests {
         );
         assert_eq!(
             back,
-            AllocatorStats::Jemalloc(JemallocStats {
+            Some(AllocatorStats::Jemalloc(JemallocStats {
                 active: 5,
                 ..Default::default()
-            })
+            }))
         );
     }
 }

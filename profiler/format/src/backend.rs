@@ -17,19 +17,27 @@ pub enum Backend {
     Jemalloc,
     /// mimalloc 2.x (libmimalloc-sys, the `mimalloc` feature).
     Mimalloc,
+    /// The next `malloc` in the link order: in the shim, the allocator
+    /// library preloaded after it (`LD_PRELOAD="SHIM LIBRARY"`, found
+    /// with `dlsym(RTLD_NEXT)`), glibc's if there is none; in a Rust
+    /// program, the process's `malloc` (`std::alloc::System`), which is
+    /// such a library when one is preloaded. Not one of
+    /// [`Backend::BUILT_IN`]: what it is depends on the process.
+    Next,
 }
 
 impl Backend {
-    /// Every backend, in the order the tools list them.
-    pub const ALL: [Backend; 3] = [Backend::System, Backend::Jemalloc, Backend::Mimalloc];
+    /// The allocators allocmux carries, in the order the tools list them.
+    pub const BUILT_IN: [Backend; 3] = [Backend::System, Backend::Jemalloc, Backend::Mimalloc];
 
     /// The name `ALLOCMUX_ALLOCATOR` and profiles use: `system`,
-    /// `jemalloc`, `mimalloc`.
+    /// `jemalloc`, `mimalloc`, `next`.
     pub const fn name(self) -> &'static str {
         match self {
             Backend::System => "system",
             Backend::Jemalloc => "jemalloc",
             Backend::Mimalloc => "mimalloc",
+            Backend::Next => "next",
         }
     }
 
@@ -41,6 +49,7 @@ impl Backend {
             b"system" | b"glibc" | b"" => Some(Backend::System),
             b"jemalloc" => Some(Backend::Jemalloc),
             b"mimalloc" => Some(Backend::Mimalloc),
+            b"next" => Some(Backend::Next),
             _ => None,
         }
     }
@@ -70,7 +79,7 @@ impl fmt::Display for UnknownBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "unknown allocator {:?} (expected system, jemalloc or mimalloc)",
+            "unknown allocator {:?} (expected system, jemalloc, mimalloc or next)",
             self.name
         )
     }
@@ -93,7 +102,7 @@ mod tests {
 
     #[test]
     fn names_round_trip() {
-        for b in Backend::ALL {
+        for b in Backend::BUILT_IN.into_iter().chain([Backend::Next]) {
             assert_eq!(b.name().parse::<Backend>(), Ok(b));
             assert_eq!(b.to_string(), b.name());
         }

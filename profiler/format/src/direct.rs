@@ -167,7 +167,9 @@ impl DirectTable {
         let (malloc, free, calloc) = match self.backend {
             Backend::Jemalloc => ("_rjem_malloc", "_rjem_free", Some("_rjem_calloc")),
             Backend::Mimalloc => ("mi_malloc", "mi_free", None),
-            Backend::System => return None,
+            // glibc needs no forwarder, and the next library has no
+            // direct shim: its functions are found at run time.
+            Backend::System | Backend::Next => return None,
         };
         match func {
             Func::Malloc => Some(malloc),

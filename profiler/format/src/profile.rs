@@ -963,7 +963,7 @@ impl ReadingLines {
             stats: AllocatorStats::from_fields(
                 backend,
                 self.fields.iter().map(|(k, v)| (k.as_str(), *v)),
-            ),
+            )?,
         })
     }
 }

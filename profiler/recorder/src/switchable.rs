@@ -22,6 +22,7 @@ const UNCHOSEN: u8 = 0;
 const SYSTEM: u8 = 1;
 const JEMALLOC: u8 = 2;
 const MIMALLOC: u8 = 3;
+const NEXT: u8 = 4;
 
 /// The process's choice, `UNCHOSEN` until the first call.
 static CHOICE: AtomicU8 = AtomicU8::new(UNCHOSEN);
@@ -30,7 +31,10 @@ static CHOICE: AtomicU8 = AtomicU8::new(UNCHOSEN);
 /// as the environment variable `ALLOCMUX_ALLOCATOR` says when the process
 /// first allocates (`system`, `jemalloc`, `mimalloc`; unset means system).
 /// One binary can then be compared under all three, with `allocmux
-/// compare` or by hand, without `LD_PRELOAD`.
+/// compare` or by hand, without `LD_PRELOAD`. `next` is the process's
+/// `malloc`, as `system` is, but named for what it is when an allocator
+/// library is preloaded (`LD_PRELOAD=libtcmalloc_minimal.so.4
+/// ALLOCMUX_ALLOCATOR=next`).
 ///
 /// ```no_run
 /// #[global_allocator]
@@ -60,6 +64,7 @@ impl Switchable {
             Backend::System => true,
             Backend::Jemalloc => cfg!(feature = "jemalloc"),
             Backend::Mimalloc => cfg!(feature = "mimalloc"),
+            Backend::Next => true,
         }
     }
 
@@ -69,6 +74,7 @@ impl Switchable {
             SYSTEM => Backend::System,
             JEMALLOC => Backend::Jemalloc,
             MIMALLOC => Backend::Mimalloc,
+            NEXT => Backend::Next,
             code => unreachable!("choose() stores a backend's code, not {code}"),
         }
     }
@@ -114,6 +120,7 @@ fn choose() -> u8 {
         Backend::System => SYSTEM,
         Backend::Jemalloc => JEMALLOC,
         Backend::Mimalloc => MIMALLOC,
+        Backend::Next => NEXT,
     };
     match CHOICE.compare_exchange(UNCHOSEN, code, Relaxed, Relaxed) {
         Ok(_) => {
@@ -121,7 +128,7 @@ fn choose() -> u8 {
                 None => complain(&[
                     b"allocmux: unknown ALLOCMUX_ALLOCATOR=",
                     value,
-                    b" (expected system, jemalloc or mimalloc); using system\n",
+                    b" (expected system, jemalloc, mimalloc or next); using system\n",
                 ]),
                 Some(b) if !Switchable::can_use(b) => complain(&[
                     b"allocmux: ALLOCMUX_ALLOCATOR=",
@@ -209,7 +216,8 @@ macro_rules! functions_of {
 /// The functions of `backend`, which `choose` has checked is built in.
 fn functions(backend: Backend) -> Functions {
     match backend {
-        Backend::System => functions_of!(system),
+        // The process's `malloc`, whichever library defines it.
+        Backend::System | Backend::Next => functions_of!(system),
         #[cfg(feature = "jemalloc")]
         Backend::Jemalloc => functions_of!(jemalloc),
         #[cfg(feature = "mimalloc")]
