@@ -5,6 +5,8 @@
 use std::path::PathBuf;
 
 use allocmux_format::Backend;
+
+use crate::allocator::Allocator;
 use allocmux_format::profile::StackMode;
 use allocmux_format::settings::{DEFAULT_SAMPLE_BYTES, Level};
 use anyhow::{Result, bail};
@@ -58,9 +60,10 @@ enum Cmd {
 
 #[derive(Debug, clap::Args)]
 struct RunArgs {
-    /// Allocator the program runs on.
-    #[arg(short, long, value_parser = backend_parser(), default_value = "system")]
-    allocator: Backend,
+    /// Allocator the program runs on: system, jemalloc, mimalloc, or NAME=PATH for any allocator
+    /// library (as tcmalloc=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4).
+    #[arg(short, long, value_parser = allocator_parser, default_value = "system", value_name = "ALLOCATOR")]
+    allocator: Allocator,
     /// Also save the profile of every process of the run in this file (for `allocmux report`).
     #[arg(short, long, value_name = "PROFILE")]
     output: Option<PathBuf>,
@@ -98,9 +101,10 @@ struct RunArgs {
 
 #[derive(Debug, clap::Args)]
 struct PreloadArgs {
-    /// Allocator the program runs on.
-    #[arg(short, long, value_parser = backend_parser(), default_value = "system")]
-    allocator: Backend,
+    /// Allocator the program runs on: system, jemalloc, mimalloc, or NAME=PATH for any allocator
+    /// library, preloaded after the shim.
+    #[arg(short, long, value_parser = allocator_parser, default_value = "system", value_name = "ALLOCATOR")]
+    allocator: Allocator,
     /// Serve live profiles on ADDR:PORT (`/debug/pprof/heap`, `/allocs`); port 0 picks a free
     /// one, said on the program's stderr. Keep it on 127.0.0.1.
     #[arg(long, value_name = "ADDR:PORT", value_parser = http_parser)]
@@ -174,9 +178,10 @@ struct CompareArgs {
 
 #[derive(Debug, clap::Args)]
 struct FlameArgs {
-    /// Allocator the program runs on.
-    #[arg(short, long, value_parser = backend_parser(), default_value = "system")]
-    allocator: Backend,
+    /// Allocator the program runs on: system, jemalloc, mimalloc, or NAME=PATH for any allocator
+    /// library.
+    #[arg(short, long, value_parser = allocator_parser, default_value = "system", value_name = "ALLOCATOR")]
+    allocator: Allocator,
     /// What the width of a frame shows.
     #[arg(long, value_enum, default_value_t = Weight::Bytes)]
     weight: Weight,
@@ -314,6 +319,11 @@ fn backend_parser() -> impl TypedValueParser<Value = Backend> {
         })
     });
     PossibleValuesParser::new(values).map(|name| name.parse::<Backend>().expect("a listed name"))
+}
+
+/// `-a` of `run`, `flame` and `preload`: [`Allocator::parse`].
+fn allocator_parser(arg: &str) -> Result<Allocator, String> {
+    Allocator::parse(arg)
 }
 
 /// `compare -n` and `demo --rounds`: a count of rounds `compare` takes

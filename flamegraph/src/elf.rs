@@ -62,6 +62,34 @@ pub struct Elf {
     pub interpreter: bool,
     /// Exports a definition of `malloc` in its dynamic symbol table.
     pub defines_malloc: bool,
+    /// Which of [`NEXT_FUNCTIONS`] it exports definitions of: bit `i`
+    /// for `NEXT_FUNCTIONS[i]`.
+    pub next_functions: u8,
+}
+
+/// The functions an allocator library must define to serve a program
+/// behind the shim (its `next` backend): the malloc family the shim
+/// forwards to, and `malloc_usable_size`, which tells the sizes of the
+/// blocks it takes back.
+pub const NEXT_FUNCTIONS: [&str; 6] = [
+    "malloc",
+    "free",
+    "calloc",
+    "realloc",
+    "memalign",
+    "malloc_usable_size",
+];
+
+impl Elf {
+    /// The [`NEXT_FUNCTIONS`] it does not define.
+    pub fn lacks_for_next(&self) -> Vec<&'static str> {
+        NEXT_FUNCTIONS
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| self.next_functions & (1 << i) == 0)
+            .map(|(_, name)| *name)
+            .collect()
+    }
 }
 
 /// Reads the facts from a whole file: `None` if it is not ELF,
@@ -121,16 +149,23 @@ fn facts<H: FileHeader<Endian = Endianness>>(data: &[u8]) -> Result<Elf, object:
     let sections = header.sections(endian, data)?;
     let dynsym = sections.symbols(endian, data, elf::SHT_DYNSYM)?;
     let strings = dynsym.strings();
-    let defines_malloc = dynsym.iter().any(|s| {
-        !s.is_undefined(endian)
-            && matches!(s.st_type(), elf::STT_FUNC | elf::STT_GNU_IFUNC)
-            && s.name(endian, strings) == Ok(b"malloc".as_slice())
-    });
+    let mut next_functions = 0u8;
+    for s in dynsym.iter().filter(|s| {
+        !s.is_undefined(endian) && matches!(s.st_type(), elf::STT_FUNC | elf::STT_GNU_IFUNC)
+    }) {
+        if let Some(i) = NEXT_FUNCTIONS
+            .iter()
+            .position(|f| s.name(endian, strings) == Ok(f.as_bytes()))
+        {
+            next_functions |= 1 << i;
+        }
+    }
     Ok(Elf {
         arch,
         kind,
         interpreter,
-        defines_malloc,
+        defines_malloc: next_functions & 1 != 0,
+        next_functions,
     })
 }
 

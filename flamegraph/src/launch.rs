@@ -7,11 +7,11 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use allocmux_format::Backend;
 use allocmux_format::profile::{self, ProcessProfile, StackMode, State};
 use allocmux_format::settings as env;
 use anyhow::{Context, Result, bail};
 
+use crate::allocator::Allocator;
 use crate::shim::{Origin, Probe, Shim};
 use crate::sys::{self, ChildExit};
 use crate::target;
@@ -68,11 +68,11 @@ impl StackRecording {
 pub struct Launch<'a> {
     /// Program and arguments.
     pub command: &'a [String],
-    /// Backend.
-    pub allocator: Backend,
+    /// The allocator.
+    pub allocator: Allocator,
     /// Whether to record: else the program runs under the backend's
-    /// forwarder (no profile, no thread, no counting), or, under glibc,
-    /// with no preload at all.
+    /// forwarder (no profile, no thread, no counting), under an allocator
+    /// library alone, or, under glibc, with no preload at all.
     pub record: bool,
     /// Where the program's standard streams go.
     pub output: Output,
@@ -115,13 +115,21 @@ pub fn shim_hooks(overrides: &[(String, String)]) -> (env::Level, StackMode) {
     }
 }
 
-/// `LD_PRELOAD` for a program run under `shim`: the shim first, then what
-/// this process's `LD_PRELOAD` holds.
-pub fn preload_value(shim: &Path) -> std::ffi::OsString {
-    let mut preload = shim.as_os_str().to_owned();
-    if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
-        preload.push(":");
-        preload.push(old);
+/// `LD_PRELOAD` for a program run under `libraries` (the shim, then an
+/// allocator library behind it; or that library alone): them first, in
+/// order, then what this process's `LD_PRELOAD` holds.
+pub fn preload_value(libraries: &[&Path]) -> std::ffi::OsString {
+    let mut preload = std::ffi::OsString::new();
+    let old = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty());
+    for part in libraries
+        .iter()
+        .map(|l| l.as_os_str())
+        .chain(old.as_deref())
+    {
+        if !preload.is_empty() {
+            preload.push(":");
+        }
+        preload.push(part);
     }
     preload
 }
@@ -264,7 +272,7 @@ const STRAGGLER_WAIT: Duration = Duration::from_secs(2);
 /// could not be read are named on stderr.
 pub fn in_foreground(
     command: &[String],
-    allocator: Backend,
+    allocator: Allocator,
     env: Vec<(String, String)>,
     output: Output,
 ) -> Result<Outcome> {
@@ -284,17 +292,33 @@ pub fn in_foreground(
 /// it does not record).
 pub fn launch(l: &Launch<'_>) -> Result<Outcome> {
     let program = target::resolve(&l.command[0])?;
+    let backend = l.allocator.backend();
+    let library = l.allocator.library();
     let shim = if l.record {
         let (level, mode) = shim_hooks(&l.env);
-        Some(crate::shim::locate(l.allocator, level, mode)?)
+        Some(crate::shim::locate(backend, level, mode)?)
+    } else if library.is_some() {
+        None // the library alone is the switch
     } else {
-        crate::shim::locate_forwarder(l.allocator)?
+        crate::shim::locate_forwarder(backend)?
     };
     if let Some(shim) = &shim {
         let runs = target::check_preloadable(&program)?;
         shim.check_fits(runs.as_ref())?;
         if let Some(note) = shim.note() {
             crate::error::say(note);
+        }
+    } else if let Some(library) = library {
+        // Of the shim's machine (checked when `-a` was read), so the
+        // shim's answer is the library's.
+        let runs = target::check_preloadable(&program)?;
+        if let Some(p) = runs.filter(|p| p.arch != crate::shim::embedded_elf().arch) {
+            bail!(
+                "{} is a {} program and {} is not: the loader cannot preload it",
+                p.path.display(),
+                p.arch,
+                library.display()
+            );
         }
     }
     let dir = l
@@ -306,7 +330,12 @@ pub fn launch(l: &Launch<'_>) -> Result<Outcome> {
                 .context("creating a temporary directory for the profiles")
         })
         .transpose()?;
-    let preload = shim.as_ref().map(|shim| preload_value(&shim.path));
+    let libraries: Vec<&Path> = shim
+        .iter()
+        .map(|s| s.path.as_path())
+        .chain(library)
+        .collect();
+    let preload = (!libraries.is_empty()).then(|| preload_value(&libraries));
     let mut start = crate::launcher::start(
         preload.or_else(|| std::env::var_os("LD_PRELOAD")).as_ref(),
         &program,
@@ -331,7 +360,7 @@ pub fn launch(l: &Launch<'_>) -> Result<Outcome> {
     }
     // Told to every run, preloaded or not, so that a script can say which
     // allocator it runs under.
-    cmd.env(env::ALLOCATOR, l.allocator.name());
+    cmd.env(env::ALLOCATOR, backend.name());
     cmd.envs(l.env.iter().map(|(k, v)| (k, v)));
     match &l.output {
         Output::Inherit => {}

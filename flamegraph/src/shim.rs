@@ -182,12 +182,17 @@ pub fn locate(backend: Backend, level: Level, mode: StackMode) -> Result<Shim> {
     write_out(bytes, name)
 }
 
+/// The facts of the embedded shim's ELF file (its machine, above all).
+pub fn embedded_elf() -> elf::Elf {
+    elf::read(EMBEDDED)
+        .and_then(Result::ok)
+        .expect("the build embeds the ELF shim it built")
+}
+
 /// The shim library `bytes` as a file named `name`: in the cache, or else
 /// in a private temporary directory.
 fn write_out(bytes: Cow<'static, [u8]>, name: String) -> Result<Shim> {
-    let elf = elf::read(EMBEDDED)
-        .and_then(Result::ok)
-        .expect("the build embeds the ELF shim it built");
+    let elf = embedded_elf();
     let cache_err = match cache_dir() {
         Some(cache) => match extract(&cache, &bytes, &name) {
             Ok(path) => {

@@ -143,9 +143,10 @@ fn cases() -> Vec<Case> {
     let run_like: [&[&str]; 3] = [&["run"], &["flame"], &["compare"]];
 
     // Unknown allocator names.
-    for a in ["tcmalloc", "", "System", "jemalloc,"] {
-        v.push(case(&marked(&["run", "-a", a]), 2, "possible values"));
-        v.push(case(&marked(&["flame", "-a", a]), 2, "possible values"));
+    for a in ["tcmalloc", "", "System", "jemalloc,", "next"] {
+        let expected = "expected system, jemalloc, mimalloc, or NAME=PATH";
+        v.push(case(&marked(&["run", "-a", a]), 2, expected));
+        v.push(case(&marked(&["flame", "-a", a]), 2, expected));
     }
     for a in ["tcmalloc", "system,tcmalloc", "", "system,,jemalloc"] {
         v.push(case(&marked(&["compare", "-a", a]), 2, "possible values"));

@@ -12,7 +12,8 @@
 //! in one temporary directory per document (so a profile one command
 //! writes is there for the next), and documents run side by side, with the `allocmux` of this build first
 //! on `PATH` and its embedded shim, as an installed one runs. A block that
-//! runs `go` is skipped where Go is not installed (never under CI).
+//! runs `go`, or names a library under /usr/lib this machine lacks, is
+//! skipped where it is missing (never under CI).
 //! A block marked `no_run` (`sh,no_run`: an install, a long benchmark,
 //! commands for the reader's own crate) is only checked: an `allocmux`
 //! subcommand exists and `allocmux SUB --help` lists each of its flags;
@@ -405,6 +406,19 @@ fn script_paths(markdown: &str) -> Vec<(usize, String)> {
     paths
 }
 
+/// A system library a block names (`-a NAME=/usr/lib/...`) that this
+/// machine lacks: such a block is skipped, except under CI.
+fn missing_library(block: &[&Quoted]) -> Option<String> {
+    block
+        .iter()
+        .flat_map(|q| words(&q.text))
+        .filter_map(|w| {
+            let path = w.rsplit_once('=').map_or(w.as_str(), |(_, p)| p);
+            (path.starts_with("/usr/lib/") && !Path::new(path).exists()).then(|| path.to_string())
+        })
+        .next()
+}
+
 /// Runs and checks the commands of one document; what failed, and how
 /// many commands ran.
 fn run_document(doc: &Path, cache: &Path, go: bool) -> (Vec<String>, usize) {
@@ -433,6 +447,18 @@ fn run_document(doc: &Path, cache: &Path, go: bool) -> (Vec<String>, usize) {
                 .any(|q| words(&q.text).iter().any(|w| w == "go"))
         {
             eprintln!("skipping {name}:{}: Go is not installed", block[0].line);
+            continue;
+        }
+        if let Some(missing) = missing_library(&block) {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "{name}:{}: CI must have {missing}",
+                block[0].line
+            );
+            eprintln!(
+                "skipping {name}:{}: {missing} is not installed",
+                block[0].line
+            );
             continue;
         }
         match run_block(&block, dir.path(), cache) {

@@ -7,6 +7,7 @@
 #[macro_use]
 mod common;
 
+mod allocator_library;
 mod backend_matches;
 mod bad_input;
 mod cli;

@@ -8,6 +8,7 @@ use allocmux_format::Backend;
 use allocmux_format::profile::StackMode;
 use anyhow::{Context, Result};
 
+use crate::allocator::Allocator;
 use crate::compare::{self, Summary};
 use crate::json::CompareJson;
 use crate::launch::{self, Launch, Output};
@@ -114,7 +115,7 @@ pub fn run(opts: &DemoOptions) -> Result<i32> {
     println!("\n2. Where from? One more run under system, with a sample of call stacks.");
     let out = launch::launch(&Launch {
         command: &command,
-        allocator: Backend::System,
+        allocator: Allocator::BuiltIn(Backend::System),
         record: true,
         output: Output::Discard,
         input: None,

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 
-use allocmux_format::Backend;
+use crate::allocator::Allocator;
 use allocmux_format::profile::StackMode;
 
 use crate::launch::{self, StackRecording};
@@ -19,7 +19,7 @@ use crate::symbolize::Symbolizer;
 #[derive(Debug)]
 pub struct FlameOptions {
     /// Allocator the program runs on.
-    pub allocator: Backend,
+    pub allocator: Allocator,
     /// What the width of a frame shows.
     pub weight: Weight,
     /// How stacks are recorded: sampled, exact, or exact then sampled (off
@@ -42,7 +42,7 @@ pub fn run(o: &FlameOptions) -> Result<i32> {
     let html_out = OutputFile::claim_if(o.html.as_deref(), o.force, "HTML report")?;
     let outcome = launch::in_foreground(
         &o.command,
-        o.allocator,
+        o.allocator.clone(),
         o.stacks.env(),
         launch::Output::Inherit,
     )?;

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 
-use allocmux_format::Backend;
+use crate::allocator::Allocator;
 use allocmux_format::settings::{self as env, Level};
 
 use crate::launch::{self, StackRecording};
@@ -18,7 +18,7 @@ use crate::shim::Origin;
 #[derive(Debug)]
 pub struct PreloadOptions {
     /// Allocator the program runs on.
-    pub allocator: Backend,
+    pub allocator: Allocator,
     /// Where the program serves `/debug/pprof`, if anywhere.
     pub http: Option<String>,
     /// How to record call stacks; `None` leaves the shim's default (off,
@@ -45,7 +45,8 @@ pub fn run(o: &PreloadOptions) -> Result<i32> {
 /// The variables, in the order they are printed: `LD_PRELOAD` first, then
 /// allocmux's own.
 pub fn environment(o: &PreloadOptions) -> Result<Vec<(String, String)>> {
-    let mut vars = vec![(env::ALLOCATOR.to_string(), o.allocator.name().to_string())];
+    let backend = o.allocator.backend();
+    let mut vars = vec![(env::ALLOCATOR.to_string(), backend.name().to_string())];
     if let Some(http) = &o.http {
         vars.push((env::HTTP.to_string(), http.clone()));
     }
@@ -59,14 +60,19 @@ pub fn environment(o: &PreloadOptions) -> Result<Vec<(String, String)>> {
         vars.push((env::OUTPUT.to_string(), words_safe("-o", absolute)?));
     }
     let (level, mode) = launch::shim_hooks(&vars);
-    let shim = crate::shim::locate(o.allocator, level, mode)?;
+    let shim = crate::shim::locate(backend, level, mode)?;
     if let Origin::Temporary(why) = &shim.origin {
         bail!(
             "cannot keep the shim in the cache ({why}), and a temporary copy would be gone \
              when this command ends; set XDG_CACHE_HOME to a writable directory"
         );
     }
-    let preload = PathBuf::from(launch::preload_value(&shim.path));
+    // An allocator library goes behind the shim (`:`, not a space:
+    // `env $(...)` would split there).
+    let libraries: Vec<&std::path::Path> = std::iter::once(shim.path.as_path())
+        .chain(o.allocator.library())
+        .collect();
+    let preload = PathBuf::from(launch::preload_value(&libraries));
     vars.insert(
         0,
         ("LD_PRELOAD".to_string(), words_safe("LD_PRELOAD", preload)?),

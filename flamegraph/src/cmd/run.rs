@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 
-use allocmux_format::Backend;
+use crate::allocator::Allocator;
 use allocmux_format::profile::StackMode;
 use allocmux_format::settings::{self as env, Level};
 
@@ -17,7 +17,7 @@ use crate::output::{JsonOut, OutputFile};
 #[derive(Debug)]
 pub struct RunOptions {
     /// Allocator the program runs on.
-    pub allocator: Backend,
+    pub allocator: Allocator,
     /// Where to save the profile of every process of the run, if anywhere.
     pub profile: Option<PathBuf>,
     /// Where to write the JSON report (`-` for stdout), if anywhere.
@@ -70,7 +70,7 @@ pub fn run(o: &RunOptions) -> Result<i32> {
         Some(JsonOut::Stdout) => launch::Output::StdoutToStderr,
         _ => launch::Output::Inherit,
     };
-    let outcome = launch::in_foreground(&o.command, o.allocator, env, output)?;
+    let outcome = launch::in_foreground(&o.command, o.allocator.clone(), env, output)?;
     let status = outcome.exit.shell_status();
     // The program ran, so `run` exits as it did (as `time` would),
     // whatever becomes of the report.
@@ -138,7 +138,7 @@ fn write_report(
 fn run_unrecorded(o: &RunOptions) -> Result<i32> {
     let outcome = launch::launch(&launch::Launch {
         command: &o.command,
-        allocator: o.allocator,
+        allocator: o.allocator.clone(),
         record: false,
         output: launch::Output::Inherit,
         input: None,

@@ -22,6 +22,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use allocmux_format::Backend;
 use allocmux_format::profile::ProcessProfile;
 
+use crate::allocator::Allocator;
 use crate::launch::{self, Launch, Output};
 use crate::report::shell_words;
 
@@ -315,7 +316,7 @@ fn run_once(
     };
     let out = launch::launch(&Launch {
         command: &opts.command,
-        allocator: alloc,
+        allocator: Allocator::BuiltIn(alloc),
         record: recorded,
         output,
         input: opts.input.as_deref(),
