@@ -4,8 +4,6 @@
 
 use std::path::PathBuf;
 
-use allocmux_format::Backend;
-
 use crate::allocator::Allocator;
 use allocmux_format::profile::StackMode;
 use allocmux_format::settings::{DEFAULT_SAMPLE_BYTES, Level};
@@ -127,16 +125,17 @@ struct PreloadArgs {
 
 #[derive(Debug, clap::Args)]
 struct CompareArgs {
-    /// Allocators to compare, comma-separated; `system` (when listed) is the baseline of the
-    /// ratios, else the first.
+    /// Allocators to compare, comma-separated: system, jemalloc, mimalloc, or NAME=PATH for any
+    /// allocator library; `system` (when listed) is the baseline of the ratios, else the first.
     #[arg(
         short,
         long = "allocators",
-        value_parser = backend_parser(),
+        value_parser = allocator_parser,
         value_delimiter = ',',
-        default_value = "system,jemalloc,mimalloc"
+        default_value = "system,jemalloc,mimalloc",
+        value_name = "ALLOCATORS"
     )]
-    allocators: Vec<Backend>,
+    allocators: Vec<Allocator>,
     /// Measured rounds (each runs every allocator once), at least 6, the fewest that give a 95%
     /// interval; the most with --stop-early [default: as many as fit in about a minute, from 6
     /// to 10]
@@ -307,21 +306,8 @@ struct DemoArgs {
     rounds: Option<usize>,
 }
 
-/// `--allocator`'s values: the names of [`Backend`], each with a word on
-/// what it is for `--help`.
-fn backend_parser() -> impl TypedValueParser<Value = Backend> {
-    let values = Backend::BUILT_IN.map(|b| {
-        PossibleValue::new(b.name()).help(match b {
-            Backend::System => "glibc's malloc",
-            Backend::Jemalloc => "jemalloc",
-            Backend::Mimalloc => "mimalloc",
-            Backend::Next => "the allocator library preloaded after the shim",
-        })
-    });
-    PossibleValuesParser::new(values).map(|name| name.parse::<Backend>().expect("a listed name"))
-}
-
-/// `-a` of `run`, `flame` and `preload`: [`Allocator::parse`].
+/// `-a` of `run`, `flame`, `preload` and (each of its list) `compare`:
+/// [`Allocator::parse`].
 fn allocator_parser(arg: &str) -> Result<Allocator, String> {
     Allocator::parse(arg)
 }

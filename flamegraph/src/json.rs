@@ -445,7 +445,7 @@ pub struct CompareJson {
     /// The command and its arguments.
     pub command: Vec<String>,
     /// The allocator the ratios are against.
-    pub baseline: &'static str,
+    pub baseline: String,
     /// Measured rounds.
     pub rounds: usize,
     /// Measured rounds planned (more than `rounds` when stopped early).
@@ -484,7 +484,7 @@ pub struct CompareRunJson {
     /// timing run records nothing and gives the times and max RSS.
     pub recorded: bool,
     /// The allocator.
-    pub allocator: &'static str,
+    pub allocator: String,
     /// Every figure the run measured, by its key (`wall_ns`,
     /// `max_rss_bytes`, ...).
     #[serde(flatten)]
@@ -505,7 +505,7 @@ pub enum FigureValue {
 #[derive(Debug, Serialize)]
 pub struct AllocatorSummaryJson {
     /// The allocator.
-    pub allocator: &'static str,
+    pub allocator: String,
     /// Measured timing runs (which give wall, user, sys and max RSS).
     pub runs: usize,
     /// Measured recorded runs (which give the other figures).
@@ -524,9 +524,9 @@ pub struct AllocatorSummaryJson {
 #[derive(Debug, Serialize)]
 pub struct PairJson {
     /// The later of the two in `allocators` (never the baseline).
-    pub a: &'static str,
+    pub a: String,
     /// The earlier one.
-    pub b: &'static str,
+    pub b: String,
     /// The figure compared, by its key: `wall_ns`, the one the verdict
     /// reads.
     pub figure: &'static str,
@@ -548,10 +548,10 @@ pub struct PairJson {
 #[derive(Debug, Serialize)]
 pub struct VerdictJson {
     /// The clear winner, or `null`.
-    pub winner: Option<&'static str>,
+    pub winner: Option<String>,
     /// The allocators no other one clearly beats (the winner alone when
     /// there is one).
-    pub leaders: Vec<&'static str>,
+    pub leaders: Vec<String>,
     /// The verdict as the table says it.
     pub text: String,
 }
@@ -566,7 +566,7 @@ impl CompareJson {
                 round: r.round,
                 warmup: r.warmup,
                 recorded: r.recorded,
-                allocator: r.allocator.name(),
+                allocator: r.allocator.name().to_string(),
                 figures: Figure::ALL
                     .into_iter()
                     .filter(|&f| r.recorded || !f.from_recorded_runs())
@@ -586,7 +586,7 @@ impl CompareJson {
             .per_allocator
             .iter()
             .map(|a| AllocatorSummaryJson {
-                allocator: a.allocator.name(),
+                allocator: a.allocator.name().to_string(),
                 runs: a.runs,
                 recorded_runs: a.recorded_runs,
                 figures: a.figures.iter().map(|&(f, sp)| (f.key(), sp)).collect(),
@@ -595,15 +595,18 @@ impl CompareJson {
             })
             .collect();
         let (winner, leaders) = match &s.verdict {
-            Verdict::Winner { winner, .. } => (Some(winner.name()), vec![winner.name()]),
+            Verdict::Winner { winner, .. } => (
+                Some(winner.name().to_string()),
+                vec![winner.name().to_string()],
+            ),
             Verdict::NoClearWinner { leaders, .. } => {
-                (None, leaders.iter().map(|a| a.name()).collect())
+                (None, leaders.iter().map(|a| a.name().to_string()).collect())
             }
             Verdict::Alone | Verdict::TooFewRounds => (None, vec![]),
         };
         CompareJson {
             command: cmp.command.clone(),
-            baseline: cmp.allocators[0].name(),
+            baseline: cmp.allocators[0].name().to_string(),
             rounds: s.rounds,
             rounds_planned: cmp.rounds_planned,
             warmup_rounds: cmp.warmup,
@@ -617,8 +620,8 @@ impl CompareJson {
                 .pairs
                 .iter()
                 .map(|p| PairJson {
-                    a: p.a.name(),
-                    b: p.b.name(),
+                    a: p.a.name().to_string(),
+                    b: p.b.name().to_string(),
                     figure: Figure::Wall.key(),
                     ratio: p.speedup.estimate,
                     low: p.speedup.low,

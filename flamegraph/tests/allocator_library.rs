@@ -95,3 +95,58 @@ fn a_path_that_cannot_serve_is_refused_before_the_program_runs() {
         assert!(err.contains("does not define malloc, free"), "{err}");
     }
 }
+
+/// `compare` with a library among the allocators: its timing runs preload
+/// the library alone, its recorded runs the shim before it, and the
+/// table's counts are the program's, exactly.
+#[test]
+fn compare_times_the_library_alone_and_records_it_behind_the_shim() {
+    let Some(tcmalloc) = tcmalloc() else { return };
+    let library = tcmalloc.split_once('=').unwrap().1.to_string();
+    let exe = compile("cc", "counts.c", &["-O2"]);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("programs.log");
+    let json = dir.path().join("c.json");
+    let script = format!(
+        "echo \"preload=$LD_PRELOAD record=$ALLOCMUX_RECORD\"; exec {} 1000",
+        exe.display()
+    );
+    let out = ok(run(allocmux()
+        .env_remove("LD_PRELOAD")
+        .args(["compare", "-a", &format!("system,{tcmalloc}"), "-n", "6"])
+        .args(["--warmup", "0", "--log"])
+        .arg(&log)
+        .arg("--json")
+        .arg(&json)
+        .args(["--", "sh", "-c", &script])));
+    let logged = fs::read_to_string(&log).unwrap();
+    let runs: Vec<&str> = logged.split("==> ").skip(1).collect();
+    for run in &runs {
+        let line = run.lines().nth(1).unwrap();
+        match (run.contains("under tcmalloc"), run.contains(", recorded")) {
+            (true, false) => assert_eq!(line, format!("preload={library} record="), "{run}"),
+            (true, true) => {
+                assert!(line.contains("allocmux_shim"), "{run}");
+                assert!(line.ends_with(&format!(":{library} record=")), "{run}");
+            }
+            (false, _) => {}
+        }
+    }
+    assert!(
+        runs.iter().any(|r| r.contains("under tcmalloc, recorded")),
+        "{logged}"
+    );
+    let report: serde_json::Value = serde_json::from_slice(&fs::read(&json).unwrap()).unwrap();
+    let allocators = report["allocators"].as_array().unwrap();
+    let names: Vec<&str> = allocators
+        .iter()
+        .map(|a| a["allocator"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["system", "tcmalloc"], "{}", text(&out.stdout));
+    // The shell and counts.c's 8 allocations per iteration, under both
+    // (the shell's own few may differ with its environment's length).
+    let calls =
+        |a: &serde_json::Value| a["figures"]["allocation_calls"]["median"].as_f64().unwrap();
+    let (system, tc) = (calls(&allocators[0]), calls(&allocators[1]));
+    assert!(tc >= 8000.0 && (tc - system).abs() < 10.0, "{report}");
+}

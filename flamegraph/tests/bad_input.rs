@@ -148,8 +148,9 @@ fn cases() -> Vec<Case> {
         v.push(case(&marked(&["run", "-a", a]), 2, expected));
         v.push(case(&marked(&["flame", "-a", a]), 2, expected));
     }
-    for a in ["tcmalloc", "system,tcmalloc", "", "system,,jemalloc"] {
-        v.push(case(&marked(&["compare", "-a", a]), 2, "possible values"));
+    for a in ["tcmalloc", "system,tcmalloc", "", "system,,jemalloc", "system,next"] {
+        let expected = "expected system, jemalloc, mimalloc, or NAME=PATH";
+        v.push(case(&marked(&["compare", "-a", a]), 2, expected));
     }
     // Bad weights, formats, modes and numbers.
     for w in ["heavy", "", "Bytes", "count,bytes"] {

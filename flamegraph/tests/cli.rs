@@ -94,7 +94,8 @@ fn a_stop_request_to_allocmux_is_passed_on_to_the_program() {
                 "--",
                 "sh",
                 "-c",
-                "trap 'echo stopped; exit 3' TERM HUP; echo ready; while :; do sleep 0.05; done",
+                "trap 'echo stopped; exit 3' TERM HUP; echo ready; i=0; \
+                 while [ $i -lt 2400 ]; do sleep 0.05; i=$((i + 1)); done; exit 9",
             ])
             .env("TMPDIR", tmp.path())
             .stdout(Stdio::piped())
@@ -106,7 +107,8 @@ fn a_stop_request_to_allocmux_is_passed_on_to_the_program() {
         // The program runs, so the launcher is waiting on it with its
         // handler set; allocmux sets its own just after starting the
         // launcher, which this waits for rather than for a time (the
-        // bound only ends a wait that a broken build makes endless).
+        // bounds, here and in the program's loop, only end a wait that a
+        // broken build would make endless, leaving no program behind).
         let started = std::time::Instant::now();
         while !catches(cli.id(), signal as u32) {
             assert!(

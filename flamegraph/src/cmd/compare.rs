@@ -7,18 +7,18 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 
+use crate::allocator::Allocator;
 use crate::compare;
 use crate::json::CompareJson;
 use crate::output::{JsonOut, OutputFile};
 use crate::report::shell_words;
-use allocmux_format::Backend;
 
 /// What `allocmux compare` is told.
 #[derive(Debug)]
 pub struct CompareOptions {
     /// The allocators; `system` (when listed) is the baseline, else the
     /// first.
-    pub allocators: Vec<Backend>,
+    pub allocators: Vec<Allocator>,
     /// Measured rounds (the most, with `stop_early`); `None` chooses from
     /// how long the first round takes.
     pub runs: Option<usize>,

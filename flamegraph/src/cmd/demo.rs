@@ -98,7 +98,7 @@ pub fn run(opts: &DemoOptions) -> Result<i32> {
     );
     let cmp = compare::run(compare::Options {
         command: command.clone(),
-        allocators: vec![Backend::System, Backend::Jemalloc, Backend::Mimalloc],
+        allocators: Backend::BUILT_IN.map(Allocator::BuiltIn).to_vec(),
         rounds: Some(opts.rounds.unwrap_or(DEFAULT_ROUNDS)),
         warmup: 1,
         stop_early: false,

@@ -59,7 +59,7 @@ pub struct Options {
     pub command: Vec<String>,
     /// The allocators, in the order they run within a round; the first is
     /// the baseline of the ratios (`system` when present, moved to the front).
-    pub allocators: Vec<Backend>,
+    pub allocators: Vec<Allocator>,
     /// Measured rounds (the most, with `stop_early`); `None` chooses from
     /// how long the first round takes (see [`default_rounds`]).
     pub rounds: Option<usize>,
@@ -86,7 +86,7 @@ pub struct RunRecord {
     /// figures; its times are not, see the module docs) or a timing run.
     pub recorded: bool,
     /// The allocator.
-    pub allocator: Backend,
+    pub allocator: Allocator,
     /// Wall time around the run.
     pub wall_ns: u64,
     /// User CPU time of the process tree (the kernel's accounting).
@@ -137,7 +137,7 @@ pub struct Comparison {
     /// The command.
     pub command: Vec<String>,
     /// The allocators, baseline first.
-    pub allocators: Vec<Backend>,
+    pub allocators: Vec<Allocator>,
     /// Every run, warm-up runs included, in the order they ran.
     pub runs: Vec<RunRecord>,
     /// Warm-up rounds asked for.
@@ -194,14 +194,19 @@ pub fn run(mut opts: Options) -> Result<Comparison> {
     if opts.allocators.is_empty() {
         bail!("no allocator to compare; name them with -a system,jemalloc,mimalloc");
     }
-    let mut seen = Vec::new();
+    let mut seen: Vec<&str> = Vec::new();
     for a in &opts.allocators {
-        if seen.contains(a) {
+        // By name: the reports tell the allocators apart by it.
+        if seen.contains(&a.name()) {
             bail!("allocator {} is listed twice in -a", a.name());
         }
-        seen.push(*a);
+        seen.push(a.name());
     }
-    if let Some(i) = opts.allocators.iter().position(|&a| a == Backend::System) {
+    if let Some(i) = opts
+        .allocators
+        .iter()
+        .position(|a| *a == Allocator::BuiltIn(Backend::System))
+    {
         opts.allocators[..=i].rotate_right(1);
     }
     // Until the first round has shown how long one takes, plan for the most.
@@ -234,7 +239,7 @@ pub fn run(mut opts: Options) -> Result<Comparison> {
         let record = !warmup && (measured - 1) % RECORD_EVERY == 0;
         let kinds: &[bool] = if record { &[false, true] } else { &[false] };
         for &recorded in kinds {
-            for &alloc in &opts.allocators {
+            for alloc in &opts.allocators {
                 bar.set_message(match (warmup, recorded) {
                     (true, _) => format!("warm-up, {}", alloc.name()),
                     (false, false) => format!("round {measured} of {rounds}, {}", alloc.name()),
@@ -291,7 +296,7 @@ fn stops_early(cmp: &Comparison, measured: usize, rounds: usize) -> bool {
 
 fn run_once(
     opts: &Options,
-    alloc: Backend,
+    alloc: &Allocator,
     round: usize,
     warmup: bool,
     recorded: bool,
@@ -316,7 +321,7 @@ fn run_once(
     };
     let out = launch::launch(&Launch {
         command: &opts.command,
-        allocator: Allocator::BuiltIn(alloc),
+        allocator: alloc.clone(),
         record: recorded,
         output,
         input: opts.input.as_deref(),
@@ -349,7 +354,7 @@ fn run_once(
         round,
         warmup,
         recorded,
-        allocator: alloc,
+        allocator: alloc.clone(),
         wall_ns: out.wall_ns,
         user_ns: out.exit.user_ns,
         sys_ns: out.exit.sys_ns,
@@ -401,17 +406,17 @@ mod tests {
     /// allocator's timing runs taking `walls[k][r]` ms in round `r + 1`,
     /// with its intervals at the level of `--stop-early`'s looks over at
     /// most `rounds` rounds.
-    fn timed(allocators: &[Backend], walls: &[Vec<u64>], rounds: usize) -> Comparison {
+    fn timed(allocators: &[Allocator], walls: &[Vec<u64>], rounds: usize) -> Comparison {
         let runs = (0..walls[0].len())
             .flat_map(|r| {
                 allocators
                     .iter()
                     .zip(walls)
-                    .map(move |(&allocator, w)| RunRecord {
+                    .map(move |(allocator, w)| RunRecord {
                         round: r + 1,
                         warmup: false,
                         recorded: false,
-                        allocator,
+                        allocator: allocator.clone(),
                         wall_ns: w[r] * 1_000_000,
                         user_ns: w[r] * 900_000,
                         sys_ns: 1_000_000,
@@ -436,7 +441,7 @@ mod tests {
     /// After which measured round `--stop-early` ends a comparison of at
     /// most `rounds` rounds with these wall times (as in [`timed`]), if it
     /// does: it looks after every round, as `run` does.
-    fn first_stop(allocators: &[Backend], walls: &[Vec<u64>], rounds: usize) -> Option<usize> {
+    fn first_stop(allocators: &[Allocator], walls: &[Vec<u64>], rounds: usize) -> Option<usize> {
         (1..=rounds).find(|&measured| {
             let so_far: Vec<Vec<u64>> = walls.iter().map(|w| w[..measured].to_vec()).collect();
             stops_early(&timed(allocators, &so_far, rounds), measured, rounds)
@@ -451,7 +456,9 @@ mod tests {
             .collect()
     }
 
-    use Backend::{Jemalloc, Mimalloc, System};
+    const SYSTEM: Allocator = Allocator::BuiltIn(Backend::System);
+    const JEMALLOC: Allocator = Allocator::BuiltIn(Backend::Jemalloc);
+    const MIMALLOC: Allocator = Allocator::BuiltIn(Backend::Mimalloc);
 
     /// An allocator faster in every round stops the comparison at the first
     /// look whose interval can reach the stricter level of the looks: over
@@ -460,17 +467,17 @@ mod tests {
     #[test]
     fn a_winner_of_every_round_stops_at_the_first_look_that_can_tell() {
         let walls = [jittered(300, 0, 20), jittered(100, 1, 20)];
-        let stop = first_stop(&[System, Mimalloc], &walls, 20);
+        let stop = first_stop(&[SYSTEM, MIMALLOC], &walls, 20);
         assert_eq!(stop, Some(10));
         assert_eq!(stop, Some(crate::stats::fewest_pairs(looks_level(20))));
         // The verdict it stopped on names the winner at the looks' level.
         let so_far: Vec<Vec<u64>> = walls.iter().map(|w| w[..10].to_vec()).collect();
-        let s = Summary::new(&timed(&[System, Mimalloc], &so_far, 20));
+        let s = Summary::new(&timed(&[SYSTEM, MIMALLOC], &so_far, 20));
         assert!(
             matches!(
                 s.verdict,
                 Verdict::Winner {
-                    winner: Mimalloc,
+                    winner: MIMALLOC,
                     ..
                 }
             ),
@@ -484,7 +491,7 @@ mod tests {
             jittered(100, 2, 20),
         ];
         assert_eq!(
-            first_stop(&[System, Jemalloc, Mimalloc], &walls, 20),
+            first_stop(&[SYSTEM, JEMALLOC, MIMALLOC], &walls, 20),
             Some(10)
         );
     }
@@ -496,19 +503,19 @@ mod tests {
     fn a_lost_round_delays_the_stop_and_a_tie_never_stops() {
         let mut walls = [jittered(300, 0, 20), jittered(100, 1, 20)];
         walls[1][2] = 400;
-        let stop = first_stop(&[System, Mimalloc], &walls, 20);
+        let stop = first_stop(&[SYSTEM, MIMALLOC], &walls, 20);
         assert!(stop.is_some_and(|m| m > 10), "{stop:?}");
         let alternating: Vec<u64> = (0..20)
             .map(|r| if r % 2 == 0 { 100 } else { 500 })
             .collect();
         let walls = [jittered(300, 0, 20), alternating];
-        assert_eq!(first_stop(&[System, Mimalloc], &walls, 20), None);
+        assert_eq!(first_stop(&[SYSTEM, MIMALLOC], &walls, 20), None);
         let walls = [
             jittered(300, 0, 20),
             jittered(100, 1, 20),
             jittered(100, 2, 20),
         ];
-        assert_eq!(first_stop(&[System, Jemalloc, Mimalloc], &walls, 20), None);
+        assert_eq!(first_stop(&[SYSTEM, JEMALLOC, MIMALLOC], &walls, 20), None);
     }
 
     /// The last round is no early stop, and no look comes before
@@ -516,9 +523,9 @@ mod tests {
     #[test]
     fn the_last_round_is_not_an_early_stop() {
         let walls = [jittered(300, 0, 6), jittered(100, 1, 6)];
-        assert_eq!(first_stop(&[System, Mimalloc], &walls, 6), None);
+        assert_eq!(first_stop(&[SYSTEM, MIMALLOC], &walls, 6), None);
         // At the 6th round the verdict is clear all the same.
-        let s = Summary::new(&timed(&[System, Mimalloc], &walls, 6));
+        let s = Summary::new(&timed(&[SYSTEM, MIMALLOC], &walls, 6));
         assert!(
             matches!(s.verdict, Verdict::Winner { .. }),
             "{:?}",

@@ -13,19 +13,35 @@ use crate::plot::{NamedTimeline, PlotOptions};
 use crate::report::{Bytes, Dur};
 use allocmux_format::Backend;
 
+use crate::allocator::Allocator;
+
 /// Size of the upper part (the two panels and the verdict), in pixels.
 const SIZE: (u32, u32) = (1000, 480);
 
 /// Height of the timeline panel under it.
 const TIMELINE_HEIGHT: u32 = 400;
 
-/// The colour of an allocator, the same in every allocmux chart.
-pub fn colour(a: Backend) -> RGBColor {
+/// The colour of an allocator, the same in every allocmux chart: the
+/// built-in ones each their own, a library one of a few more chosen by
+/// its name.
+pub fn colour(a: &Allocator) -> RGBColor {
+    const LIBRARIES: [RGBColor; 4] = [
+        RGBColor(0x81, 0x72, 0xb3),
+        RGBColor(0xc4, 0x4e, 0x52),
+        RGBColor(0x93, 0x78, 0x60),
+        RGBColor(0xda, 0x8b, 0xc3),
+    ];
     match a {
-        Backend::System => RGBColor(0x4c, 0x72, 0xb0),
-        Backend::Jemalloc => RGBColor(0xdd, 0x84, 0x52),
-        Backend::Mimalloc => RGBColor(0x55, 0xa8, 0x68),
-        Backend::Next => RGBColor(0x81, 0x72, 0xb3),
+        Allocator::BuiltIn(Backend::System) => RGBColor(0x4c, 0x72, 0xb0),
+        Allocator::BuiltIn(Backend::Jemalloc) => RGBColor(0xdd, 0x84, 0x52),
+        Allocator::BuiltIn(Backend::Mimalloc) => RGBColor(0x55, 0xa8, 0x68),
+        Allocator::BuiltIn(Backend::Next) | Allocator::Library { .. } => {
+            let hash = a
+                .name()
+                .bytes()
+                .fold(0usize, |h, b| h.wrapping_mul(31) + b as usize);
+            LIBRARIES[hash % LIBRARIES.len()]
+        }
     }
 }
 
@@ -67,14 +83,14 @@ pub fn svg(cmp: &Comparison, s: &Summary, title: &str) -> Result<String> {
 /// Per allocator, the timeline of the main process of its median recorded
 /// run by wall time (the lower middle one for an even count): a typical
 /// run, not the luckiest or the unluckiest.
-fn median_timelines(cmp: &Comparison) -> Vec<(Backend, &Timeline)> {
+fn median_timelines(cmp: &Comparison) -> Vec<(&Allocator, &Timeline)> {
     cmp.allocators
         .iter()
-        .filter_map(|&a| {
+        .filter_map(|a| {
             let mut runs: Vec<_> = cmp
                 .runs
                 .iter()
-                .filter(|r| !r.warmup && r.recorded && r.allocator == a)
+                .filter(|r| !r.warmup && r.recorded && r.allocator == *a)
                 .collect();
             runs.sort_by_key(|r| r.wall_ns);
             let run = runs.get(runs.len().saturating_sub(1) / 2)?;
@@ -163,11 +179,11 @@ where
         .label_style(("sans-serif", 13))
         .light_line_style(WHITE)
         .draw()?;
-    for (i, &a) in cmp.allocators.iter().enumerate() {
+    for (i, a) in cmp.allocators.iter().enumerate() {
         let x = i as f64;
         let c = colour(a);
         let mut v: Vec<f64> = measured()
-            .filter(|r| r.allocator == a)
+            .filter(|r| r.allocator == *a)
             .map(|r| r.figure(figure))
             .collect();
         if v.is_empty() {

@@ -6,9 +6,9 @@
 use std::io::{self, Write};
 
 use super::{Comparison, RunRecord};
+use crate::allocator::Allocator;
 use crate::report::{Bytes, Count, Dur, shell_words};
 use crate::stats::{Interval, Spread, fewest_pairs, paired_ratio};
-use allocmux_format::Backend;
 
 /// Width of a speed interval (high over low) above which the runs are
 /// called too noisy to resolve the differences allocators usually make.
@@ -73,7 +73,7 @@ impl Figure {
 #[derive(Clone, Debug)]
 pub struct AllocatorSummary {
     /// The allocator.
-    pub allocator: Backend,
+    pub allocator: Allocator,
     /// Measured timing runs.
     pub runs: usize,
     /// Measured recorded runs.
@@ -101,12 +101,12 @@ impl AllocatorSummary {
 
 /// Two allocators' wall times over the paired rounds: the interval the
 /// verdict reads to tell them apart.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Pair {
     /// The later of the two in the allocators' order (so never the baseline).
-    pub a: Backend,
+    pub a: Allocator,
     /// The earlier one.
-    pub b: Backend,
+    pub b: Allocator,
     /// How many times faster `a` is than `b`: `b`'s wall time over `a`'s.
     pub speedup: Interval,
 }
@@ -132,17 +132,17 @@ pub enum Verdict {
     /// interval of its speedup excluding 1.
     Winner {
         /// The winner.
-        winner: Backend,
+        winner: Allocator,
         /// Its speedup over each other allocator.
-        margins: Vec<(Backend, Interval)>,
+        margins: Vec<(Allocator, Interval)>,
     },
     /// No allocator beats all others clearly.
     NoClearWinner {
         /// The allocators no other one clearly beats.
-        leaders: Vec<Backend>,
+        leaders: Vec<Allocator>,
         /// The allocators some other one clearly beats, each with those
         /// that do.
-        behind: Vec<(Backend, Vec<Backend>)>,
+        behind: Vec<(Allocator, Vec<Allocator>)>,
     },
     /// Only one allocator was run.
     Alone,
@@ -171,19 +171,19 @@ impl Summary {
     /// Summarises the measured rounds of `cmp`.
     pub fn new(cmp: &Comparison) -> Summary {
         let level = cmp.level;
-        let measured = |a: Backend, recorded: bool| -> Vec<&RunRecord> {
+        let measured = |a: &Allocator, recorded: bool| -> Vec<&RunRecord> {
             let mut runs: Vec<&RunRecord> = cmp
                 .runs
                 .iter()
-                .filter(|r| !r.warmup && r.allocator == a && r.recorded == recorded)
+                .filter(|r| !r.warmup && r.allocator == *a && r.recorded == recorded)
                 .collect();
             runs.sort_by_key(|r| r.round);
             runs
         };
         let by_alloc: Vec<Vec<&RunRecord>> =
-            cmp.allocators.iter().map(|&a| measured(a, false)).collect();
+            cmp.allocators.iter().map(|a| measured(a, false)).collect();
         let recorded: Vec<Vec<&RunRecord>> =
-            cmp.allocators.iter().map(|&a| measured(a, true)).collect();
+            cmp.allocators.iter().map(|a| measured(a, true)).collect();
         // Only complete rounds pair up (every round is complete unless a run failed).
         let rounds = by_alloc.iter().map(Vec::len).min().unwrap_or(0);
         let recorded_rounds = recorded.iter().map(Vec::len).min().unwrap_or(0);
@@ -210,8 +210,8 @@ impl Summary {
             faster[a][b] = Some(speedup);
             faster[b][a] = Some(speedup.recip());
             pairs.push(Pair {
-                a: cmp.allocators[a],
-                b: cmp.allocators[b],
+                a: cmp.allocators[a].clone(),
+                b: cmp.allocators[b].clone(),
                 speedup,
             });
         }
@@ -219,8 +219,8 @@ impl Summary {
             .allocators
             .iter()
             .enumerate()
-            .map(|(i, &allocator)| AllocatorSummary {
-                allocator,
+            .map(|(i, allocator)| AllocatorSummary {
+                allocator: allocator.clone(),
                 runs: rounds,
                 recorded_runs: recorded_rounds,
                 figures: Figure::ALL
@@ -249,22 +249,30 @@ impl Summary {
             Verdict::TooFewRounds
         } else if let Some(w) = (0..n).find(|&i| (0..n).all(|j| j == i || clearly_faster(i, j))) {
             Verdict::Winner {
-                winner: cmp.allocators[w],
+                winner: cmp.allocators[w].clone(),
                 margins: (0..n)
                     .filter(|&j| j != w)
-                    .map(|j| (cmp.allocators[j], faster[w][j].expect("a clear interval")))
+                    .map(|j| {
+                        (
+                            cmp.allocators[j].clone(),
+                            faster[w][j].expect("a clear interval"),
+                        )
+                    })
                     .collect(),
             }
         } else {
             let (leaders, behind): (Vec<usize>, Vec<usize>) =
                 (0..n).partition(|&i| !(0..n).any(|j| clearly_faster(j, i)));
             Verdict::NoClearWinner {
-                leaders: leaders.iter().map(|&i| cmp.allocators[i]).collect(),
+                leaders: leaders.iter().map(|&i| cmp.allocators[i].clone()).collect(),
                 behind: behind
                     .iter()
                     .map(|&i| {
                         let by = (0..n).filter(|&j| clearly_faster(j, i));
-                        (cmp.allocators[i], by.map(|j| cmp.allocators[j]).collect())
+                        (
+                            cmp.allocators[i].clone(),
+                            by.map(|j| cmp.allocators[j].clone()).collect(),
+                        )
                     })
                     .collect(),
             }
@@ -342,7 +350,7 @@ impl Summary {
                 )
             }
             Verdict::NoClearWinner { leaders, behind } => {
-                let names = |v: &[Backend]| {
+                let names = |v: &[Allocator]| {
                     join_and(&v.iter().map(|a| a.name().to_string()).collect::<Vec<_>>())
                 };
                 let mut claims = vec![match leaders.as_slice() {
@@ -352,10 +360,10 @@ impl Summary {
                     // The others are all behind it, but one it does not
                     // clearly beat (or it would win).
                     [leader] => {
-                        let not_beaten: Vec<Backend> = behind
+                        let not_beaten: Vec<Allocator> = behind
                             .iter()
                             .filter(|(_, by)| !by.contains(leader))
-                            .map(|&(a, _)| a)
+                            .map(|(a, _)| a.clone())
                             .collect();
                         format!(
                             "no clear winner: {} is not clearly faster than {}",
@@ -531,7 +539,7 @@ mod tests {
     /// (as `compare` schedules them) take longer, in another ratio, as
     /// recording costs each allocator differently, and count 1,000,000
     /// allocations.
-    fn comparison(factors: &[(Backend, f64)], rounds: usize) -> Comparison {
+    fn comparison(factors: &[(Allocator, f64)], rounds: usize) -> Comparison {
         let mut runs = Vec::new();
         for round in 1..=rounds {
             let drift = 1.0 + 0.05 * ((round * 7 % 5) as f64 - 2.0);
@@ -540,7 +548,8 @@ mod tests {
                 if recorded && !recorded_round {
                     continue;
                 }
-                for (k, &(allocator, f)) in factors.iter().enumerate() {
+                for (k, (allocator, f)) in factors.iter().enumerate() {
+                    let (allocator, f) = (allocator.clone(), *f);
                     // A little independent noise, different per allocator.
                     let noise = 1.0 + 0.002 * (((round + k) * 3 % 5) as f64 - 2.0);
                     let cost = if recorded { 1.5 + k as f64 } else { 1.0 };
@@ -562,7 +571,7 @@ mod tests {
         }
         Comparison {
             command: vec!["prog".into()],
-            allocators: factors.iter().map(|&(a, _)| a).collect(),
+            allocators: factors.iter().map(|(a, _)| a.clone()).collect(),
             runs,
             warmup: 0,
             rounds_planned: rounds,
@@ -571,11 +580,15 @@ mod tests {
         }
     }
 
-    use Backend::{Jemalloc, Mimalloc, System};
+    use allocmux_format::Backend;
+
+    const SYSTEM: Allocator = Allocator::BuiltIn(Backend::System);
+    const JEMALLOC: Allocator = Allocator::BuiltIn(Backend::Jemalloc);
+    const MIMALLOC: Allocator = Allocator::BuiltIn(Backend::Mimalloc);
 
     #[test]
     fn identical_allocators_have_no_clear_winner() {
-        let cmp = comparison(&[(System, 1.0), (Jemalloc, 1.0), (Mimalloc, 1.0)], 10);
+        let cmp = comparison(&[(SYSTEM, 1.0), (JEMALLOC, 1.0), (MIMALLOC, 1.0)], 10);
         let s = Summary::new(&cmp);
         assert!(
             matches!(&s.verdict, Verdict::NoClearWinner { leaders, behind }
@@ -590,13 +603,13 @@ mod tests {
 
     #[test]
     fn a_well_separated_allocator_wins() {
-        let cmp = comparison(&[(System, 1.0), (Jemalloc, 0.8), (Mimalloc, 0.7)], 10);
+        let cmp = comparison(&[(SYSTEM, 1.0), (JEMALLOC, 0.8), (MIMALLOC, 0.7)], 10);
         let s = Summary::new(&cmp);
         let Verdict::Winner { winner, margins } = &s.verdict else {
             panic!("{:?}", s.verdict)
         };
-        assert_eq!(*winner, Mimalloc);
-        let over_system = margins.iter().find(|(a, _)| *a == System).unwrap().1;
+        assert_eq!(*winner, MIMALLOC);
+        let over_system = margins.iter().find(|(a, _)| *a == SYSTEM).unwrap().1;
         assert!(
             (over_system.estimate - 1.0 / 0.7).abs() < 0.02,
             "{over_system:?}"
@@ -612,13 +625,13 @@ mod tests {
 
     #[test]
     fn two_leaders_tie_and_the_third_is_behind() {
-        let cmp = comparison(&[(System, 1.3), (Jemalloc, 1.0), (Mimalloc, 1.0)], 10);
+        let cmp = comparison(&[(SYSTEM, 1.3), (JEMALLOC, 1.0), (MIMALLOC, 1.0)], 10);
         let s = Summary::new(&cmp);
         assert_eq!(
             s.verdict,
             Verdict::NoClearWinner {
-                leaders: vec![Jemalloc, Mimalloc],
-                behind: vec![(System, vec![Jemalloc, Mimalloc])]
+                leaders: vec![JEMALLOC, MIMALLOC],
+                behind: vec![(SYSTEM, vec![JEMALLOC, MIMALLOC])]
             }
         );
         assert_eq!(
@@ -635,7 +648,7 @@ mod tests {
             let k = cmp
                 .allocators
                 .iter()
-                .position(|&a| a == r.allocator)
+                .position(|a| *a == r.allocator)
                 .unwrap();
             r.wall_ns = walls[k][r.round - 1] * 1_000_000;
         }
@@ -647,7 +660,7 @@ mod tests {
     /// report prints that pair's interval under it.
     #[test]
     fn a_verdict_without_a_winner_shows_every_pair_it_rests_on() {
-        let mut cmp = comparison(&[(System, 1.0), (Jemalloc, 1.0), (Mimalloc, 1.0)], 6);
+        let mut cmp = comparison(&[(SYSTEM, 1.0), (JEMALLOC, 1.0), (MIMALLOC, 1.0)], 6);
         with_walls(
             &mut cmp,
             &[
@@ -660,8 +673,8 @@ mod tests {
         assert_eq!(
             s.verdict,
             Verdict::NoClearWinner {
-                leaders: vec![System, Mimalloc],
-                behind: vec![(Jemalloc, vec![Mimalloc])]
+                leaders: vec![SYSTEM, MIMALLOC],
+                behind: vec![(JEMALLOC, vec![MIMALLOC])]
             }
         );
         assert_eq!(
@@ -669,17 +682,17 @@ mod tests {
             "no clear winner between system and mimalloc: their 95% interval includes 1; \
              jemalloc is clearly slower than mimalloc"
         );
-        let pairs: Vec<(Backend, Backend, bool)> = s
+        let pairs: Vec<(Allocator, Allocator, bool)> = s
             .verdict_pairs()
             .iter()
-            .map(|p| (p.a, p.b, p.clear(LEVEL)))
+            .map(|p| (p.a.clone(), p.b.clone(), p.clear(LEVEL)))
             .collect();
         assert_eq!(
             pairs,
             [
-                (Jemalloc, System, false),
-                (Mimalloc, System, false),
-                (Mimalloc, Jemalloc, true)
+                (JEMALLOC, SYSTEM, false),
+                (MIMALLOC, SYSTEM, false),
+                (MIMALLOC, JEMALLOC, true)
             ]
         );
         // The pair with the baseline reads as the table above has it.
@@ -710,7 +723,7 @@ mod tests {
     /// so nothing is printed under it.
     #[test]
     fn a_winner_rests_on_the_intervals_of_its_own_line() {
-        let cmp = comparison(&[(System, 1.0), (Jemalloc, 0.8), (Mimalloc, 0.7)], 10);
+        let cmp = comparison(&[(SYSTEM, 1.0), (JEMALLOC, 0.8), (MIMALLOC, 0.7)], 10);
         let s = Summary::new(&cmp);
         assert_eq!(s.pairs.len(), 3);
         assert!(s.verdict_pairs().is_empty());
@@ -731,8 +744,8 @@ mod tests {
             warnings: vec![],
         };
         let one_leader = summary(
-            vec![Mimalloc],
-            vec![(Jemalloc, vec![Mimalloc]), (System, vec![Jemalloc])],
+            vec![MIMALLOC],
+            vec![(JEMALLOC, vec![MIMALLOC]), (SYSTEM, vec![JEMALLOC])],
         );
         assert_eq!(
             one_leader.verdict_line(LEVEL),
@@ -742,9 +755,9 @@ mod tests {
         let a_cycle = summary(
             vec![],
             vec![
-                (System, vec![Mimalloc]),
-                (Jemalloc, vec![System]),
-                (Mimalloc, vec![Jemalloc]),
+                (SYSTEM, vec![MIMALLOC]),
+                (JEMALLOC, vec![SYSTEM]),
+                (MIMALLOC, vec![JEMALLOC]),
             ],
         );
         assert!(
@@ -754,7 +767,7 @@ mod tests {
             "{}",
             a_cycle.verdict_line(LEVEL)
         );
-        let all_tied = summary(vec![System, Jemalloc, Mimalloc], vec![]);
+        let all_tied = summary(vec![SYSTEM, JEMALLOC, MIMALLOC], vec![]);
         assert_eq!(
             all_tied.verdict_line(0.99),
             "no clear winner between system, jemalloc and mimalloc: each pair's 99% interval \
@@ -770,7 +783,7 @@ mod tests {
 
     #[test]
     fn too_few_rounds_name_no_winner_and_say_why() {
-        let cmp = comparison(&[(System, 1.0), (Mimalloc, 0.5)], 5);
+        let cmp = comparison(&[(SYSTEM, 1.0), (MIMALLOC, 0.5)], 5);
         let s = Summary::new(&cmp);
         assert_eq!(s.verdict, Verdict::TooFewRounds);
         assert!(s.warnings[0].contains("-n 6"), "{:?}", s.warnings);
@@ -782,9 +795,9 @@ mod tests {
 
     #[test]
     fn noisy_runs_are_flagged() {
-        let mut cmp = comparison(&[(System, 1.0), (Mimalloc, 1.0)], 8);
+        let mut cmp = comparison(&[(SYSTEM, 1.0), (MIMALLOC, 1.0)], 8);
         for (i, r) in cmp.runs.iter_mut().enumerate() {
-            if r.allocator == Mimalloc {
+            if r.allocator == MIMALLOC {
                 r.wall_ns = r.wall_ns * (1 + (i as u64 % 3)) / 2;
             }
         }
@@ -798,7 +811,7 @@ mod tests {
 
     #[test]
     fn json_has_every_run_and_summary() {
-        let cmp = comparison(&[(System, 1.0), (Jemalloc, 0.8)], 6);
+        let cmp = comparison(&[(SYSTEM, 1.0), (JEMALLOC, 0.8)], 6);
         let s = Summary::new(&cmp);
         let v = serde_json::to_value(crate::json::CompareJson::new(&cmp, &s)).unwrap();
         // 6 rounds of 2 timing runs, and 2 recorded runs in rounds 1 and 4.
@@ -842,7 +855,7 @@ mod tests {
     /// and in another ratio) change no figure.
     #[test]
     fn each_figure_comes_from_the_runs_that_give_it() {
-        let cmp = comparison(&[(System, 1.0), (Mimalloc, 0.8)], 7);
+        let cmp = comparison(&[(SYSTEM, 1.0), (MIMALLOC, 0.8)], 7);
         let s = Summary::new(&cmp);
         let mi = &s.per_allocator[1];
         assert_eq!((mi.runs, mi.recorded_runs), (7, 3));
@@ -851,13 +864,13 @@ mod tests {
         assert_eq!(mi.spread(Figure::AllocatorTime).median, 8e7);
         let speedup = mi.speedup.unwrap();
         assert!((speedup.estimate - 1.25).abs() < 0.01, "{speedup:?}");
-        let timing_medians: Vec<f64> = [System, Mimalloc]
+        let timing_medians: Vec<f64> = [SYSTEM, MIMALLOC]
             .iter()
-            .map(|&a| {
+            .map(|a| {
                 let mut w: Vec<f64> = cmp
                     .runs
                     .iter()
-                    .filter(|r| r.allocator == a && !r.recorded)
+                    .filter(|r| r.allocator == *a && !r.recorded)
                     .map(|r| r.wall_ns as f64)
                     .collect();
                 w.sort_by(f64::total_cmp);
