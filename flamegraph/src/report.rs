@@ -483,6 +483,22 @@ impl Report {
             let pid = (self.processes.len() > 1).then(|| (p.profile.pid, p.program()));
             write_allocator_stats(w, &p.profile, pid)?;
         }
+        // An allocator library behind the shim: what cannot be read is said.
+        if order
+            .iter()
+            .any(|p| p.profile.allocator == Backend::Next.name())
+        {
+            // The run's name for it (a saved profile's report has none).
+            let name = self
+                .run
+                .as_ref()
+                .map_or("the allocator library", |r| r.allocator.as_str());
+            writeln!(
+                w,
+                "\n  {name}'s own statistics: not read (allocmux reads glibc's, jemalloc's and \
+                 mimalloc's), so no heap overhead"
+            )?;
+        }
         if t.totals.failed_calls > 0 {
             writeln!(
                 w,

@@ -29,6 +29,10 @@ fn run_records_a_program_under_an_allocator_library() {
     let err = text(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(err.contains("under tcmalloc exited with status 0"), "{err}");
+    assert!(
+        err.contains("tcmalloc's own statistics: not read"),
+        "what cannot be read is said: {err}"
+    );
     let report: serde_json::Value = serde_json::from_slice(&fs::read(&json).unwrap()).unwrap();
     let p = &report["processes"][0];
     // counts.c's loop: one calloc per iteration, exactly.

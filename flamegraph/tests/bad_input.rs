@@ -148,7 +148,13 @@ fn cases() -> Vec<Case> {
         v.push(case(&marked(&["run", "-a", a]), 2, expected));
         v.push(case(&marked(&["flame", "-a", a]), 2, expected));
     }
-    for a in ["tcmalloc", "system,tcmalloc", "", "system,,jemalloc", "system,next"] {
+    for a in [
+        "tcmalloc",
+        "system,tcmalloc",
+        "",
+        "system,,jemalloc",
+        "system,next",
+    ] {
         let expected = "expected system, jemalloc, mimalloc, or NAME=PATH";
         v.push(case(&marked(&["compare", "-a", a]), 2, expected));
     }
