@@ -19,7 +19,9 @@
 
 use core::cell::UnsafeCell;
 use core::ffi::{CStr, c_void};
-use core::sync::atomic::{AtomicPtr, AtomicUsize, Ordering::Acquire, Ordering::Relaxed};
+use core::sync::atomic::{
+    AtomicBool, AtomicPtr, AtomicUsize, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
+};
 
 use super::{Backend, System};
 use crate::posix::{memalign_via_aligned, pvalloc_via_aligned, set_errno};
@@ -99,9 +101,13 @@ pub fn resolve() {
     let functions = if whole {
         found.map(|f| f.cast::<()>())
     } else {
-        crate::fmt::warn(format_args!(
-            "the library after the shim in LD_PRELOAD lacks one of malloc, calloc, realloc, free, memalign and malloc_usable_size; using glibc's allocator"
-        ));
+        // Once, though threads racing in the first call may all get here.
+        static WARNED: AtomicBool = AtomicBool::new(false);
+        if !WARNED.swap(true, Relaxed) {
+            crate::fmt::warn(format_args!(
+                "the library after the shim in LD_PRELOAD lacks one of malloc, calloc, realloc, free, memalign and malloc_usable_size; using glibc's allocator"
+            ));
+        }
         [
             __libc_malloc as MallocFn as *mut (),
             __libc_calloc as CallocFn as *mut (),
@@ -112,19 +118,20 @@ pub fn resolve() {
         ]
     };
     let [malloc, calloc, realloc, free, memalign, usable] = functions;
-    // `malloc` last, with Release: a call that finds it set finds the
-    // others set too (each read with Acquire).
-    NEXT.calloc
-        .store(calloc, core::sync::atomic::Ordering::Release);
-    NEXT.realloc
-        .store(realloc, core::sync::atomic::Ordering::Release);
-    NEXT.free.store(free, core::sync::atomic::Ordering::Release);
-    NEXT.memalign
-        .store(memalign, core::sync::atomic::Ordering::Release);
-    NEXT.usable
-        .store(usable, core::sync::atomic::Ordering::Release);
-    NEXT.malloc
-        .store(malloc, core::sync::atomic::Ordering::Release);
+    // The functions that take blocks first, then those that hand them
+    // out, `malloc` last: a thread that finds an allocating function set
+    // (each read with Acquire) finds `free` and `malloc_usable_size` set
+    // for the block it gets.
+    for (slot, f) in [
+        (&NEXT.free, free),
+        (&NEXT.usable, usable),
+        (&NEXT.realloc, realloc),
+        (&NEXT.calloc, calloc),
+        (&NEXT.memalign, memalign),
+        (&NEXT.malloc, malloc),
+    ] {
+        slot.store(f, Release);
+    }
 }
 
 /// The start-up arena: bytes handed out once, never reused.
