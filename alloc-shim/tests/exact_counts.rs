@@ -277,7 +277,8 @@ fn threads_differences_are_exact(backend: &str) {
     );
 }
 
-per_backend_and_next!(
+per_backend!(
+    with_next:
     counts_differences_are_exact,
     threads_differences_are_exact,
     default_sampling_keeps_counts_exact

@@ -738,7 +738,8 @@ fn bad_numeric_settings_warn_and_fall_back() {
     assert_eq!(lines.len(), 2, "two bad settings, two warnings: {lines:#?}");
 }
 
-per_backend_and_next!(
+per_backend!(
+    with_next:
     fork_and_exec_counts_are_exact_per_process,
     fork_while_threads_allocate
 );

@@ -236,7 +236,8 @@ fn failed_calls_are_counted_recording(backend: &str, env: &[(&str, &str)]) {
     );
 }
 
-per_backend_and_next!(
+per_backend!(
+    with_next:
     semantics_hold,
     semantics_hold_with_sampled_stacks,
     semantics_hold_at_the_sampled_level,

@@ -23,6 +23,7 @@ use core::sync::atomic::{
     AtomicBool, AtomicPtr, AtomicUsize, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
 };
 
+use super::system::{__libc_calloc, __libc_free, __libc_malloc, __libc_memalign, __libc_realloc};
 use super::{Backend, System};
 use crate::posix::{memalign_via_aligned, pvalloc_via_aligned, set_errno};
 
@@ -51,14 +52,6 @@ type ReallocFn = unsafe extern "C" fn(*mut c_void, usize) -> *mut c_void;
 type FreeFn = unsafe extern "C" fn(*mut c_void);
 type MemalignFn = unsafe extern "C" fn(usize, usize) -> *mut c_void;
 type UsableFn = unsafe extern "C" fn(*mut c_void) -> usize;
-
-unsafe extern "C" {
-    fn __libc_malloc(size: usize) -> *mut c_void;
-    fn __libc_calloc(count: usize, size: usize) -> *mut c_void;
-    fn __libc_realloc(ptr: *mut c_void, size: usize) -> *mut c_void;
-    fn __libc_free(ptr: *mut c_void);
-    fn __libc_memalign(align: usize, size: usize) -> *mut c_void;
-}
 
 /// glibc's `malloc_usable_size`, which the shim's own export would shadow.
 unsafe extern "C" fn glibc_usable(ptr: *mut c_void) -> usize {

@@ -5,12 +5,13 @@ use core::ffi::c_void;
 
 use super::Backend;
 
+// The `next` backend falls back on the same entry points.
 unsafe extern "C" {
-    fn __libc_malloc(size: usize) -> *mut c_void;
-    fn __libc_calloc(count: usize, size: usize) -> *mut c_void;
-    fn __libc_realloc(ptr: *mut c_void, size: usize) -> *mut c_void;
-    fn __libc_free(ptr: *mut c_void);
-    fn __libc_memalign(align: usize, size: usize) -> *mut c_void;
+    pub(super) fn __libc_malloc(size: usize) -> *mut c_void;
+    pub(super) fn __libc_calloc(count: usize, size: usize) -> *mut c_void;
+    pub(super) fn __libc_realloc(ptr: *mut c_void, size: usize) -> *mut c_void;
+    pub(super) fn __libc_free(ptr: *mut c_void);
+    pub(super) fn __libc_memalign(align: usize, size: usize) -> *mut c_void;
     fn __libc_valloc(size: usize) -> *mut c_void;
     fn __libc_pvalloc(size: usize) -> *mut c_void;
 }

@@ -14,8 +14,12 @@ pub use allocmux_testkit::shortened as text;
 
 /// Generates one `#[test]` per backend for each named `fn(backend: &str)`:
 /// `per_backend!(f)` makes `f::system`, `f::jemalloc` and `f::mimalloc`.
+/// `per_backend!(with_next: f)` adds `f::next`, with tcmalloc preloaded
+/// after the shim (skipped where it is not installed, outside CI): for the
+/// tests of what the shim promises whatever the allocator behind it
+/// (exact counts, the C rules, `fork`).
 macro_rules! per_backend {
-    ($($name:ident),* $(,)?) => {$(
+    (@one $name:ident { $($more:tt)* }) => {
         mod $name {
             #[test]
             fn system() {
@@ -29,36 +33,21 @@ macro_rules! per_backend {
             fn mimalloc() {
                 super::$name("mimalloc")
             }
+            $($more)*
         }
-    )*};
-}
-
-/// [`per_backend!`], and under the `next` backend too, with tcmalloc
-/// preloaded after the shim (skipped where it is not installed, outside
-/// CI): for the tests of what the shim promises whatever the allocator
-/// behind it (exact counts, the C rules, `fork`).
-macro_rules! per_backend_and_next {
-    ($($name:ident),* $(,)?) => {$(
-        mod $name {
-            #[test]
-            fn system() {
-                super::$name("system")
-            }
-            #[test]
-            fn jemalloc() {
-                super::$name("jemalloc")
-            }
-            #[test]
-            fn mimalloc() {
-                super::$name("mimalloc")
-            }
+    };
+    (with_next: $($name:ident),* $(,)?) => {$(
+        per_backend!(@one $name {
             #[test]
             fn next() {
                 if allocmux_testkit::next_library().is_some() {
                     super::$name("next")
                 }
             }
-        }
+        });
+    )*};
+    ($($name:ident),* $(,)?) => {$(
+        per_backend!(@one $name {});
     )*};
 }
 
