@@ -115,7 +115,15 @@ impl ChildSignals {
             ChildSignals {
                 old_int: libc::signal(libc::SIGINT, libc::SIG_IGN),
                 old_quit: libc::signal(libc::SIGQUIT, libc::SIG_IGN),
-                old_passed_on: PASSED_ON.map(|s| libc::signal(s, handler)),
+                // A signal ignored before (`nohup`'s SIGHUP) stays ignored:
+                // nothing is passed on, and the child inherits the ignoring.
+                old_passed_on: PASSED_ON.map(|s| match libc::signal(s, handler) {
+                    libc::SIG_IGN => {
+                        libc::signal(s, libc::SIG_IGN);
+                        libc::SIG_IGN
+                    }
+                    old => old,
+                }),
             }
         }
     }

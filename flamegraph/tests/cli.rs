@@ -134,6 +134,25 @@ fn a_stop_request_to_allocmux_is_passed_on_to_the_program() {
     }
 }
 
+/// A stop signal allocmux was started with ignored (`nohup`'s SIGHUP)
+/// stays ignored, by allocmux and by the program, as without it.
+#[test]
+fn an_ignored_stop_signal_stays_ignored_for_the_program() {
+    for (trap, ignored) in [("trap '' HUP;", true), ("", false)] {
+        let script = format!("{trap} exec \"$0\" run -- grep SigIgn /proc/self/status",);
+        let out = ok(run(Command::new("sh")
+            .args(["-c", &script, env!("CARGO_BIN_EXE_allocmux")])
+            .env("ALLOCMUX_SHIM", shim())));
+        let line = text(&out.stdout);
+        let mask = line
+            .trim()
+            .strip_prefix("SigIgn:")
+            .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+            .unwrap_or_else(|| panic!("{line}"));
+        assert_eq!(mask & 1 != 0, ignored, "{trap:?}: {line}");
+    }
+}
+
 #[test]
 fn run_reports_death_by_signal_as_128_plus_signal() {
     for (sig, code, name) in [
