@@ -7,8 +7,9 @@
 
 use std::fmt;
 
+use allocmux_format::marks;
 use object::elf;
-use object::read::elf::{Dyn as _, FileHeader, ProgramHeader as _, Sym as _};
+use object::read::elf::{Dyn as _, FileHeader, ProgramHeader as _, SectionHeader as _, Sym as _};
 use object::{Endianness, FileKind};
 
 /// Word size and machine: a library is preloaded only into a program
@@ -65,6 +66,20 @@ pub struct Elf {
     /// Which of [`NEXT_FUNCTIONS`] it exports definitions of: bit `i`
     /// for `NEXT_FUNCTIONS[i]`.
     pub next_functions: u8,
+    /// What the `allocmux` crate inside it does, from its marks.
+    pub in_code: InCode,
+}
+
+/// What a Rust program built with the `allocmux` crate does with its
+/// allocations, from the marks it carries (`allocmux_format::marks`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InCode {
+    /// Its allocator is `allocmux::Switchable`: the environment picks it,
+    /// and a preloaded allocator would see none of its allocations.
+    pub switchable: bool,
+    /// Its global allocator is `allocmux::Counting`: it writes its own
+    /// profile when asked as the shim is.
+    pub counting: bool,
 }
 
 /// The functions an allocator library must define to serve a program
@@ -160,12 +175,20 @@ fn facts<H: FileHeader<Endian = Endianness>>(data: &[u8]) -> Result<Elf, object:
             next_functions |= 1 << i;
         }
     }
+    let mut in_code = InCode::default();
+    if let Some((_, section)) = sections.section_by_name(endian, marks::SECTION.as_bytes()) {
+        for mark in marks::read(section.data(endian, data)?) {
+            in_code.switchable |= mark == marks::SWITCHABLE.as_bytes();
+            in_code.counting |= mark == marks::COUNTING.as_bytes();
+        }
+    }
     Ok(Elf {
         arch,
         kind,
         interpreter,
         defines_malloc: next_functions & 1 != 0,
         next_functions,
+        in_code,
     })
 }
 
@@ -236,6 +259,7 @@ mod tests {
         assert_eq!(sh.kind, Kind::Executable, "Debian builds sh as a PIE");
         assert!(sh.interpreter);
         assert!(!sh.defines_malloc);
+        assert_eq!(sh.in_code, InCode::default());
         let shim = read(crate::shim::EMBEDDED).unwrap().unwrap();
         assert_eq!(shim.kind, Kind::SharedLibrary);
         assert!(shim.defines_malloc);

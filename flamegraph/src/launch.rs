@@ -12,6 +12,7 @@ use allocmux_format::settings as env;
 use anyhow::{Context, Result, bail};
 
 use crate::allocator::Allocator;
+use crate::elf::InCode;
 use crate::shim::{Origin, Probe, Shim};
 use crate::sys::{self, ChildExit};
 use crate::target;
@@ -165,8 +166,10 @@ pub struct Outcome {
     pub main_pid: u32,
     /// The shim that was preloaded (kept, with any temporary copy, for
     /// [`Outcome::check_recorded`]); none for an unrecorded run under
-    /// glibc.
+    /// glibc, and for a program that switches its allocator in code.
     pub shim: Option<Shim>,
+    /// What the `allocmux` crate in the program does, if it has it.
+    pub in_code: InCode,
 }
 
 impl Outcome {
@@ -211,10 +214,17 @@ impl Outcome {
         if self.main_recorded() {
             return Ok(());
         }
+        let program = self.program.display();
+        if self.in_code.counting && self.in_code.switchable {
+            bail!(
+                "nothing was recorded: {program} records itself (allocmux::Counting) but wrote \
+                 no profile (it ended without running its exit handlers, or ALLOCMUX_OUTPUT \
+                 did not reach it)"
+            );
+        }
         let Some(shim) = &self.shim else {
             bail!("nothing was recorded: the run preloaded no shim (recording was off)");
         };
-        let program = self.program.display();
         let path = shim.path.display();
         let what = if self.profiles.is_empty() {
             format!("nothing was recorded: {program} ran without the allocmux shim")
@@ -289,12 +299,22 @@ pub fn in_foreground(
 }
 
 /// Runs the command under the shim and gathers its profiles (none when
-/// it does not record).
+/// it does not record). A program that switches its allocator in code
+/// (`allocmux::Switchable`, see [`InCode`]) gets no shim: the environment
+/// picks its allocator, and when recorded, it records itself
+/// (`allocmux::Counting`), told the shim's way.
 pub fn launch(l: &Launch<'_>) -> Result<Outcome> {
     let program = target::resolve(&l.command[0])?;
+    let runs = target::inspect(&program)?;
+    let in_code = runs.as_ref().map(|p| p.in_code).unwrap_or_default();
     let backend = l.allocator.backend();
     let library = l.allocator.library();
-    let shim = if l.record {
+    if l.record && in_code.switchable {
+        check_records_itself(&program, in_code, &l.env)?;
+    }
+    let shim = if in_code.switchable {
+        None // the program's own switch
+    } else if l.record {
         let (level, mode) = shim_hooks(&l.env);
         Some(crate::shim::locate(backend, level, mode)?)
     } else if library.is_some() {
@@ -303,7 +323,6 @@ pub fn launch(l: &Launch<'_>) -> Result<Outcome> {
         crate::shim::locate_forwarder(backend)?
     };
     if let Some(shim) = &shim {
-        let runs = target::check_preloadable(&program)?;
         shim.check_fits(runs.as_ref())?;
         if let Some(note) = shim.note() {
             crate::error::say(note);
@@ -311,8 +330,10 @@ pub fn launch(l: &Launch<'_>) -> Result<Outcome> {
     } else if let Some(library) = library {
         // Of the shim's machine (checked when `-a` was read), so the
         // shim's answer is the library's.
-        let runs = target::check_preloadable(&program)?;
-        if let Some(p) = runs.filter(|p| p.arch != crate::shim::embedded_elf().arch) {
+        if let Some(p) = runs
+            .as_ref()
+            .filter(|p| p.arch != crate::shim::embedded_elf().arch)
+        {
             bail!(
                 "{} is a {} program and {} is not: the loader cannot preload it",
                 p.path.display(),
@@ -335,6 +356,9 @@ pub fn launch(l: &Launch<'_>) -> Result<Outcome> {
         .map(|s| s.path.as_path())
         .chain(library)
         .collect();
+    if let Some(p) = runs.as_ref().filter(|_| !libraries.is_empty()) {
+        target::check_dynamic(p)?;
+    }
     let preload = (!libraries.is_empty()).then(|| preload_value(&libraries));
     let mut start = crate::launcher::start(
         preload.or_else(|| std::env::var_os("LD_PRELOAD")).as_ref(),
@@ -403,7 +427,34 @@ pub fn launch(l: &Launch<'_>) -> Result<Outcome> {
         program,
         main_pid,
         shim,
+        in_code,
     })
+}
+
+/// Refuses to record a program that switches its allocator in code when
+/// it cannot record itself, or not as asked: without `Counting` nothing in
+/// it counts (a preloaded shim would see none of its allocations under
+/// jemalloc or mimalloc), and what only the shim does (the sampled level,
+/// the live endpoint) it does not do.
+fn check_records_itself(program: &Path, in_code: InCode, env: &[(String, String)]) -> Result<()> {
+    let program = program.display();
+    if !in_code.counting {
+        bail!(
+            "{program} switches its allocator in code (allocmux::Switchable) and counts nothing: \
+             make its global allocator allocmux::Counting<allocmux::Switchable> for allocmux to \
+             record it (a preloaded shim would see none of its allocations)"
+        );
+    }
+    let (level, _) = shim_hooks(env);
+    let http = env.iter().any(|(k, _)| k == env::HTTP) || std::env::var_os(env::HTTP).is_some();
+    if level != env::Level::Exact || http {
+        bail!(
+            "{program} switches its allocator in code and records itself (allocmux::Counting), \
+             which counts every call and serves no live endpoint: leave out --record sampled \
+             and --http, or serve /debug/pprof from the program with allocmux::Profiler"
+        );
+    }
+    Ok(())
 }
 
 /// Profiles read from a directory, and the files that could not be read

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, anyhow, bail};
 
-use crate::elf::{self, Arch};
+use crate::elf::{self, Arch, InCode};
 
 /// Why a command cannot be run or profiled.
 #[derive(Debug)]
@@ -68,6 +68,11 @@ pub struct Program {
     pub path: PathBuf,
     /// Its word size and machine, which the shim's must match.
     pub arch: Arch,
+    /// Dynamically linked (it names an interpreter): a loader runs for it
+    /// and can preload.
+    pub dynamic: bool,
+    /// What the `allocmux` crate inside it does, if it is built with it.
+    pub in_code: InCode,
 }
 
 /// Checks that `path` will load the shim: a dynamically linked ELF (or a
@@ -75,7 +80,31 @@ pub struct Program {
 /// program that will run, when that is known, for the caller to match
 /// against the shim's architecture.
 pub fn check_preloadable(path: &Path) -> Result<Option<Program>> {
+    let program = inspect(path)?;
+    if let Some(p) = &program {
+        check_dynamic(p)?;
+    }
+    Ok(program)
+}
+
+/// The ELF program that will run for `path`, as [`check_preloadable`]
+/// finds it, refusing setuid and setgid files but not a statically linked
+/// program (which a run that preloads nothing can still run).
+pub fn inspect(path: &Path) -> Result<Option<Program>> {
     check_one(path, 0)
+}
+
+/// Refuses a statically linked program: no loader runs for it, so
+/// nothing preloaded reaches its `malloc`.
+pub fn check_dynamic(p: &Program) -> Result<()> {
+    if !p.dynamic {
+        bail!(
+            "{} is statically linked: LD_PRELOAD cannot reach its malloc, so it cannot be profiled \
+             (build it dynamically linked, or for Rust use the allocmux library's #[global_allocator])",
+            p.path.display()
+        );
+    }
+    Ok(())
 }
 
 fn check_one(path: &Path, depth: u32) -> Result<Option<Program>> {
@@ -105,16 +134,11 @@ fn check_one(path: &Path, depth: u32) -> Result<Option<Program>> {
     let Some(Ok(elf)) = elf::read(&data) else {
         return Ok(None);
     };
-    if !elf.interpreter {
-        bail!(
-            "{} is statically linked: LD_PRELOAD cannot reach its malloc, so it cannot be profiled \
-             (build it dynamically linked, or for Rust use the allocmux library's #[global_allocator])",
-            path.display()
-        );
-    }
     Ok(Some(Program {
         path: path.to_path_buf(),
         arch: elf.arch,
+        dynamic: elf.interpreter,
+        in_code: elf.in_code,
     }))
 }
 

@@ -85,6 +85,15 @@
 //! The backends other than the system's are the cargo features `jemalloc`
 //! and `mimalloc` (both on by default).
 //!
+//! The `allocmux` command line knows such a binary by marks the crate
+//! leaves in its ELF file, and preloads nothing for it: `compare` sets
+//! `ALLOCMUX_ALLOCATOR` for each run. With [`Counting`] around the switch,
+//! its recorded runs are recorded by the program itself: a program whose
+//! global allocator is a `Counting` writes the shim's profile, counts and
+//! (with `ALLOCMUX_STACKS`) stacks, to `ALLOCMUX_OUTPUT` when that is set
+//! and no shim is preloaded, from before `main` to its exit (`atexit`).
+//! A [`Profiler`] the program builds takes that recording over.
+//!
 //! # Where the allocations come from: `Profiler`
 //!
 //! With [`Counting`] as the global allocator, a [`Profiler`] records the

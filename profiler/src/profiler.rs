@@ -7,19 +7,17 @@
 //! stack table), and the profiler turns that on and writes the result.
 
 use std::ffi::OsString;
-use std::fs;
-use std::io::{self, Write as _};
+use std::io;
 use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::thread::JoinHandle;
 
-use crate::Backend;
-use allocmux_format::profile::{self, AllocatorReading, Header, StackMode, State};
+use allocmux_format::profile::{StackMode, State};
 use allocmux_format::settings as env;
 use allocmux_recorder::http::{BindError, Listener, Server};
-use allocmux_recorder::{self as recorder, stacks};
+use allocmux_recorder::{self as recorder, profile_file, stacks};
 
 /// Mean bytes between sampled allocations when neither the builder nor
 /// `ALLOCMUX_SAMPLE_BYTES` says: jemalloc's `lg_prof_sample` default, as
@@ -157,6 +155,9 @@ impl ProfilerBuilder {
             !STARTED.swap(true, SeqCst),
             "allocmux: a Profiler was already started in this process (one per process)"
         );
+        // A program that records itself because `ALLOCMUX_OUTPUT` asked
+        // (see the crate docs) hands that recording to this profiler.
+        recorder::from_env::hand_over();
         // An allocation, so that a `Counting` global allocator has
         // certainly registered by the check below.
         drop(std::hint::black_box(Box::new(0u64)));
@@ -177,19 +178,22 @@ impl ProfilerBuilder {
         let path = match self.file {
             Some(p) => Some(p),
             None => match settings.output.map(|t| OsString::from_vec(t.to_vec())) {
-                Some(_) if shim_preloaded() => {
+                Some(_) if profile_file::shim_preloaded() => {
                     eprintln!(
                         "allocmux: warning: Profiler: the allocmux shim is preloaded and writes \
                          ALLOCMUX_OUTPUT; the Profiler will not write it too"
                     );
                     None
                 }
-                Some(template) => Some(expand_pid(template, std::process::id())),
+                Some(template) => Some(profile_file::expand_pid(
+                    template.as_encoded_bytes(),
+                    std::process::id(),
+                )),
                 None => Some(PathBuf::from(DEFAULT_FILE)),
             },
         };
         if mode != StackMode::Off {
-            recorder::start_stacks(mode);
+            recorder::start_stacks(mode, 0);
         }
         let serving = self.serve.and_then(|a| start_serving(&a));
         Profiler {
@@ -237,26 +241,9 @@ impl Profiler {
     }
 
     fn write_as(&self, state: State) -> io::Result<()> {
-        let Some(path) = &self.path else {
-            return Ok(());
-        };
-        let text = profile_text(state, self.http_address().unwrap_or(""));
-        let mut tmp = path.as_os_str().to_owned();
-        tmp.push(format!(".tmp{}", std::process::id()));
-        let tmp = PathBuf::from(tmp);
-        let written = fs::File::create(&tmp).and_then(|mut f| {
-            f.write_all(text.as_bytes())?;
-            f.sync_data()
-        });
-        match written.and_then(|()| fs::rename(&tmp, path)) {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                let _ = fs::remove_file(&tmp);
-                Err(io::Error::new(
-                    e.kind(),
-                    format!("writing the profile {}: {e}", path.display()),
-                ))
-            }
+        match &self.path {
+            Some(path) => profile_file::write(path, state, self.http_address().unwrap_or("")),
+            None => Ok(()),
         }
     }
 }
@@ -349,80 +336,5 @@ impl ProfilerEnv {
                 .find(|(n, _)| *n == name)
                 .map(|(_, v)| v.as_slice())
         })
-    }
-}
-
-/// Whether allocmux's preload shim is loaded (then it owns `ALLOCMUX_OUTPUT`).
-fn shim_preloaded() -> bool {
-    fs::read_to_string("/proc/self/maps").is_ok_and(|m| m.contains("liballocmux_shim"))
-}
-
-/// `%p` becomes the pid and `%%` a `%`, as in the shim's output names.
-fn expand_pid(template: OsString, pid: u32) -> PathBuf {
-    let bytes = template.into_vec();
-    let mut out = vec![0; env::expanded_template_capacity(bytes.len())];
-    let len = env::expand_output_template(&bytes, pid, &mut out)
-        .expect("the buffer has room for any pid");
-    out.truncate(len);
-    PathBuf::from(OsString::from_vec(out))
-}
-
-/// The whole profile of this process, as text.
-fn profile_text(state: State, http: &str) -> String {
-    let totals = recorder::with_thread(|t| recorder::snapshot(Some(t)));
-    let exe = fs::read_link("/proc/self/exe")
-        .map(|p| p.into_os_string().into_vec())
-        .unwrap_or_default();
-    let cmdline = fs::read("/proc/self/cmdline").unwrap_or_default();
-    let header = Header {
-        pid: std::process::id(),
-        ppid: std::os::unix::process::parent_id(),
-        exe: &exe,
-        cmdline: &cmdline,
-        allocator: recorder::inner_allocator_name(),
-        state,
-        threads: recorder::threads_seen(),
-        clock_start: recorder::clock_start(),
-        clock_end: recorder::read_clocks(),
-        cpu_ns: recorder::clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID),
-        max_rss_bytes: recorder::process::max_rss_bytes(),
-        time_sample_mean: recorder::time_sample_mean(),
-        http: http.as_bytes(),
-        exec: b"",
-        recording: profile::Recording::Exact,
-    };
-    // The allocator's own figures, when it is one allocmux knows.
-    let allocator = Backend::from_name(header.allocator.as_bytes())
-        .and_then(allocmux_recorder::allocator_stats::read)
-        .map(|stats| {
-            let t_ns = header
-                .clock_end
-                .mono_ns
-                .saturating_sub(header.clock_start.mono_ns);
-            AllocatorReading::new(t_ns, totals.live_bytes(), stats)
-        });
-    let mut snapshot = stacks::Snapshot::new();
-    // Copying the table holds the stack lock while it allocates: as the
-    // recorder's own work, those allocations do not ask for the lock again.
-    recorder::with_stack_thread(|st| st.as_recorder(|| snapshot.take(&totals)));
-    let mut text = String::new();
-    // Writing into a String cannot fail.
-    let _ = profile::write_magic(&mut text)
-        .and_then(|()| profile::write_counters(&mut text, &header, &totals))
-        .and_then(|()| profile::write_allocator_stats(&mut text, allocator.as_ref(), None))
-        .and_then(|()| snapshot.write(&mut text))
-        .and_then(|()| profile::write_end(&mut text));
-    text
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn output_names_expand_the_pid_as_the_shims_do() {
-        let e = |s: &str| expand_pid(OsString::from(s), 4242);
-        assert_eq!(e("/tmp/a.%p.prof"), PathBuf::from("/tmp/a.4242.prof"));
-        assert_eq!(e("100%%-%x-%"), PathBuf::from("100%-%x-%"));
     }
 }

@@ -47,7 +47,21 @@ pub struct CompareOptions {
 pub fn run(o: &CompareOptions) -> Result<i32> {
     // The target first: a refused one leaves no output file (nor an empty log).
     let program = crate::target::resolve(&o.command[0])?;
-    crate::target::check_preloadable(&program)?;
+    let inspected = crate::target::inspect(&program)?;
+    let in_code = inspected.as_ref().map(|p| p.in_code).unwrap_or_default();
+    if let Some(p) = &inspected
+        && !in_code.switchable
+    {
+        crate::target::check_dynamic(p)?;
+    }
+    // A program that switches in code without counting is timed alone.
+    let unrecorded = (in_code.switchable && !in_code.counting).then(|| {
+        format!(
+            "{} switches its allocator in code (allocmux::Switchable) and counts nothing \
+             (allocmux::Counting around it would)",
+            program.display()
+        )
+    });
     let json = o
         .json
         .as_deref()
@@ -69,6 +83,7 @@ pub fn run(o: &CompareOptions) -> Result<i32> {
         log,
         input: input.path(),
         env: vec![],
+        unrecorded,
     })?;
     let summary = compare::Summary::new(&cmp);
     // The table goes to stdout, unless the JSON does.

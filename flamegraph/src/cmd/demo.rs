@@ -105,6 +105,7 @@ pub fn run(opts: &DemoOptions) -> Result<i32> {
         log: None,
         input: None,
         env: vec![],
+        unrecorded: None,
     })?;
     let summary = Summary::new(&cmp);
     compare::write_human(&cmp, &summary, &mut std::io::stdout().lock())?;

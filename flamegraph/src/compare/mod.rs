@@ -73,6 +73,9 @@ pub struct Options {
     pub input: Option<std::path::PathBuf>,
     /// Extra environment for the program (stack recording, for example).
     pub env: Vec<(String, String)>,
+    /// Why the program cannot be recorded, if it cannot: then only timing
+    /// runs are made, and the figures of recorded runs are not measured.
+    pub unrecorded: Option<String>,
 }
 
 /// One run of the command under one allocator.
@@ -150,6 +153,8 @@ pub struct Comparison {
     /// The confidence level of the intervals: [`LEVEL`], or the stricter
     /// per-look level when `--stop-early` looked more than once.
     pub level: f64,
+    /// Why no run was recorded, if none could be ([`Options::unrecorded`]).
+    pub unrecorded: Option<String>,
 }
 
 /// Rounds when none are asked for: as many as fit in about a minute
@@ -230,13 +235,14 @@ pub fn run(mut opts: Options) -> Result<Comparison> {
         rounds_planned: rounds,
         stopped_early: false,
         level: LEVEL,
+        unrecorded: opts.unrecorded.clone(),
     };
     let mut round = 0;
     while round < opts.warmup + rounds {
         round += 1;
         let warmup = round <= opts.warmup;
         let measured = round.saturating_sub(opts.warmup);
-        let record = !warmup && (measured - 1) % RECORD_EVERY == 0;
+        let record = !warmup && (measured - 1) % RECORD_EVERY == 0 && opts.unrecorded.is_none();
         let kinds: &[bool] = if record { &[false, true] } else { &[false] };
         for &recorded in kinds {
             for alloc in &opts.allocators {
@@ -435,6 +441,7 @@ mod tests {
             rounds_planned: rounds,
             stopped_early: false,
             level: looks_level(rounds),
+            unrecorded: None,
         }
     }
 

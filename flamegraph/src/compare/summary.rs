@@ -91,11 +91,13 @@ pub struct AllocatorSummary {
 impl AllocatorSummary {
     /// The spread of one figure.
     pub fn spread(&self, f: Figure) -> Spread {
-        self.figures
-            .iter()
-            .find(|(g, _)| *g == f)
-            .map(|&(_, s)| s)
-            .expect("every figure is summarised")
+        self.figure(f).expect("every figure is summarised")
+    }
+
+    /// The spread of figure `f`, if its runs were made (a comparison
+    /// without recorded runs has no figures of theirs).
+    pub fn figure(&self, f: Figure) -> Option<Spread> {
+        self.figures.iter().find(|(g, _)| *g == f).map(|&(_, s)| s)
     }
 }
 
@@ -442,13 +444,20 @@ pub fn write_human(cmp: &Comparison, s: &Summary, w: &mut dyn Write) -> io::Resu
         if cmp.warmup == 1 { "" } else { "s" },
     )?;
     let recorded = s.per_allocator.first().map_or(0, |a| a.recorded_runs);
-    writeln!(
-        w,
-        "  wall, user, sys, max RSS: runs that record nothing; allocations, alloc time, share: \
-         {recorded} recorded run{} of each (1 round in {})\n",
-        if recorded == 1 { "" } else { "s" },
-        super::RECORD_EVERY,
-    )?;
+    match &cmp.unrecorded {
+        Some(why) => writeln!(
+            w,
+            "  wall, user, sys, max RSS: runs that record nothing; allocations, alloc time, \
+             share: not measured ({why})\n"
+        )?,
+        None => writeln!(
+            w,
+            "  wall, user, sys, max RSS: runs that record nothing; allocations, alloc time, \
+             share: {recorded} recorded run{} of each (1 round in {})\n",
+            if recorded == 1 { "" } else { "s" },
+            super::RECORD_EVERY,
+        )?,
+    }
     writeln!(
         w,
         "  {:<9} {:>26} {:>10} {:>10} {:>10} {:>12} {:>11} {:>6}",
@@ -460,17 +469,21 @@ pub fn write_human(cmp: &Comparison, s: &Summary, w: &mut dyn Write) -> io::Resu
         }
         let wall = a.spread(Figure::Wall);
         let m = |f: Figure| a.spread(f).median as u64;
+        // Figures of recorded runs, `?` when there were none.
+        let recorded = |f: Figure, show: &dyn Fn(f64) -> String| {
+            a.figure(f).map_or("?".to_string(), |s| show(s.median))
+        };
         writeln!(
             w,
-            "  {:<9} {:>26} {:>10} {:>10} {:>10} {:>12} {:>11} {:>5.1}%",
+            "  {:<9} {:>26} {:>10} {:>10} {:>10} {:>12} {:>11} {:>6}",
             a.allocator.name(),
             time_with_range(wall.median, wall.q1, wall.q3),
             Dur(m(Figure::User)),
             Dur(m(Figure::Sys)),
             Bytes(m(Figure::MaxRss)),
-            Count(m(Figure::AllocationCalls)),
-            Dur(m(Figure::AllocatorTime)),
-            100.0 * a.spread(Figure::AllocatorShare).median,
+            recorded(Figure::AllocationCalls, &|v| Count(v as u64).to_string()),
+            recorded(Figure::AllocatorTime, &|v| Dur(v as u64).to_string()),
+            recorded(Figure::AllocatorShare, &|v| format!("{:.1}%", 100.0 * v)),
         )?;
     }
     let base = cmp.allocators[0].name();
@@ -577,6 +590,7 @@ mod tests {
             rounds_planned: rounds,
             stopped_early: false,
             level: LEVEL,
+            unrecorded: None,
         }
     }
 
@@ -806,6 +820,40 @@ mod tests {
             s.warnings.iter().any(|w| w.contains("noisy")),
             "{:?}",
             s.warnings
+        );
+    }
+
+    /// A program that cannot be recorded is compared on its timing runs
+    /// alone: the verdict stands, and the figures only recording measures
+    /// are said to be unknown, with the reason, in the table and the JSON.
+    #[test]
+    fn a_comparison_without_recorded_runs_says_its_counts_are_unknown() {
+        let mut cmp = comparison(&[(SYSTEM, 1.0), (JEMALLOC, 0.8)], 6);
+        cmp.runs.retain(|r| !r.recorded);
+        cmp.unrecorded = Some("./app counts nothing".into());
+        let s = Summary::new(&cmp);
+        assert!(
+            matches!(s.verdict, Verdict::Winner { .. }),
+            "{:?}",
+            s.verdict
+        );
+        let mut out = Vec::new();
+        write_human(&cmp, &s, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.contains("share: not measured (./app counts nothing)"),
+            "{text}"
+        );
+        let row = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("jemalloc"))
+            .unwrap();
+        assert!(row.trim_end().ends_with("?           ?      ?"), "{row:?}");
+        let v = serde_json::to_value(crate::json::CompareJson::new(&cmp, &s)).unwrap();
+        let j = &v["allocators"][1]["figures"];
+        assert!(
+            j.get("wall_ns").is_some() && j.get("allocation_calls").is_none(),
+            "{j}"
         );
     }
 

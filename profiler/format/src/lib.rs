@@ -24,6 +24,7 @@ mod backend;
 pub mod clock;
 pub mod counts;
 pub mod direct;
+pub mod marks;
 pub mod profile;
 pub mod settings;
 pub mod stats;

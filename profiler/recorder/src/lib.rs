@@ -55,12 +55,16 @@ mod block_map;
 mod clock;
 mod counters;
 pub mod counting;
+#[cfg(feature = "from-env")]
+pub mod from_env;
 pub mod http;
 mod last_stack;
 pub mod loader;
 mod lock;
+mod marks;
 pub mod pprof;
 pub mod process;
+pub mod profile_file;
 pub mod program_read;
 mod random;
 pub mod stacks;

@@ -70,12 +70,16 @@ impl Switchable {
 
     /// The backend in use, choosing it now if nothing has allocated yet.
     pub fn backend(&self) -> Backend {
-        match choice() {
-            SYSTEM => Backend::System,
-            JEMALLOC => Backend::Jemalloc,
-            MIMALLOC => Backend::Mimalloc,
-            NEXT => Backend::Next,
-            code => unreachable!("choose() stores a backend's code, not {code}"),
+        decode(choice())
+    }
+
+    /// The backend in use, if the choice was made, without making it:
+    /// for code that must not link the choice in (and with it the
+    /// program's `switchable` mark) unless `Switchable` is used.
+    pub(crate) fn chosen() -> Option<Backend> {
+        match CHOICE.load(Relaxed) {
+            UNCHOSEN => None,
+            code => Some(decode(code)),
         }
     }
 
@@ -86,6 +90,16 @@ impl Switchable {
     /// [`allocator_stats::read`]: crate::allocator_stats::read
     pub fn allocator_stats(&self) -> Option<allocmux_format::AllocatorStats> {
         crate::allocator_stats::read(self.backend())
+    }
+}
+
+fn decode(code: u8) -> Backend {
+    match code {
+        SYSTEM => Backend::System,
+        JEMALLOC => Backend::Jemalloc,
+        MIMALLOC => Backend::Mimalloc,
+        NEXT => Backend::Next,
+        code => unreachable!("choose() stores a backend's code, not {code}"),
     }
 }
 
@@ -106,6 +120,7 @@ fn choice() -> u8 {
 #[cold]
 #[inline(never)]
 fn choose() -> u8 {
+    crate::marks::switchable();
     let settings = Settings::from_env(Reader::Shim, getenv);
     let value = getenv(ALLOCATOR).unwrap_or_default();
     let wanted = settings
@@ -145,7 +160,7 @@ fn choose() -> u8 {
 
 /// The value of the environment variable `name` (at most 63 bytes), read
 /// with `getenv`, which allocates nothing.
-fn getenv(name: &str) -> Option<&'static [u8]> {
+pub(crate) fn getenv(name: &str) -> Option<&'static [u8]> {
     let mut c_name = [0u8; 64];
     if name.len() >= c_name.len() {
         return None;

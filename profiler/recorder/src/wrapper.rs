@@ -57,6 +57,7 @@ use super::clock::{ClockPair, monotonic_ns, read_clocks};
 use super::stacks::{self, StackBody, StackThread, enter_stacks};
 use super::thread::{Body, Scope, ThreadState, enter, set_time_sample_mean, time_sample_mean};
 use super::watch;
+use allocmux_format::Backend;
 use allocmux_format::stats::Func;
 
 thread_local! {
@@ -502,6 +503,7 @@ fn on_register(inner_type: &'static str) {
         // no clock cost, a few ticks on a handful of calls.
         return;
     }
+    super::marks::counting();
     // Keeps a mean set by the program before its first allocation.
     set_time_sample_mean(time_sample_mean());
     let start = read_clocks();
@@ -546,17 +548,19 @@ pub fn inner_allocator_name() -> &'static str {
         "System" => "system",
         "Jemalloc" => "jemalloc",
         "MiMalloc" => "mimalloc",
-        "Switchable" => super::Switchable::new().backend().name(),
+        // Chosen by the allocation that registered the `Counting`.
+        "Switchable" => super::Switchable::chosen().map_or("unknown", Backend::name),
         _ => last,
     }
 }
 
 /// Turns on stack recording for the wrapper (once per process), with
-/// `fork` handlers that keep the stack table consistent in a child.
-pub fn start_stacks(mode: allocmux_format::profile::StackMode) {
+/// `fork` handlers that keep the stack table consistent in a child; in
+/// sample mode, the first `exact_first` allocations exactly.
+pub fn start_stacks(mode: allocmux_format::profile::StackMode, exact_first: u64) {
     // The recorder's own modules are the program's executable here: no
     // module is skipped; the CLI trims allocmux's frames by name.
-    with_stack_thread(|st| st.as_recorder(|| stacks::configure(mode, false, 0)));
+    with_stack_thread(|st| st.as_recorder(|| stacks::configure(mode, false, exact_first)));
     // The child keeps the parent's stacks as its history, as it keeps its
     // counts (see `on_register`).
     unsafe extern "C" fn child() {
