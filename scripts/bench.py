@@ -52,7 +52,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import bench_svg  # noqa: E402
-from common import DEBIAN_JEMALLOC, DEBIAN_MIMALLOC, clean_env  # noqa: E402
+from common import DEBIAN_JEMALLOC, DEBIAN_MIMALLOC, DEBIAN_TCMALLOC, clean_env  # noqa: E402
 from shim_overhead import direct_shims, library  # noqa: E402
 
 PARTS = ["overhead", "callgrind", "compare", "heaptrack", "counting"]
@@ -282,20 +282,32 @@ def part_compare(a, R, out, charts):
     plain = {"system": R.env(), "jemalloc": R.env(DEBIAN_JEMALLOC)}
     if os.path.exists(DEBIAN_MIMALLOC):
         plain["mimalloc"] = R.env(DEBIAN_MIMALLOC)
+    # tcmalloc is an allocator library to compare: `-a tcmalloc=PATH`
+    # preloads it alone in the timing runs, as the plain runs do.
+    contenders = ["system", "jemalloc", "mimalloc"]
+    compare_a = "system,jemalloc,mimalloc"
+    if os.path.exists(DEBIAN_TCMALLOC):
+        plain["tcmalloc"] = R.env(DEBIAN_TCMALLOC)
+        contenders.append("tcmalloc")
+        compare_a += f",tcmalloc={DEBIAN_TCMALLOC}"
+    heads = ["system", "jemalloc", "mimalloc"] + (["tcmalloc"] if "tcmalloc" in contenders else [])
     out += [
         "## Which allocator: `compare` against plain runs", "",
-        f"For each workload, `allocmux compare -n {rounds} --warmup 1 --json FILE -- PROG SIZE` (its timing runs under "
-        f"each allocator's forwarder, glibc's with no preload), then {rounds} rounds of plain runs, interleaved, with the allocator preloaded "
+        f"For each workload, `allocmux compare -n {rounds} --warmup 1 -a {compare_a} --json FILE -- PROG SIZE` (its timing runs under "
+        f"each allocator's forwarder, glibc's with no preload, tcmalloc's library alone), then {rounds} rounds of plain runs, interleaved, with the allocator preloaded "
         f"directly: glibc with no preload, `LD_PRELOAD={DEBIAN_JEMALLOC}`"
-        + (f", `LD_PRELOAD={DEBIAN_MIMALLOC}`." if "mimalloc" in plain else " (Debian's libmimalloc2.0 is not installed: no plain mimalloc runs).")
+        + (f", `LD_PRELOAD={DEBIAN_MIMALLOC}`" if "mimalloc" in plain else " (Debian's libmimalloc2.0 is not installed: no plain mimalloc runs)")
+        + (f", `LD_PRELOAD={DEBIAN_TCMALLOC}`." if "tcmalloc" in plain else " (Debian's libtcmalloc-minimal4 is not installed: no tcmalloc).")
         + " Debian's builds are not the shim's: jemalloc 5.3.0 against the shim's 5.3.1 snapshot (tikv-jemalloc-sys), "
-        "mimalloc 2.0.9 against the shim's 2.3.2 (libmimalloc-sys, `v2`), so some disagreement can be the versions.", "",
+        "mimalloc 2.0.9 against the shim's 2.3.2 (libmimalloc-sys, `v2`), so some disagreement can be the versions; "
+        "tcmalloc is the same library on both sides.", "",
         "**Clear winner** (both sides, the same rule): the allocator whose 95% interval of wall-time ratio against "
         "*every* other allocator lies below 1, the interval being the exact Wilcoxon signed-rank interval of the "
         "Hodges–Lehmann estimate over the per-round log ratios (compare's own method, recomputed here for the plain "
         "runs). With fewer than 6 rounds no 95% interval exists and nothing is clear. Wall times: median (IQR), ms.", "",
-        "| workload | compare: system | jemalloc | mimalloc | compare's winner | plain: glibc | Debian jemalloc | Debian mimalloc | plain winner | agree? |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| workload | compare: " + " | ".join(heads) + " | compare's winner | plain: glibc | Debian "
+        + " | Debian ".join(heads[1:]) + " | plain winner | agree? |",
+        "|---" * (2 * len(heads) + 4) + "|",
     ]
     tallies = {"agree": 0, "differ": 0, "compare none": 0, "plain none": 0, "both none": 0}
     chart_rows = []
@@ -304,16 +316,17 @@ def part_compare(a, R, out, charts):
         js = os.path.join(R.tmp, f"compare-{name}.json")
         log(f"compare {name}")
         comp_env = dict(R.base, ALLOCMUX_SHIM=a.shim)
-        r = subprocess.run([a.allocmux, "compare", "-n", str(rounds), "--warmup", "1", "--json", js, "--force", "--", *cmd],
+        r = subprocess.run([a.allocmux, "compare", "-n", str(rounds), "--warmup", "1", "-a", compare_a,
+                            "--json", js, "--force", "--", *cmd],
                            env=comp_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         if r.returncode != 0:
             sys.exit(f"allocmux compare on {name} failed ({r.returncode}): {r.stderr[-2000:]}")
         with open(js) as f:
             c = json.load(f)
         cw = c["verdict"]["winner"]
-        comp_times = {al: [] for al in ["system", "jemalloc", "mimalloc"]}
+        comp_times = {al: [] for al in contenders}
         for run in c["runs"]:
-            if not run["warmup"]:
+            if not run["warmup"] and not run["recorded"]:
                 comp_times[run["allocator"]].append(run["wall_ns"] / 1e9)
         _, expected = R.run(cmd, R.env())
         times = R.interleaved(f"plain {name}", rounds, {al: (lambda e=e: R.run(cmd, e, expected)[0]) for al, e in plain.items()})
@@ -330,11 +343,11 @@ def part_compare(a, R, out, charts):
         else:
             agree = "neither names one"
             tallies["both none"] += 1
-        cells = [fmt_spread(comp_times[al]) for al in ["system", "jemalloc", "mimalloc"]]
-        pcells = [fmt_spread(times[al]) if al in times else "n/a" for al in ["system", "jemalloc", "mimalloc"]]
+        cells = [fmt_spread(comp_times[al]) for al in heads]
+        pcells = [fmt_spread(times[al]) if al in times else "n/a" for al in heads]
         out.append(f"| {name} | {' | '.join(cells)} | {cw or 'none'} | {' | '.join(pcells)} | {pw or 'none'} | {agree} |")
         row = {}
-        for al in ["jemalloc", "mimalloc"]:
+        for al in heads[1:]:
             if comp_times[al]:
                 rr = Ratio(comp_times["system"], comp_times[al])
                 row[f"compare {al}"] = (rr.med, rr.q1, rr.q3)
@@ -342,13 +355,13 @@ def part_compare(a, R, out, charts):
                 rr = Ratio(times["system"], times[al])
                 row[f"plain {al}"] = (rr.med, rr.q1, rr.q3)
         chart_rows.append((name, row))
-    R.commands.append(("compare", f"{a.allocmux} compare -n {rounds} --warmup 1 --json FILE --force -- PROG SIZE  (ALLOCMUX_SHIM={a.shim})"))
+    R.commands.append(("compare", f"{a.allocmux} compare -n {rounds} --warmup 1 -a {compare_a} --json FILE --force -- PROG SIZE  (ALLOCMUX_SHIM={a.shim})"))
     out += ["", f"Tally: {tallies['agree']} agree, {tallies['differ']} name different winners, "
             f"{tallies['compare none']} where only the plain runs name one, {tallies['plain none']} where only compare does, "
             f"{tallies['both none']} where neither does.", ""]
     charts["compare"] = bench_svg.hbar_chart(
-        "Speed-up over glibc: compare (shim) and plain runs (Debian's allocators preloaded)",
-        chart_rows, ["compare jemalloc", "plain jemalloc", "compare mimalloc", "plain mimalloc"],
+        "Speed-up over glibc: compare and plain runs (Debian's allocators preloaded)",
+        chart_rows, [f"{side} {al}" for al in heads[1:] for side in ("compare", "plain")],
         refs=[(1.0, "")], xlabel="glibc wall time / allocator's wall time (median of rounds; whisker: IQR)")
     return {"tallies": tallies}
 

@@ -12,6 +12,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIB = "/usr/lib/x86_64-linux-gnu"
 DEBIAN_JEMALLOC = f"{LIB}/libjemalloc.so.2"
 DEBIAN_MIMALLOC = f"{LIB}/libmimalloc.so.2"
+# Debian's tcmalloc (gperftools), the allocator library `compare -a
+# tcmalloc=PATH` takes as a fourth contender.
+DEBIAN_TCMALLOC = f"{LIB}/libtcmalloc_minimal.so.4"
 # Debian's builds of the two allocators, preloaded for the bare runs.
 DEBIAN = {"jemalloc": DEBIAN_JEMALLOC, "mimalloc": DEBIAN_MIMALLOC}
 

@@ -43,13 +43,29 @@ fn program() {
         ALLOC.inner().backend().name()
     );
     drop(make_blocks());
+    if std::env::var_os(PROGRAM).is_some_and(|v| v == "fork") {
+        // SAFETY: one thread; the child only allocates, frees and exits.
+        match unsafe { libc::fork() } {
+            0 => {
+                drop(make_blocks());
+                // `exit` runs the `atexit` handler the child inherited.
+                // SAFETY: ends the child as a C program does.
+                unsafe { libc::exit(0) }
+            }
+            pid => {
+                let mut status = 0;
+                // SAFETY: waits for the child just forked.
+                unsafe { libc::waitpid(pid, &mut status, 0) };
+            }
+        }
+    }
 }
 
 fn main() {
     if std::env::var_os(PROGRAM).is_some() {
         return program();
     }
-    let tests: [(&str, fn()); 5] = [
+    let tests: [(&str, fn()); 6] = [
         (
             "the_binary_carries_both_marks",
             the_binary_carries_both_marks,
@@ -69,6 +85,10 @@ fn main() {
         (
             "what_only_the_shim_does_is_refused",
             what_only_the_shim_does_is_refused,
+        ),
+        (
+            "a_forked_child_writes_its_own_profile",
+            a_forked_child_writes_its_own_profile,
         ),
     ];
     for (name, test) in tests {
@@ -259,5 +279,28 @@ fn what_only_the_shim_does_is_refused() {
                 && !err.contains("program: "),
             "{args:?}: {err}"
         );
+    }
+}
+
+/// A child forked without `exec` inherits the recording and its exit
+/// handler: it writes a profile of its own pid, not over its parent's.
+fn a_forked_child_writes_its_own_profile() {
+    let out = succeed(
+        allocmux()
+            .env(PROGRAM, "fork")
+            .args(["run", "--json", "-", "--"])
+            .arg(this_binary()),
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let processes = v["processes"].as_array().unwrap();
+    assert_eq!(processes.len(), 2, "{v}");
+    let pids: Vec<&serde_json::Value> = processes.iter().map(|p| &p["pid"]).collect();
+    for p in processes {
+        let calls = p["allocation_calls"].as_u64().unwrap();
+        // The child (its parent in the run) counts from its parent's
+        // counts, as under the shim: its own blocks come on top.
+        let child = pids.contains(&&p["ppid"]);
+        let least = if child { 2 * BLOCKS } else { BLOCKS };
+        assert!(calls >= least && calls < least + 200, "{v}");
     }
 }

@@ -32,8 +32,19 @@ use crate::profile_file;
 /// Whether this module records (and so writes at exit).
 static ACTIVE: AtomicBool = AtomicBool::new(false);
 
-/// The profile's path, the template expanded.
-static PATH: OnceLock<PathBuf> = OnceLock::new();
+/// `ALLOCMUX_OUTPUT`: expanded at each write, so that a child forked
+/// without `exec` (which inherits the `atexit` handler) writes its own
+/// file, as the shim's children do.
+static TEMPLATE: OnceLock<Vec<u8>> = OnceLock::new();
+
+/// The profile's path for the calling process (its allocation is the
+/// recorder's own, with no stack).
+fn path() -> Option<PathBuf> {
+    let t = TEMPLATE.get()?;
+    Some(crate::with_stack_thread(|st| {
+        st.as_recorder(|| profile_file::expand_pid(t, std::process::id()))
+    }))
+}
 
 #[used]
 #[unsafe(link_section = ".init_array")]
@@ -58,14 +69,16 @@ extern "C" fn start() {
     for problem in settings.problems() {
         eprintln!("allocmux: {problem}");
     }
-    let path = PATH.get_or_init(|| profile_file::expand_pid(template, std::process::id()));
+    TEMPLATE.get_or_init(|| template.to_vec());
     crate::set_time_sample_mean(settings.time_sample_mean);
     // Last, so that nothing above is recorded as the program's.
     if settings.stacks != StackMode::Off {
         crate::start_stacks(settings.stacks, settings.exact_first);
     }
     ACTIVE.store(true, SeqCst);
-    if let Err(e) = profile_file::write(path, State::Running, "") {
+    if let Some(path) = path()
+        && let Err(e) = profile_file::write(&path, State::Running, "")
+    {
         eprintln!("allocmux: {e}");
     }
     // SAFETY: `finish` is an `extern "C" fn()` that lives as long as the
@@ -78,8 +91,8 @@ extern "C" fn finish() {
     if !ACTIVE.swap(false, SeqCst) {
         return;
     }
-    if let Some(path) = PATH.get()
-        && let Err(e) = profile_file::write(path, State::Exited, "")
+    if let Some(path) = path()
+        && let Err(e) = profile_file::write(&path, State::Exited, "")
     {
         eprintln!("allocmux: {e}");
     }
