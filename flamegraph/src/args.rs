@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use crate::allocator::Allocator;
 use allocmux_format::profile::StackMode;
-use allocmux_format::settings::{DEFAULT_SAMPLE_BYTES, Level};
+use allocmux_format::settings::{DEFAULT_SAMPLE_BYTES, Level, MAX_SAMPLE_BYTES};
 use anyhow::{Result, bail};
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::{Parser, Subcommand};
@@ -77,7 +77,7 @@ struct RunArgs {
     #[arg(long, value_parser = stacks_parser(), value_name = "MODE")]
     stacks: Option<StackRecording>,
     /// Mean bytes between two sampled stacks (implies --stacks sample unless auto).
-    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(1..=MAX_SAMPLE_BYTES))]
     sample_bytes: Option<u64>,
     /// Serve live profiles on ADDR:PORT (`/debug/pprof/heap`, `/allocs`) while the program runs;
     /// port 0 picks a free one, said on stderr. Keep it on 127.0.0.1.
@@ -112,7 +112,7 @@ struct PreloadArgs {
     #[arg(long, value_parser = stacks_parser(), value_name = "MODE")]
     stacks: Option<StackRecording>,
     /// Mean bytes between two sampled stacks (implies --stacks sample unless auto).
-    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(1..=MAX_SAMPLE_BYTES))]
     sample_bytes: Option<u64>,
     /// Write each process's profile to PROFILE (`%p`: its pid; an existing file is never
     /// overwritten), for `allocmux report`.
@@ -191,7 +191,7 @@ struct FlameArgs {
     #[arg(long, value_enum, value_name = "MODE")]
     stacks: Option<FlameStacks>,
     /// Mean bytes between two sampled stacks (the shim's default is 512 KiB).
-    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(1..=MAX_SAMPLE_BYTES))]
     sample_bytes: Option<u64>,
     /// The SVG to write [default: allocmux.svg, unless --html is given].
     #[arg(short, long, value_name = "FILE.svg")]

@@ -55,7 +55,9 @@ impl From<anyhow::Error> for Error {
         } else {
             match source.downcast_ref::<TargetError>() {
                 Some(TargetError::NotFound(_)) => ErrorKind::TargetNotFound,
-                Some(TargetError::NotExecutable(_)) => ErrorKind::TargetNotExecutable,
+                Some(TargetError::NotExecutable(_) | TargetError::IsDirectory(_)) => {
+                    ErrorKind::TargetNotExecutable
+                }
                 None => ErrorKind::Failed,
             }
         };

@@ -16,6 +16,8 @@ pub enum TargetError {
     NotFound(String),
     /// Exists but is not executable.
     NotExecutable(PathBuf),
+    /// A path to a directory (as a shell says, status 126).
+    IsDirectory(PathBuf),
 }
 
 impl std::fmt::Display for TargetError {
@@ -25,6 +27,7 @@ impl std::fmt::Display for TargetError {
             TargetError::NotExecutable(p) => {
                 write!(f, "{} is not executable (chmod +x it?)", p.display())
             }
+            TargetError::IsDirectory(p) => write!(f, "{} is a directory", p.display()),
         }
     }
 }
@@ -37,7 +40,13 @@ pub fn resolve(cmd: &str) -> Result<PathBuf> {
         bail!("the command is empty");
     }
     let candidates: Vec<PathBuf> = if cmd.contains('/') {
-        vec![PathBuf::from(cmd)]
+        // A path is run as it is (a directory on PATH is passed over, as
+        // a shell passes it over).
+        let path = PathBuf::from(cmd);
+        if path.is_dir() {
+            return Err(TargetError::IsDirectory(path).into());
+        }
+        vec![path]
     } else {
         std::env::var_os("PATH")
             .map(|p| std::env::split_paths(&p).map(|d| d.join(cmd)).collect())
@@ -151,6 +160,8 @@ mod tests {
         assert!(resolve("sh").unwrap().is_absolute());
         let e = resolve("no-such-command-allocmux").unwrap_err().to_string();
         assert_eq!(e, "command not found: no-such-command-allocmux");
+        let e = resolve("/tmp").unwrap_err().to_string();
+        assert_eq!(e, "/tmp is a directory");
         assert!(resolve("").is_err());
     }
 

@@ -208,6 +208,22 @@ fn cases() -> Vec<Case> {
         2,
         "invalid value",
     ));
+    // Past the shim's largest mean (2^40): refused here, not replaced
+    // by the shim's default with a warning.
+    for n in ["1099511627777", "18446744073709551615"] {
+        for sub in ["run", "flame"] {
+            v.push(case(
+                &marked(&[sub, "--sample-bytes", n]),
+                2,
+                "not in 1..=1099511627776",
+            ));
+        }
+        v.push(case(
+            &["preload", "--sample-bytes", n],
+            2,
+            "not in 1..=1099511627776",
+        ));
+    }
     for n in ["0", "-5", "lots", "99999999999999999999999"] {
         v.push(case(
             &marked(&["run", "--sample-bytes", n]),
@@ -268,6 +284,7 @@ fn cases() -> Vec<Case> {
             126,
             "is not executable",
         ));
+        v.push(case(&[sub, "--", "/tmp"], 126, "/tmp is a directory"));
     }
     for args in [
         &["report"][..],
