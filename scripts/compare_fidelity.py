@@ -12,11 +12,25 @@ in each round, one right after the other:
               would give (compare refuses fewer than 6 rounds, which cannot
               give a 95% interval)
   forwarder   one run per allocator with the same forwarders preloaded by
-              hand (glibc: no preload): what compare's machinery
-              (launching, interleaving, the CLI) should reproduce
+              hand (glibc: no preload; tcmalloc: its library): what
+              compare's machinery (launching, interleaving, the CLI) should
+              reproduce
+  library     one run per allocator with its own library preloaded by hand:
+              jemalloc and mimalloc built as preloadable libraries from the
+              very sources the shim links (target/forwarder-reference, built
+              by scripts/forwarder_instructions.sh), tcmalloc's Debian
+              library: the switch a user would make without allocmux
   in-code     (Rust workloads) one run per allocator with it linked in as
               #[global_allocator] (scripts/incode-allocators, the crates and
               versions the shim links): what switching in code gives
+
+tcmalloc (Debian's libtcmalloc-minimal4), where installed, is a fourth
+contender, `-a tcmalloc=PATH`: its timing runs preload that library alone,
+so its forwarder and library runs are the same switch. Instructions are
+not counted here (callgrind on every workload would take hours): a timing
+run is the same process as a forwarder run by hand, and
+scripts/forwarder_instructions.sh counts the forwarders against the own
+libraries.
 
 Speedups over glibc are Hodges-Lehmann estimates over the rounds (compare's
 method). compare's error against the forwarder runs (goal: within 1%) is
@@ -48,11 +62,21 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import bench_svg  # noqa: E402
 from bench import WORKLOADS, paired_ratio, winner  # noqa: E402
-from common import clean_env  # noqa: E402
+from common import DEBIAN_TCMALLOC, clean_env  # noqa: E402
 from shim_overhead import timed  # noqa: E402
 
-ALLOCATORS = ["system", "jemalloc", "mimalloc"]
+ALLOCATORS = ["system", "jemalloc", "mimalloc"] + (["tcmalloc"] if os.path.exists(DEBIAN_TCMALLOC) else [])
 INCODE = {"system": "glibc", "jemalloc": "jemalloc", "mimalloc": "mimalloc"}
+# `compare -a`: the built-in allocators by name, tcmalloc by its path.
+COMPARE_A = ",".join(f"{al}={DEBIAN_TCMALLOC}" if al == "tcmalloc" else al for al in ALLOCATORS)
+# The allocators' own libraries (see the module docs).
+REFERENCE = os.path.join(ROOT, "target", "forwarder-reference")
+OWN_LIBRARY = {
+    "jemalloc": os.path.join(REFERENCE, "jemalloc", "lib", "libjemalloc.so.2"),
+    "mimalloc": os.path.join(REFERENCE, "libmimalloc-override.so"),
+    "tcmalloc": DEBIAN_TCMALLOC,
+}
+KINDS = ("compare", "forwarder", "library", "in-code")
 # Rounds of each compare: its fewest; only the first is kept.
 COMPARE_ROUNDS = 6
 # Pairs per thread of the C churn (2 threads) at divisor 1.
@@ -82,8 +106,9 @@ def forwarder(name):
 
 def speedups(times):
     """allocator -> Hodges-Lehmann estimate of glibc's time over its own,
-    with its 95% interval: (estimate, low, high)."""
-    return {a: paired_ratio(times["system"], times[a])[:3] for a in ALLOCATORS[1:]}
+    with its 95% interval: (estimate, low, high), for the allocators
+    `times` has."""
+    return {a: paired_ratio(times["system"], times[a])[:3] for a in ALLOCATORS[1:] if times.get(a)}
 
 
 def error(ours, theirs, al):
@@ -112,6 +137,9 @@ def main():
     for n in names:
         if n not in WORKLOADS and n != "churn":
             sys.exit(f"unknown workload {n!r}")
+    for al, lib in OWN_LIBRARY.items():
+        if al in ALLOCATORS and not os.path.exists(lib):
+            sys.exit(f"{lib} is missing: bash scripts/forwarder_instructions.sh builds it")
     release = os.path.join(ROOT, "target", "release")
     subprocess.run(["cargo", "build", "--release", "-q", "-p", "allocmux-cli", "-p", "allocmux-workloads",
                     "-p", "incode-allocators"], cwd=ROOT, check=True)
@@ -120,10 +148,11 @@ def main():
     env = clean_env()
     # The forwarders, written to the cache as compare writes them.
     for al in ALLOCATORS[1:]:
-        subprocess.run([allocmux, "run", "--record", "off", "-a", al, "--", "true"], env=env, check=True,
-                       stderr=subprocess.DEVNULL)
+        if al in INCODE:
+            subprocess.run([allocmux, "run", "--record", "off", "-a", al, "--", "true"], env=env, check=True,
+                           stderr=subprocess.DEVNULL)
     rows, chart_rows, tallies = [], [], {"same": 0, "different": 0, "one names none": 0, "neither": 0}
-    worst = {"forwarder": 0.0, "in-code": 0.0}
+    worst = {"forwarder": 0.0, "library": 0.0, "in-code": 0.0}
     with tempfile.TemporaryDirectory() as tmp:
         churn = os.path.join(tmp, "churn")
         subprocess.run(["gcc", "-O2", "-pthread", os.path.join(ROOT, "scripts", "churn.c"), "-o", churn], check=True)
@@ -135,19 +164,23 @@ def main():
             else:
                 size = WORKLOADS[name][0] // a.divisor
                 plain = [os.path.join(release, name), str(size)]
-                incode = {al: [os.path.join(release, f"workload-{INCODE[al]}"), name, str(size)] for al in ALLOCATORS}
+                incode = {al: [os.path.join(release, f"workload-{INCODE[al]}"), name, str(size)] for al in INCODE}
             log(f"{name}: {a.rounds} rounds")
             js = os.path.join(tmp, f"{name}.json")
             hand = {"system": (plain, env)}
+            own = {"system": (plain, env)}
             for al in ALLOCATORS[1:]:
-                hand[al] = (plain, dict(env, LD_PRELOAD=forwarder(al)))
-            times = {f"{kind} {al}": [] for kind in ("compare", "forwarder", "in-code") for al in ALLOCATORS}
+                fw = forwarder(al) if al in INCODE else OWN_LIBRARY[al]
+                hand[al] = (plain, dict(env, LD_PRELOAD=fw))
+                own[al] = (plain, dict(env, LD_PRELOAD=OWN_LIBRARY[al]))
+            times = {f"{kind} {al}": [] for kind in KINDS for al in ALLOCATORS}
             # Round 0 warms the caches and is left out.
             for rnd in range(a.rounds + 1):
                 if rnd == 1:
                     times = {k: [] for k in times}
-                r = subprocess.run([allocmux, "compare", "-n", str(COMPARE_ROUNDS), "--warmup", "0", "--json", js, "--force",
-                                    "--", *plain], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                r = subprocess.run([allocmux, "compare", "-n", str(COMPARE_ROUNDS), "--warmup", "0", "-a", COMPARE_A,
+                                    "--json", js, "--force", "--", *plain],
+                                   env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                 if r.returncode != 0:
                     sys.exit(f"compare on {name} failed: {r.stderr[-2000:]}")
                 with open(js) as f:
@@ -156,16 +189,20 @@ def main():
                             times[f"compare {run['allocator']}"].append(run["wall_ns"] / 1e9)
                 # The hand runs in another order each round, so none
                 # always follows compare's.
-                order = ALLOCATORS[rnd % 3:] + ALLOCATORS[:rnd % 3]
+                k = rnd % len(ALLOCATORS)
+                order = ALLOCATORS[k:] + ALLOCATORS[:k]
                 for al in order:
                     times[f"forwarder {al}"].append(wall(*hand[al]))
+                for al in order:
+                    times[f"library {al}"].append(wall(*own[al]))
                 if incode:
                     for al in order:
-                        times[f"in-code {al}"].append(wall(incode[al], env))
-            series = {kind: {al: times[f"{kind} {al}"] for al in ALLOCATORS}
-                      for kind in ("compare", "forwarder", "in-code")}
+                        if al in incode:
+                            times[f"in-code {al}"].append(wall(incode[al], env))
+            series = {kind: {al: times[f"{kind} {al}"] for al in ALLOCATORS} for kind in KINDS}
             comp = speedups(series["compare"])
             fwd = speedups(series["forwarder"])
+            lib = speedups(series["library"])
             ic = speedups(series["in-code"]) if incode else None
             comp_winner = winner(series["compare"])
             plain_winner = winner(series["forwarder"])
@@ -183,15 +220,19 @@ def main():
             for al in ALLOCATORS[1:]:
                 e_fwd = error(series["compare"], series["forwarder"], al)
                 worst["forwarder"] = max(worst["forwarder"], abs(e_fwd[0] - 1))
-                cell = f"{comp[al][0]:.3f} | {fwd[al][0]:.3f} | {fmt_error(e_fwd)}"
-                if ic:
+                e_lib = error(series["compare"], series["library"], al)
+                worst["library"] = max(worst["library"], abs(e_lib[0] - 1))
+                cell = (f"{comp[al][0]:.3f} | {fwd[al][0]:.3f} | {fmt_error(e_fwd)} | "
+                        f"{lib[al][0]:.3f} | {fmt_error(e_lib)}")
+                chart[f"library {al}"] = lib[al]
+                if ic and al in ic:
                     e_ic = error(series["compare"], series["in-code"], al)
                     if name in ALLOCATION_BOUND:
                         worst["in-code"] = max(worst["in-code"], abs(e_ic[0] - 1))
                     cell += f" | {ic[al][0]:.3f} | {fmt_error(e_ic)}"
                     chart[f"in-code {al}"] = ic[al]
                 else:
-                    cell += " | n/a (C) | "
+                    cell += " | n/a | "
                 cells.append(cell)
                 chart[f"compare {al}"] = comp[al]
                 chart[f"forwarder {al}"] = fwd[al]
@@ -204,9 +245,8 @@ def main():
     svg = os.path.join(svg_dir, "speedups.svg")
     with open(svg, "w") as f:
         f.write(bench_svg.hbar_chart(
-            "Speed-up over glibc: compare, the forwarders run by hand, and in-code switching",
-            chart_rows, ["compare jemalloc", "forwarder jemalloc", "in-code jemalloc",
-                         "compare mimalloc", "forwarder mimalloc", "in-code mimalloc"],
+            "Speed-up over glibc: compare and each allocator's own library run by hand",
+            chart_rows, [f"{kind} {al}" for al in ALLOCATORS[1:] for kind in ("compare", "library")],
             refs=[(1.0, "")], xlabel="glibc wall time / the allocator's (Hodges–Lehmann estimate over the rounds)",
             whisker="95% interval"))
     out = [
@@ -216,15 +256,18 @@ def main():
         "",
         "Speed-up over glibc (Hodges–Lehmann estimate over the rounds): compare's timing runs', the forwarders' "
         "run by hand in the same rounds, and compare's error against them with its 95% interval (per round, "
-        "compare's speed-up over theirs); the in-code allocator's, and compare's error against it. Winners by "
-        "compare's rule (95% intervals against every other allocator below 1), from the same runs.",
+        "compare's speed-up over theirs); likewise the allocator's own library preloaded by hand, and the "
+        "in-code allocator (n/a: a C program, or no in-code build). Winners by compare's rule (95% intervals "
+        "against every other allocator below 1), from compare's runs and the forwarders'.",
         "",
-        "| workload | compare jemalloc | forwarder | error | in-code | error | compare mimalloc | forwarder | error "
-        "| in-code | error | compare's winner | forwarders' winner | same? |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| workload | " + " | ".join(f"compare {al} | forwarder | error | library | error | in-code | error"
+                                    for al in ALLOCATORS[1:])
+        + " | compare's winner | forwarders' winner | same? |",
+        "|---" * (1 + 7 * len(ALLOCATORS[1:]) + 3) + "|",
         *rows,
         "",
-        f"Largest error against the forwarders: {worst['forwarder']:.1%} (goal 1%); against in-code switching on "
+        f"Largest error against the forwarders: {worst['forwarder']:.1%} (goal 1%); against the own libraries: "
+        f"{worst['library']:.1%}; against in-code switching on "
         f"the allocation-bound workloads ({', '.join(sorted(ALLOCATION_BOUND))}): {worst['in-code']:.1%} (goal 3%). "
         f"Winners: {tallies['same']} the same, {tallies['different']} different, "
         f"{tallies['one names none']} where one side names none, {tallies['neither']} where neither does.",
