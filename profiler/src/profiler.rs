@@ -6,7 +6,6 @@
 //! shim uses (the byte-sampling countdown, the in-process unwinder, the
 //! stack table), and the profiler turns that on and writes the result.
 
-use std::ffi::OsString;
 use std::io;
 use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
@@ -177,7 +176,7 @@ impl ProfilerBuilder {
         });
         let path = match self.file {
             Some(p) => Some(p),
-            None => match settings.output.map(|t| OsString::from_vec(t.to_vec())) {
+            None => match settings.output {
                 Some(_) if profile_file::shim_preloaded() => {
                     eprintln!(
                         "allocmux: warning: Profiler: the allocmux shim is preloaded and writes \
@@ -185,10 +184,7 @@ impl ProfilerBuilder {
                     );
                     None
                 }
-                Some(template) => Some(profile_file::expand_pid(
-                    template.as_encoded_bytes(),
-                    std::process::id(),
-                )),
+                Some(template) => Some(profile_file::expand_pid(template, std::process::id())),
                 None => Some(PathBuf::from(DEFAULT_FILE)),
             },
         };

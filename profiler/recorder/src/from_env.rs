@@ -46,11 +46,14 @@ fn path() -> Option<PathBuf> {
     }))
 }
 
+// SAFETY: `.init_array` holds functions the loader calls once, with no
+// arguments that matter, before `main`; `start` is one, and needs nothing
+// that is not ready by then (the environment, the allocator, std's I/O).
 #[used]
 #[unsafe(link_section = ".init_array")]
 static START: extern "C" fn() = start;
 
-/// The constructor: nothing but two `getenv`s unless `ALLOCMUX_OUTPUT`
+/// The constructor: one `getenv` and nothing else unless `ALLOCMUX_OUTPUT`
 /// is set.
 extern "C" fn start() {
     let Some(template) = crate::switchable::getenv(env::OUTPUT).filter(|v| !v.is_empty()) else {
