@@ -446,7 +446,11 @@ fn check_records_itself(program: &Path, in_code: InCode, env: &[(String, String)
         );
     }
     let (level, _) = shim_hooks(env);
-    let http = env.iter().any(|(k, _)| k == env::HTTP) || std::env::var_os(env::HTTP).is_some();
+    // As the shim reads it: an empty value is no endpoint.
+    let http = match env.iter().rev().find(|(k, _)| k == env::HTTP) {
+        Some((_, v)) => !v.is_empty(),
+        None => std::env::var_os(env::HTTP).is_some_and(|v| !v.is_empty()),
+    };
     if level != env::Level::Exact || http {
         bail!(
             "{program} switches its allocator in code and records itself (allocmux::Counting), \
