@@ -82,6 +82,21 @@ pub struct InCode {
     pub counting: bool,
 }
 
+impl InCode {
+    /// Why a run of `program`, which carries these marks, cannot be
+    /// recorded, if it cannot: it switches its allocator in code (a
+    /// preloaded shim would see none of its allocations under jemalloc or
+    /// mimalloc) and nothing in it counts.
+    pub fn unrecordable(&self, program: &std::path::Path) -> Option<String> {
+        (self.switchable && !self.counting).then(|| {
+            format!(
+                "{} switches its allocator in code (allocmux::Switchable) and counts nothing",
+                program.display()
+            )
+        })
+    }
+}
+
 /// The functions an allocator library must define to serve a program
 /// behind the shim (its `next` backend): the malloc family the shim
 /// forwards to, and `malloc_usable_size`, which tells the sizes of the
@@ -271,6 +286,25 @@ mod tests {
         if cfg!(target_arch = "x86_64") {
             assert_eq!(shim.arch, X86_64);
             assert_eq!(sh.arch, X86_64);
+        }
+    }
+
+    /// Only a program that switches in code without counting cannot be
+    /// recorded; the reason names it.
+    #[test]
+    fn a_switch_without_counting_is_unrecordable() {
+        let app = std::path::Path::new("./app");
+        let marks = |switchable, counting| InCode {
+            switchable,
+            counting,
+        };
+        let why = marks(true, false).unrecordable(app).unwrap();
+        assert!(
+            why.starts_with("./app switches its allocator in code"),
+            "{why}"
+        );
+        for (s, c) in [(true, true), (false, true), (false, false)] {
+            assert_eq!(marks(s, c).unrecordable(app), None, "{s} {c}");
         }
     }
 

@@ -437,14 +437,13 @@ pub fn launch(l: &Launch<'_>) -> Result<Outcome> {
 /// jemalloc or mimalloc), and what only the shim does (the sampled level,
 /// the live endpoint) it does not do.
 fn check_records_itself(program: &Path, in_code: InCode, env: &[(String, String)]) -> Result<()> {
-    let program = program.display();
-    if !in_code.counting {
+    if let Some(why) = in_code.unrecordable(program) {
         bail!(
-            "{program} switches its allocator in code (allocmux::Switchable) and counts nothing: \
-             make its global allocator allocmux::Counting<allocmux::Switchable> for allocmux to \
-             record it (a preloaded shim would see none of its allocations)"
+            "{why}: make its global allocator allocmux::Counting<allocmux::Switchable> for \
+             allocmux to record it (a preloaded shim would see none of its allocations)"
         );
     }
+    let program = program.display();
     let (level, _) = shim_hooks(env);
     // As the shim reads it: an empty value is no endpoint.
     let http = match env.iter().rev().find(|(k, _)| k == env::HTTP) {

@@ -55,13 +55,9 @@ pub fn run(o: &CompareOptions) -> Result<i32> {
         crate::target::check_dynamic(p)?;
     }
     // A program that switches in code without counting is timed alone.
-    let unrecorded = (in_code.switchable && !in_code.counting).then(|| {
-        format!(
-            "{} switches its allocator in code (allocmux::Switchable) and counts nothing \
-             (allocmux::Counting around it would)",
-            program.display()
-        )
-    });
+    let unrecorded = in_code
+        .unrecordable(&program)
+        .map(|why| format!("{why} (allocmux::Counting around it would)"));
     let json = o
         .json
         .as_deref()
