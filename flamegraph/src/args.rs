@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use crate::allocator::Allocator;
 use allocmux_format::profile::StackMode;
 use allocmux_format::settings::{DEFAULT_SAMPLE_BYTES, Level, MAX_SAMPLE_BYTES};
-use anyhow::{Result, bail};
+use anyhow::Result;
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::{Parser, Subcommand};
 
@@ -385,10 +385,10 @@ fn with_sample_bytes(
             mode: StackMode::Sample { mean_bytes },
             ..s
         })),
-        Some(other) => bail!(
+        Some(other) => Err(crate::error::usage(format_args!(
             "--sample-bytes applies to --stacks sample or auto, not --stacks {}",
             other.mode.env_value()
-        ),
+        ))),
     }
 }
 

@@ -13,6 +13,9 @@ pub enum ErrorKind {
     TargetNotFound,
     /// The program to run exists but cannot be run (126, as a shell's).
     TargetNotExecutable,
+    /// The command line asks for something that cannot be done as asked
+    /// (exit status 2, as clap's own refusals): [`usage`].
+    Usage,
     /// Standard output was closed (`allocmux report x | head`): not an
     /// error, so status 0 and nothing on stderr.
     BrokenPipe,
@@ -38,6 +41,7 @@ impl Error {
         match self.kind {
             ErrorKind::TargetNotFound => 127,
             ErrorKind::TargetNotExecutable => 126,
+            ErrorKind::Usage => 2,
             ErrorKind::BrokenPipe => 0,
             ErrorKind::Failed => 1,
         }
@@ -58,11 +62,31 @@ impl From<anyhow::Error> for Error {
                 Some(TargetError::NotExecutable(_) | TargetError::IsDirectory(_)) => {
                     ErrorKind::TargetNotExecutable
                 }
+                None if source.downcast_ref::<UsageError>().is_some() => ErrorKind::Usage,
                 None => ErrorKind::Failed,
             }
         };
         Error { kind, source }
     }
+}
+
+/// A refusal of the command line itself, past what clap checks (a value
+/// given twice, an empty command, an option that does not fit another):
+/// exit status 2, as for clap's own refusals.
+#[derive(Debug)]
+pub struct UsageError(String);
+
+impl fmt::Display for UsageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// A [`UsageError`] saying `what`, ready for `return Err(...)`.
+pub fn usage(what: impl fmt::Display) -> anyhow::Error {
+    UsageError(what.to_string()).into()
 }
 
 /// The whole chain of causes on one line (a library's multi-line message

@@ -199,3 +199,68 @@ impl JsonOut {
         }
     }
 }
+
+/// Refuses a command line whose outputs would overwrite one of its inputs
+/// (`report big.prof --html big.prof`) or each other (`run -o x --html x`):
+/// with `--force` either would lose a file the user meant to keep. Paths
+/// are compared by what they name (an existing file by its inode, so a
+/// symlink or `./x` is caught; a new one by its directory's real path and
+/// its name); `-` and devices, FIFOs and sockets (`/dev/null`, a pipe)
+/// hold nothing to lose and are passed over.
+pub fn check_distinct(inputs: &[(&str, &Path)], outputs: &[(&str, Option<&Path>)]) -> Result<()> {
+    let outputs: Vec<(&str, &Path, FileKey)> = outputs
+        .iter()
+        .filter_map(|&(what, p)| p.map(|p| (what, p)))
+        .filter_map(|(what, p)| FileKey::of(p).map(|k| (what, p, k)))
+        .collect();
+    for &(what, path, ref key) in &outputs {
+        if let Some((input, _)) = inputs
+            .iter()
+            .find(|(_, p)| FileKey::of(p).as_ref() == Some(key))
+        {
+            return Err(crate::error::usage(format_args!(
+                "the {what} {} is the {input} this command reads; name another file",
+                path.display()
+            )));
+        }
+    }
+    for (i, &(first, path, ref key)) in outputs.iter().enumerate() {
+        if let Some((second, _, _)) = outputs[i + 1..].iter().find(|(_, _, k)| k == key) {
+            return Err(crate::error::usage(format_args!(
+                "the {first} and the {second} would both be written to {}; name two files",
+                path.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// What a path names, for [`check_distinct`].
+#[derive(Debug, PartialEq, Eq)]
+enum FileKey {
+    /// An existing regular file (or directory), by device and inode.
+    Existing(u64, u64),
+    /// A file yet to be created: its directory's canonical path and name.
+    New(PathBuf),
+}
+
+impl FileKey {
+    fn of(path: &Path) -> Option<FileKey> {
+        use std::os::unix::fs::MetadataExt;
+        if path.as_os_str() == "-" {
+            return None;
+        }
+        match fs::metadata(path) {
+            Ok(m) if m.is_file() || m.is_dir() => Some(FileKey::Existing(m.dev(), m.ino())),
+            Ok(_) => None,
+            Err(_) => {
+                let dir = match path.parent() {
+                    Some(d) if !d.as_os_str().is_empty() => d,
+                    _ => Path::new("."),
+                };
+                let dir = fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+                Some(FileKey::New(dir.join(path.file_name()?)))
+            }
+        }
+    }
+}

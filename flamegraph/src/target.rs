@@ -37,7 +37,7 @@ impl std::error::Error for TargetError {}
 /// Finds `cmd` as a shell would: a path if it has a slash, else on PATH.
 pub fn resolve(cmd: &str) -> Result<PathBuf> {
     if cmd.is_empty() {
-        bail!("the command is empty");
+        return Err(crate::error::usage("the command is empty"));
     }
     let candidates: Vec<PathBuf> = if cmd.contains('/') {
         // A path is run as it is (a directory on PATH is passed over, as

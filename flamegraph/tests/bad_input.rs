@@ -258,7 +258,7 @@ fn cases() -> Vec<Case> {
     ));
     v.push(case(
         &marked(&["run", "--stacks", "exact", "--sample-bytes", "4096"]),
-        1,
+        2,
         "--sample-bytes applies to --stacks sample",
     ));
     v.push(case(
@@ -273,7 +273,7 @@ fn cases() -> Vec<Case> {
         let sub = sub[0];
         v.push(case(&[sub], 2, "required"));
         v.push(case(&[sub, "--"], 2, "required"));
-        v.push(case(&[sub, "--", ""], 1, "the command is empty"));
+        v.push(case(&[sub, "--", ""], 2, "the command is empty"));
         v.push(case(
             &[sub, "--", "no-such-program-xyz"],
             127,
@@ -293,6 +293,44 @@ fn cases() -> Vec<Case> {
     ] {
         v.push(case(args, 2, "required"));
     }
+
+    // An output that is an input, or two outputs on one path: refused even
+    // with --force, before anything is written (the directory is checked
+    // unchanged, so good.prof survives).
+    let is_input = "is the profile this command reads";
+    for args in [
+        &["report", "good.prof", "--html", "good.prof", "--force"][..],
+        &["report", "good.prof", "--plot", "./good.prof", "--force"],
+        &[
+            "export",
+            "good.prof",
+            "--format",
+            "json",
+            "-o",
+            "good.prof",
+            "--force",
+        ],
+        &[
+            "diff",
+            "good.prof",
+            "good.prof",
+            "--html",
+            "good.prof",
+            "--force",
+        ],
+    ] {
+        v.push(case(args, 2, is_input));
+    }
+    v.push(case(
+        &marked(&["run", "-o", "same.out", "--html", "same.out"]),
+        2,
+        "the profile and the HTML report would both be written to same.out",
+    ));
+    v.push(case(
+        &marked(&["flame", "-o", "same.out", "--html", "./same.out", "--force"]),
+        2,
+        "would both be written to",
+    ));
 
     // Bad profiles, for every subcommand that reads one, in each place.
     let mut profiles = vec![
@@ -438,6 +476,16 @@ fn cases() -> Vec<Case> {
     ));
     v.push(case(&["demo", "-o", "notadir/sub"], 1, "Not a directory"));
     v.push(case(&["demo", "--rounds", "0"], 2, "invalid value"));
+    v.push(case(
+        &["__workload", "no-such-workload"],
+        2,
+        "unknown workload",
+    ));
+    v.push(case(
+        &["compare", "-a", "system,system", "--", "true"],
+        2,
+        "listed twice",
+    ));
 
     // Targets LD_PRELOAD cannot reach.
     for sub in run_like {

@@ -354,7 +354,7 @@ fn unpreloadable_targets_and_bad_arguments_are_refused() {
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("invalid value 'tcmalloc'"));
     let out = run(allocmux().args(["compare", "-a", "system,system", "--", "true"]));
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("listed twice"));
     let out = run(allocmux().args(["compare", "-n", "0", "--", "true"]));
     assert_eq!(out.status.code(), Some(2));

@@ -863,7 +863,7 @@ fn bad_input_to_the_stack_commands_is_refused_clearly() {
             "--",
             "true",
         ])),
-        1,
+        2,
         "--sample-bytes applies to --stacks sample",
     );
     assert_clear_error(
@@ -873,7 +873,7 @@ fn bad_input_to_the_stack_commands_is_refused_clearly() {
     );
     assert_clear_error(
         &export(&["--format", "pprof", "-o", "-"], &prof),
-        1,
+        2,
         "pprof output is binary",
     );
     assert_clear_error(

@@ -58,6 +58,18 @@ pub fn run(o: &CompareOptions) -> Result<i32> {
     let unrecorded = in_code
         .unrecordable(&program)
         .map(|why| format!("{why} (allocmux::Counting around it would)"));
+    crate::output::check_distinct(
+        &o.input
+            .iter()
+            .map(|p| ("input", p.as_path()))
+            .collect::<Vec<_>>(),
+        &[
+            ("JSON report", o.json.as_deref()),
+            ("chart", o.plot.as_deref()),
+            ("HTML report", o.html.as_deref()),
+            ("log", o.log.as_deref()),
+        ],
+    )?;
     let json = o
         .json
         .as_deref()

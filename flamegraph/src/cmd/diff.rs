@@ -30,6 +30,13 @@ pub struct DiffOptions {
 
 /// Draws the differential flamegraph.
 pub fn run(o: &DiffOptions) -> Result<i32> {
+    crate::output::check_distinct(
+        &[("profile", o.base.as_path()), ("profile", o.new.as_path())],
+        &[
+            ("flamegraph", o.output.as_deref()),
+            ("HTML report", o.html.as_deref()),
+        ],
+    )?;
     let out = OutputFile::claim_if(o.output.as_deref(), o.force, "flamegraph")?;
     let html = OutputFile::claim_if(o.html.as_deref(), o.force, "HTML report")?;
     let base = profiles::load(std::slice::from_ref(&o.base))?;

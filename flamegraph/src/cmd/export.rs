@@ -4,9 +4,10 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 
 use super::profiles;
+use crate::error::usage;
 use crate::export::Format;
 use crate::output::OutputFile;
 use crate::stacks::Weight;
@@ -33,11 +34,21 @@ pub fn run(o: &ExportOptions) -> Result<i32> {
     let to_stdout = o.output.as_os_str() == "-";
     match o.format {
         Format::Pprof if to_stdout => {
-            bail!("pprof output is binary; write it to a file with -o FILE.pb.gz")
+            return Err(usage(
+                "pprof output is binary; write it to a file with -o FILE.pb.gz",
+            ));
         }
-        Format::Svg if to_stdout => bail!("write the SVG to a file with -o FILE.svg"),
+        Format::Svg if to_stdout => {
+            return Err(usage("write the SVG to a file with -o FILE.svg"));
+        }
         _ => {}
     }
+    let inputs: Vec<(&str, &std::path::Path)> = o
+        .profiles
+        .iter()
+        .map(|p| ("profile", p.as_path()))
+        .collect();
+    crate::output::check_distinct(&inputs, &[("output file", Some(o.output.as_path()))])?;
     let out = if to_stdout {
         None
     } else {

@@ -38,6 +38,13 @@ pub struct FlameOptions {
 /// Runs the command and draws the flamegraph; returns the command's exit
 /// status, as a shell would report it.
 pub fn run(o: &FlameOptions) -> Result<i32> {
+    crate::output::check_distinct(
+        &[],
+        &[
+            ("flamegraph", o.output.as_deref()),
+            ("HTML report", o.html.as_deref()),
+        ],
+    )?;
     let out = OutputFile::claim_if(o.output.as_deref(), o.force, "flamegraph")?;
     let html_out = OutputFile::claim_if(o.html.as_deref(), o.force, "HTML report")?;
     let outcome = launch::in_foreground(

@@ -36,6 +36,18 @@ pub struct ReportOptions {
 /// Prints the report (and draws the chart).
 pub fn run(o: &ReportOptions) -> Result<i32> {
     // Claimed first, so a taken name fails before any work.
+    let inputs: Vec<(&str, &std::path::Path)> = o
+        .profiles
+        .iter()
+        .map(|p| ("profile", p.as_path()))
+        .collect();
+    crate::output::check_distinct(
+        &inputs,
+        &[
+            ("plot", o.plot.as_deref()),
+            ("HTML report", o.html.as_deref()),
+        ],
+    )?;
     let plot_out = OutputFile::claim_if(o.plot.as_deref(), o.force, "plot")?;
     let html_out = OutputFile::claim_if(o.html.as_deref(), o.force, "HTML report")?;
     let loaded = profiles::load(&o.profiles)?;

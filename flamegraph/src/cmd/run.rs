@@ -41,6 +41,14 @@ pub struct RunOptions {
 
 /// Runs the command; returns its exit status, as a shell would report it.
 pub fn run(o: &RunOptions) -> Result<i32> {
+    crate::output::check_distinct(
+        &[],
+        &[
+            ("profile", o.profile.as_deref()),
+            ("HTML report", o.html.as_deref()),
+            ("JSON report", o.json.as_deref()),
+        ],
+    )?;
     if o.record == Some(Level::Off) {
         return run_unrecorded(o);
     }

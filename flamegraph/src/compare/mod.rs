@@ -194,16 +194,21 @@ pub fn check_rounds(rounds: usize) -> Result<(), String> {
 /// Runs the comparison, with a progress bar on stderr when it is a terminal.
 pub fn run(mut opts: Options) -> Result<Comparison> {
     if let Some(rounds) = opts.rounds {
-        check_rounds(rounds).map_err(anyhow::Error::msg)?;
+        check_rounds(rounds).map_err(crate::error::usage)?;
     }
     if opts.allocators.is_empty() {
-        bail!("no allocator to compare; name them with -a system,jemalloc,mimalloc");
+        return Err(crate::error::usage(
+            "no allocator to compare; name them with -a system,jemalloc,mimalloc",
+        ));
     }
     let mut seen: Vec<&str> = Vec::new();
     for a in &opts.allocators {
         // By name: the reports tell the allocators apart by it.
         if seen.contains(&a.name()) {
-            bail!("allocator {} is listed twice in -a", a.name());
+            return Err(crate::error::usage(format_args!(
+                "allocator {} is listed twice in -a",
+                a.name()
+            )));
         }
         seen.push(a.name());
     }
