@@ -580,16 +580,28 @@ pub enum HeapOverhead<'a> {
     /// exit, after the program freed most of its heap): the ratio would
     /// measure what the program gave back, not the allocator.
     FarFromPeak(&'a AllocatorReading),
+    /// The heap was never as large as [`MIN_MEASURED_LIVE`]: what the
+    /// allocator holds is then its fixed start-up cost (glibc's first
+    /// 132 KiB arena, jemalloc's MiBs of metadata), not overhead per live
+    /// byte, and the ratio would be in the thousands.
+    SmallHeap(&'a AllocatorReading),
     /// The allocator says nothing of what it holds for the heap (mimalloc).
     Unknown(&'a AllocatorReading),
 }
 
+/// The least live heap a heap overhead is stated for: below it, the
+/// allocator's fixed cost is most of what it holds.
+pub const MIN_MEASURED_LIVE: u64 = 1 << 20;
+
 /// The process's heap overhead, if the allocator was read at all.
 pub fn heap_overhead(p: &ProcessProfile) -> Option<HeapOverhead<'_>> {
     let r = p.reading_nearest_peak()?;
+    let small = p.totals.peak_live_bytes.max(r.live_bytes) < MIN_MEASURED_LIVE;
     Some(match (r.stats.held_bytes(), r.overhead()) {
+        (Some(_), _) if small => HeapOverhead::SmallHeap(r),
         // Nothing live at all (0 B at exit) is as far from the peak.
         (Some(_), _) if r.live_bytes < p.totals.peak_live_bytes / 2 => HeapOverhead::FarFromPeak(r),
+        (Some(_), _) if r.live_bytes < MIN_MEASURED_LIVE => HeapOverhead::SmallHeap(r),
         (Some(held), Some(ratio)) => HeapOverhead::Measured {
             reading: r,
             held,
@@ -639,6 +651,13 @@ fn write_allocator_stats(
             Bytes(r.live_bytes),
             Dur(r.t_ns),
             Bytes(peak)
+        ),
+        HeapOverhead::SmallHeap(r) => writeln!(
+            w,
+            "  {indent}heap overhead: not measured: the heap peaked at {} live, too small for a \
+             ratio (under {}, what the allocator holds is mostly its fixed start-up cost)",
+            Bytes(r.live_bytes.max(peak)),
+            Bytes(MIN_MEASURED_LIVE)
         ),
         HeapOverhead::Measured {
             reading: r,
@@ -954,6 +973,32 @@ mod tests {
             v["processes"][0]["allocator_stats"]["overhead"].is_f64(),
             "{v}"
         );
+        assert!(v["processes"][0]["heap_overhead"].is_null(), "{v}");
+    }
+
+    /// A heap that never reached 1 MiB gets no ratio (one `malloc(16)`
+    /// under glibc's first 132 KiB arena would be 5632x), in the text or
+    /// the JSON, whichever reading is nearest its peak.
+    #[test]
+    fn a_small_heap_has_no_overhead_ratio() {
+        let text = "allocmux-profile 1\nprocess\npid 7\nallocator system\nstate exited\n\
+                    bytes_allocated 24\nbytes_freed 0\npeak_live_bytes 24\n\
+                    allocator_stats 2630000 24\nallocator_stat in_use 688\nallocator_stat free 134451\n\
+                    allocator_stat arena 135168\nallocator_stat mmapped 0\nallocator_stat releasable 134451\nend\n";
+        let p = allocmux_format::profile::parse(text).unwrap().remove(0);
+        assert!(matches!(
+            heap_overhead(&p),
+            Some(HeapOverhead::SmallHeap(_))
+        ));
+        let out = human(p.clone());
+        assert!(
+            out.contains(
+                "heap overhead: not measured: the heap peaked at 24 B live, too small for a ratio"
+            ),
+            "{out}"
+        );
+        assert!(!out.contains("5632"), "{out}");
+        let v = serde_json::to_value(Report::new(vec![p], None).to_json()).unwrap();
         assert!(v["processes"][0]["heap_overhead"].is_null(), "{v}");
     }
 

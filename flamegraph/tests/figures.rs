@@ -854,3 +854,36 @@ fn unprofilable_children_are_named() {
     let (_, doc) = run_json(&["bash", "-c", "ls / > /dev/null; true"]);
     assert_eq!(doc["unprofiled"], serde_json::json!([]));
 }
+
+/// One `malloc(16)` and exit: under glibc's first 132 KiB arena, or
+/// jemalloc's MiBs of metadata, a ratio would read in the thousands; the
+/// report says the heap was too small to measure, in the text and the
+/// JSON.
+#[test]
+fn a_tiny_heap_has_no_overhead_ratio() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = c_program(
+        dir.path(),
+        "one_malloc",
+        "#include <stdlib.h>\nint main(void) { void *volatile p = malloc(16); (void)p; return 0; }\n",
+        &["-O2"],
+    );
+    for backend in ["system", "jemalloc"] {
+        let out = ok(run(allocmux()
+            .args(["run", "-a", backend, "--json", "-", "--"])
+            .arg(&exe)));
+        let err = text(&out.stderr);
+        let doc = json_of(&out.stdout);
+        let p = &doc["processes"][0];
+        assert_eq!(p["allocation_calls"], 1, "{backend}: {err}");
+        assert!(p["heap_overhead"].is_null(), "{backend}: {doc}");
+        let line = err
+            .lines()
+            .find(|l| l.starts_with("  heap overhead"))
+            .unwrap_or_else(|| panic!("no overhead line under {backend}: {err}"));
+        assert!(
+            line.starts_with("  heap overhead: not measured: the heap peaked at "),
+            "{backend}: {line}"
+        );
+    }
+}
