@@ -73,9 +73,14 @@
     const share = (s) => (s == null ? "-" : pct(s));
     const time = (ns) => (ns == null ? "-" : fmtNs(ns));
     const known = (p, s) => (p.figures_known === false ? "?" : s);
+    // A process that ended before its first periodic write left zeros
+    // that are not figures: unknown, and so is any total over it.
+    const unknown = r.processes.filter((p) => p.figures_known === false);
+    const totalKnown = (s) => (unknown.length ? "?" : s);
+    const program = (p) => (p.argv.length ? p.argv[0].split("/").pop() : p.exe.split("/").pop());
     const rows = r.processes.map((p) => [
       String(p.pid),
-      p.argv.length ? p.argv[0].split("/").pop() : p.exe.split("/").pop(),
+      program(p) + (p.figures_known === false ? "?" : ""),
       p.allocator,
       known(p, est(p) + fmtCount(p.allocation_calls)),
       known(p, est(p) + fmtCount(p.calls.free || 0)),
@@ -84,7 +89,8 @@
       known(p, est(p) + fmtBytes(p.live_bytes_at_exit)),
       known(p, time(p.allocator_ns)),
       known(p, share(p.allocator_time_share)),
-      fmtBytes(p.max_rss_bytes),
+      // Read when the process started: not its maximum.
+      known(p, fmtBytes(p.max_rss_bytes)),
     ]);
     const t = r.total;
     const anyEst = r.processes.some((p) => p.recording === "sampled") ? "≈" : "";
@@ -93,15 +99,15 @@
       "total",
       r.processes.length + " process" + (r.processes.length === 1 ? "" : "es"),
       t.allocator,
-      anyEst + fmtCount(t.allocation_calls),
-      anyEst + fmtCount(t.calls.free || 0),
-      anyEst + fmtBytes(t.bytes_allocated),
-      anyEst + fmtBytes(t.peak_live_bytes),
-      anyEst + fmtBytes(t.live_bytes_at_exit),
+      totalKnown(anyEst + fmtCount(t.allocation_calls)),
+      totalKnown(anyEst + fmtCount(t.calls.free || 0)),
+      totalKnown(anyEst + fmtBytes(t.bytes_allocated)),
+      totalKnown(anyEst + fmtBytes(t.peak_live_bytes)),
+      totalKnown(anyEst + fmtBytes(t.live_bytes_at_exit)),
       // No process timed its calls at the sampled level: nothing to sum.
-      untimed ? "-" : fmtNs(t.allocator_ns),
-      untimed ? "-" : pct(t.allocator_time_share),
-      fmtBytes(t.max_rss_bytes),
+      untimed ? "-" : totalKnown(fmtNs(t.allocator_ns)),
+      untimed ? "-" : totalKnown(pct(t.allocator_time_share)),
+      totalKnown(fmtBytes(t.max_rss_bytes)),
     ]);
     root.append(el("h2", {}, "Processes"));
     root.append(
@@ -111,6 +117,9 @@
         "figures summary"
       )
     );
+    if (unknown.length) {
+      root.append(el("p", { class: "hint", id: "unknown-figures" }, "?: " + unknown.map((p) => "pid " + p.pid + " " + program(p)).join(", ") + " ended before its first periodic write (killed early, or its output cut off): what it allocated is unknown, not zero"));
+    }
     const intervals = r.processes.filter((p) => p.estimate_intervals);
     if (intervals.length) {
       root.append(
@@ -122,13 +131,17 @@
     }
     const fns = Object.keys(t.calls).filter((f) => t.calls[f] > 0 || r.processes.some((p) => p.calls[f] > 0));
     root.append(el("h2", {}, "Calls per function"));
-    root.append(
-      table(
-        ["function", ...r.processes.map((p) => "pid " + p.pid), "total"],
-        fns.map((f) => [f, ...r.processes.map((p) => est(p) + fmtCount(p.calls[f] || 0)), anyEst + fmtCount(t.calls[f])]),
-        "figures calls"
-      )
-    );
+    if (!fns.length) {
+      root.append(el("p", { class: "hint", id: "no-calls" }, unknown.length ? "Unknown: no process wrote its figures." : "No calls."));
+    } else {
+      root.append(
+        table(
+          ["function", ...r.processes.map((p) => "pid " + p.pid + " " + program(p)), "total"],
+          fns.map((f) => [f, ...r.processes.map((p) => known(p, est(p) + fmtCount(p.calls[f] || 0))), totalKnown(anyEst + fmtCount(t.calls[f]))]),
+          "figures calls"
+        )
+      );
+    }
     const stats = r.processes.filter((p) => p.allocator_stats);
     if (stats.length) {
       root.append(el("h2", {}, "What the allocator holds"));
@@ -463,7 +476,11 @@
         const peak = p.points.reduce((a, q) => (q[1] > a[1] ? q : a), p.points[0]);
         const g = svg.append("g").attr("class", "peak-marker").attr("data-bytes", String(peak[1]));
         g.append("circle").attr("cx", x(peak[0] / 1e9)).attr("cy", y(peak[1])).attr("r", 5).attr("fill", colour(i)).attr("stroke", "#000");
-        g.append("text").attr("x", x(peak[0] / 1e9) + 8).attr("y", y(peak[1]) - 8).attr("font-size", 12)
+        // Right of the marker, or left of it in the right half, so the
+        // label stays inside the chart.
+        const right = x(peak[0] / 1e9) > (m.l + W - m.r) / 2;
+        g.append("text").attr("x", x(peak[0] / 1e9) + (right ? -8 : 8)).attr("y", y(peak[1]) - 8).attr("font-size", 12)
+          .attr("text-anchor", right ? "end" : "start")
           .text("peak " + fmtBytes(peak[1]) + " at " + (peak[0] / 1e9).toFixed(2) + " s");
         legend.append(el("li", { style: "color:" + colour(i) }, p.label + ": peak live " + fmtBytes(peak[1]) + ", peak resident " + fmtBytes(d3.max(p.points, (q) => q[2]))));
       });
@@ -479,10 +496,10 @@
     const max = d3.max(filled, (b) => b.count);
     // The recorder counts small requests at its timed calls, a sample
     // weighted by its mean (docs/recording.md): those counts are estimates.
-    root.append(el("p", { class: "hint" }, "≈: small requests are counted at the timed calls, a sample, so their counts are estimates; large ones are all counted."));
+    root.append(el("p", { class: "hint" }, "≈: requests under 64 KiB are counted at the timed calls, a sample, so their counts are estimates; larger ones are all counted."));
     const t = table(["requested size", "allocations", ""], filled.map((b) => [
       b.min_bytes === b.max_bytes ? fmtBytes(b.min_bytes) : fmtBytes(b.min_bytes) + " – " + fmtBytes(b.max_bytes),
-      "≈" + fmtCount(b.count),
+      (b.estimated ? "≈" : "") + fmtCount(b.count),
       el("div", { class: "bar", style: "width:" + Math.max(1, (300 * b.count) / max) + "px" }),
     ]), "figures histogram");
     t.id = "size-histogram";
@@ -525,6 +542,37 @@
   }
   function buildDiff(root) {
     const d = data.diff;
+    // Both profiles' totals side by side, and the change.
+    const [base, next] = d.sides.map((s) => s.report);
+    const anyUnknown = (r) => r.processes.some((p) => p.figures_known === false);
+    const anyEst = (r) => r.processes.some((p) => p.recording === "sampled");
+    const figure = (r, get, fmt) => (anyUnknown(r) ? "?" : (anyEst(r) ? "≈" : "") + fmt(get(r.total)));
+    const change = (get, known) => {
+      if (!known && (anyUnknown(base) || anyUnknown(next))) return "?";
+      const a = get(base.total), b = get(next.total);
+      if (a === b) return "=";
+      return a === 0 ? "new" : (b >= a ? "+" : "−") + pct(Math.abs(b - a) / a);
+    };
+    const rowsOf = [
+      ["processes", (t) => t.processes, fmtCount],
+      ["allocations", (t) => t.allocation_calls, fmtCount],
+      ["frees", (t) => t.calls.free || 0, fmtCount],
+      ["allocated", (t) => t.bytes_allocated, fmtBytes],
+      ["peak live", (t) => t.peak_live_bytes, fmtBytes],
+      ["at exit", (t) => t.live_bytes_at_exit, fmtBytes],
+      ["max RSS", (t) => t.max_rss_bytes, fmtBytes],
+    ];
+    const summary = table(
+      ["", "base: " + d.sides[0].profile, "new: " + d.sides[1].profile, "change"],
+      rowsOf.map(([name, get, fmt]) =>
+        name === "processes"
+          ? [name, fmtCount(base.total.processes), fmtCount(next.total.processes), change(get, true)]
+          : [name, figure(base, get, fmt), figure(next, get, fmt), change(get, false)]
+      ),
+      "figures diff-summary"
+    );
+    summary.id = "diff-summary";
+    root.append(el("h2", {}, "Summaries"), summary);
     root.append(el("p", {}, d.subtitle));
     // inferno's SVG runs its own search and zoom script: sandboxed, in an
     // origin of its own, it cannot reach this page.
@@ -534,6 +582,10 @@
     // script fits the graph to the frame's width when it loads, and a
     // frame not laid out yet has none (its frames would get a negative
     // width). The observer first reports the frame after layout.
+    // As tall as the drawing (its root on top), so the page scrolls, not a
+    // frame inside it.
+    const height = /<svg[^>]*\sheight="(\d+)"/.exec(d.svg);
+    if (height) frame.style.height = Number(height[1]) + 4 + "px";
     root.append(frame);
     const sized = new ResizeObserver(() => {
       if (frame.clientWidth > 0) {

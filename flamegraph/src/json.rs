@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 
 use allocmux_format::profile::{AllocatorReading, State};
-use allocmux_format::stats::{Func, SIZE_BUCKETS, Totals, bucket_floor};
+use allocmux_format::stats::{EXACT_TIMING_BYTES, Func, SIZE_BUCKETS, Totals, bucket_floor};
 use serde::Serialize;
 
 use crate::compare::{Comparison, Figure, Summary, Verdict};
@@ -134,6 +134,9 @@ pub struct SizeBucketJson {
     pub max_bytes: u64,
     /// Requests in the bucket.
     pub count: u64,
+    /// Whether `count` is an estimate: requests under 64 KiB are counted
+    /// at the timed calls, a sample; larger ones one by one.
+    pub estimated: bool,
 }
 
 /// One process of a report.
@@ -314,6 +317,7 @@ impl From<&Totals> for FiguresJson {
                     min_bytes: bucket_floor(b),
                     max_bytes: bucket_floor(b + 1).saturating_sub(1).max(bucket_floor(b)),
                     count: t.size_hist[b],
+                    estimated: bucket_floor(b) < EXACT_TIMING_BYTES as u64,
                 })
                 .collect(),
         }

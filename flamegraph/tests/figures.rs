@@ -887,3 +887,37 @@ fn a_tiny_heap_has_no_overhead_ratio() {
         );
     }
 }
+
+/// A program that allocates and then dies of a signal before its first
+/// periodic write: `flame` has nothing to draw, and says that what it
+/// allocated is unknown, not that it made no allocation; the program's
+/// status stands.
+#[test]
+fn flame_of_a_crashed_program_says_unknown() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = c_program(
+        dir.path(),
+        "segv",
+        "#include <stdlib.h>\n#include <string.h>\n\
+         int main(void) {\n  for (int i = 0; i < 1000; i++) {\n\
+         char *volatile p = malloc(100);\n    memset(p, 1, 100);\n    free(p);\n  }\n\
+         *(volatile int *)0 = 1;\n  return 0;\n}\n",
+        &["-O0"],
+    );
+    let svg = dir.path().join("s.svg");
+    let out = run(allocmux()
+        .arg("flame")
+        .arg("-o")
+        .arg(&svg)
+        .arg("--")
+        .arg(&exe));
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("signal 11 (SIGSEGV)"), "{err}");
+    assert!(
+        err.contains("nothing to draw: what ") && err.contains(" allocated is unknown, not none"),
+        "{err}"
+    );
+    assert!(!err.contains("made no allocation"), "{err}");
+    assert!(!svg.exists());
+}

@@ -369,6 +369,37 @@ fn diff_and_compare_pages_work_in_a_browser() {
     assert!(seen["diff_frames"].as_u64().unwrap() > 3, "{seen}");
     let titles = names(&seen["diff_titles"]).join("\n");
     assert!(titles.contains("small_blocks"), "{titles}");
+    // Both profiles' summaries: the new run made 50 times the blocks.
+    let summary: Vec<Vec<String>> = seen["diff_summary"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(names)
+        .collect();
+    let row = |name: &str| {
+        summary
+            .iter()
+            .find(|r| r[0] == name)
+            .unwrap_or_else(|| panic!("no {name} row: {summary:?}"))
+            .clone()
+    };
+    assert_eq!(row("processes")[1..3], ["1", "1"], "{summary:?}");
+    let allocations = row("allocations");
+    let count = |s: &str| s.replace(',', "").parse::<u64>().unwrap();
+    assert!(
+        count(&allocations[2]) > count(&allocations[1]),
+        "{summary:?}"
+    );
+    assert!(allocations[3].starts_with('+'), "{summary:?}");
+    // The root frame is in view as the page opens.
+    let top = seen["diff_root_top"]
+        .as_f64()
+        .expect("the root frame is drawn");
+    let height = seen["viewport_height"].as_f64().unwrap();
+    assert!(
+        top >= 0.0 && top < height,
+        "root at {top} of {height}: {seen}"
+    );
     let Some(seen) = browse("compare", &compared, "compare", "") else {
         return;
     };
@@ -413,4 +444,52 @@ fn an_unwritable_html_path_is_refused_before_the_run() {
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains("/nonexistent-dir/r.html"), "{err}");
     assert!(!marker.exists(), "the program must not run");
+}
+
+/// A process killed before its first periodic write left zeros that are
+/// not figures: the page says `?` for it and for the totals over it, and
+/// why, not `0`; and no empty table of calls.
+#[test]
+fn a_process_killed_early_is_unknown_on_the_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = c_program(
+        dir.path(),
+        "killed_early",
+        "#include <signal.h>\n#include <stdlib.h>\n#include <string.h>\n\
+         int main(void) {\n  for (int i = 0; i < 1000; i++) {\n\
+         char *volatile p = malloc(8000);\n    memset(p, 1, 8000);\n  }\n\
+         raise(SIGKILL);\n  return 0;\n}\n",
+        &["-O1"],
+    );
+    let html = dir.path().join("killed.html");
+    let out = allocmux()
+        .args(["run", "--html"])
+        .arg(&html)
+        .arg("--")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(128 + 9), "{}", text(&out.stderr));
+    let Some(seen) = browse("summary", &html, "killed", "") else {
+        return;
+    };
+    let rows: Vec<Vec<String>> = seen["rows"].as_array().unwrap().iter().map(names).collect();
+    assert_eq!(rows.len(), 2, "the process and the total: {rows:?}");
+    assert_eq!(rows[0][1], "killed_early?", "{rows:?}");
+    for row in &rows {
+        // allocations .. at exit, and max RSS: unknown, not zero.
+        for cell in row[3..8].iter().chain([&row[10]]) {
+            assert_eq!(cell, "?", "{rows:?}");
+        }
+    }
+    let hints = names(&seen["hints"]).join("\n");
+    assert!(
+        hints.contains("what it allocated is unknown, not zero"),
+        "{hints}"
+    );
+    assert!(
+        hints.contains("Unknown: no process wrote its figures."),
+        "{hints}"
+    );
+    assert_eq!(seen["calls_tables"], 0, "{seen}");
 }

@@ -6,10 +6,13 @@ use std::path::PathBuf;
 use anyhow::Result;
 
 use super::profiles;
+use crate::html::DiffSide;
 use crate::output::OutputFile;
 use crate::render::Labels;
+use crate::report::Report;
 use crate::stacks::Weight;
 use crate::symbolize::Symbolizer;
+use allocmux_format::profile::ProcessProfile;
 
 /// What `allocmux diff` is told.
 #[derive(Debug)]
@@ -67,16 +70,28 @@ pub fn run(o: &DiffOptions) -> Result<i32> {
         title: title.clone(),
         subtitle: Some(subtitle.into()),
         count_name: w.unit(new_set.time_unit()).to_string(),
+        estimated: base_set.estimates(w) || new_set.estimates(w),
     };
-    let svg = crate::render::differential(&base_set.folded(w), &new_set.folded(w), &labels)?;
+    let (base_folded, new_folded) = (base_set.folded(w), new_set.folded(w));
     if let Some(out) = &out {
-        out.write(&svg)?;
+        out.write(&crate::render::differential(
+            &base_folded,
+            &new_folded,
+            &labels,
+            false,
+        )?)?;
     }
     if let Some(html) = &html {
+        let svg = crate::render::differential(&base_folded, &new_folded, &labels, true)?;
+        let summary = |path: &std::path::Path, loaded: &[ProcessProfile]| DiffSide {
+            profile: path.display().to_string(),
+            report: Report::new(loaded.to_vec(), None).to_json(),
+        };
         let data = crate::html::diff_data(
             title,
             subtitle.into(),
             String::from_utf8_lossy(&svg).into_owned(),
+            [summary(&o.base, &base), summary(&o.new, &new)],
         );
         html.write(crate::html::page(&data).as_bytes())?;
         let _ = writeln!(

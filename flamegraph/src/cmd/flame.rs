@@ -11,7 +11,7 @@ use allocmux_format::profile::StackMode;
 
 use crate::launch::{self, StackRecording};
 use crate::output::OutputFile;
-use crate::report::shell_words;
+use crate::report::{ProcessFigures, shell_words};
 use crate::stacks::{StackSet, Weight};
 use crate::symbolize::Symbolizer;
 
@@ -71,6 +71,14 @@ pub fn run(o: &FlameOptions) -> Result<i32> {
         .iter()
         .map(|p| p.totals.allocation_calls())
         .sum();
+    let unknown = report.processes.iter().any(ProcessFigures::figures_unknown);
+    if folded.trim().is_empty() && allocations == 0 && unknown {
+        anyhow::bail!(
+            "nothing to draw: what `{}` allocated is unknown, not none: it ended before \
+             its first periodic write (killed early, or its output cut off)",
+            shell_words(&o.command)
+        );
+    }
     if folded.trim().is_empty() && allocations == 0 {
         anyhow::bail!(
             "nothing to draw: `{}` made no allocation",

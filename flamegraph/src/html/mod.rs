@@ -107,6 +107,17 @@ pub struct DiffData {
     /// inferno's differential SVG, shown in a frame of its own so that its
     /// search and zoom script runs as in the SVG file.
     pub svg: String,
+    /// The base profile's summary, then the new one's.
+    pub sides: [DiffSide; 2],
+}
+
+/// One profile of a diff: its path and its summary.
+#[derive(Debug, Serialize)]
+pub struct DiffSide {
+    /// The profile as named on the command line.
+    pub profile: String,
+    /// Its summary, as `report --json` writes it.
+    pub report: ReportJson,
 }
 
 /// The page data of profiles: the summary, the flamegraph when they have
@@ -275,8 +286,8 @@ pub fn compare_data(
     }
 }
 
-/// The page of a differential flamegraph.
-pub fn diff_data(title: String, subtitle: String, svg: String) -> PageData {
+/// The page of a differential flamegraph, with both profiles' summaries.
+pub fn diff_data(title: String, subtitle: String, svg: String, sides: [DiffSide; 2]) -> PageData {
     PageData {
         title: title.clone(),
         notes: Vec::new(),
@@ -288,6 +299,7 @@ pub fn diff_data(title: String, subtitle: String, svg: String) -> PageData {
             title,
             subtitle,
             svg,
+            sides,
         }),
     }
 }

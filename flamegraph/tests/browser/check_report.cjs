@@ -5,7 +5,7 @@
 // (flamegraph/tests/html_report.rs) asserts on; screenshots of each view go
 // to SHOTS. The benchmark (scripts/html_report.py) uses the `render` mode.
 //
-//   node check_report.cjs profile|compare|diff|render REPORT.html SHOTS [SEARCH] [RUNS]
+//   node check_report.cjs profile|summary|compare|diff|render REPORT.html SHOTS [SEARCH] [RUNS]
 "use strict";
 const fs = require("fs");
 const os = require("os");
@@ -166,6 +166,16 @@ async function profile(page, out) {
   await shot(page, "summary");
 }
 
+// The summary view alone (a run without stacks).
+async function summary(page, out) {
+  await page.goto(url);
+  await page.waitForSelector("table.summary");
+  out.rows = await page.$$eval("table.summary tbody tr", (r) => r.map((x) => [...x.children].map((c) => c.textContent)));
+  out.hints = await page.$$eval("#view-summary p.hint", (p) => p.map((x) => x.textContent));
+  out.calls_tables = await page.$$eval("table.calls", (t) => t.length);
+  await shot(page, "summary");
+}
+
 async function compare(page, out) {
   await page.goto(url);
   await page.waitForSelector("#verdict");
@@ -185,6 +195,12 @@ async function diff(page, out) {
   await frame.locator("svg g").first().waitFor();
   out.diff_frames = await frame.locator("svg #frames g").count();
   out.diff_titles = await frame.locator("svg #frames g title").allTextContents();
+  out.diff_summary = await page.$$eval("#diff-summary tbody tr", (r) => r.map((x) => [...x.children].map((c) => c.textContent)));
+  // Where the root frame ("all") is drawn, in the page's coordinates: in
+  // view when the page opens, not below the fold.
+  const root = await frame.locator("svg #frames g").filter({ has: frame.locator("title", { hasText: /^all \(/ }) }).first().boundingBox();
+  out.diff_root_top = root ? root.y : null;
+  out.viewport_height = page.viewportSize().height;
   await shot(page, "diff");
 }
 
@@ -212,7 +228,7 @@ async function render(page, out) {
   await shot(page, "render");
 }
 
-const modes = { profile, compare, diff, render };
+const modes = { profile, summary, compare, diff, render };
 (async () => {
   if (!modes[mode]) throw new Error("unknown mode " + mode);
   fs.mkdirSync(shots, { recursive: true });

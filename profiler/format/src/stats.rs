@@ -87,6 +87,12 @@ impl Func {
 /// 64 TiB up (requests that no allocator here can satisfy).
 pub const SIZE_BUCKETS: usize = 48;
 
+/// Requests of at least this many bytes are counted one by one, in the
+/// histogram and in allocator time: each stands for itself. Smaller ones
+/// are counted at the timed calls, a sample weighted by its mean, so their
+/// histogram counts are estimates.
+pub const EXACT_TIMING_BYTES: usize = 64 * 1024;
+
 /// The histogram bucket of a request of `size` bytes.
 #[inline(always)]
 pub const fn size_bucket(size: usize) -> usize {

@@ -41,7 +41,7 @@ pub const PUBLISH_BYTES: i64 = 64 * 1024;
 /// for itself), the rest are sampled: large blocks take the allocators' slow
 /// paths (mmap, munmap, page-level work), so they are rare and expensive and
 /// would make a sampled estimate noisy. Stratifying keeps it unbiased.
-pub const EXACT_TIMING_BYTES: usize = 64 * 1024;
+pub use allocmux_format::stats::EXACT_TIMING_BYTES;
 
 /// The most one sampled call's duration counts for, in TSC ticks (about
 /// 70 µs at 3 GHz). The TSC measures wall time, so a call during which the
