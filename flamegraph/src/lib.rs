@@ -11,6 +11,7 @@ pub mod allocator;
 pub mod args;
 pub mod cmd;
 pub mod compare;
+pub mod demangle;
 pub mod direct_shim;
 pub mod elf;
 pub mod error;

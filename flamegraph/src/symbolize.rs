@@ -24,6 +24,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::rc::Rc;
 
+use crate::demangle::demangle;
 use allocmux_format::profile::Module;
 use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{CodeInfo, Input, Symbolized};
@@ -162,7 +163,9 @@ impl Symbolizer {
         let inner = blazesym::symbolize::Symbolizer::builder()
             .enable_code_info(true)
             .enable_inlined_fns(true)
-            .enable_demangling(true)
+            // Every name, inlined ones too, is demangled alike by
+            // `crate::demangle`.
+            .enable_demangling(false)
             .build();
         Symbolizer {
             inner,
@@ -352,7 +355,7 @@ fn frames_of(s: Symbolized<'_>, m: &Module) -> Option<Resolved> {
     for f in sym.inlined.iter().rev() {
         let (file, line) = location(f.code_info.as_ref());
         frames.push(Frame {
-            function: f.name.to_string(),
+            function: demangle(&f.name),
             file,
             line,
             module: Some(m.path.clone()),
@@ -361,7 +364,7 @@ fn frames_of(s: Symbolized<'_>, m: &Module) -> Option<Resolved> {
     }
     let (file, line) = location(sym.code_info.as_deref());
     frames.push(Frame {
-        function: sym.name.to_string(),
+        function: demangle(&sym.name),
         file,
         line,
         module: Some(m.path.clone()),

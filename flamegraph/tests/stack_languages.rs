@@ -104,3 +104,44 @@ fn cxx_program_stacks_are_exact_and_demangled() {
         all()
     );
 }
+
+/// Frames of the standard library's templates inlined into `main`: every
+/// one demangled (GCC's `std::make_shared`, whose `enable_if` return type
+/// the demangler cannot read, by its name and template arguments), and
+/// folded into `[N std frames]` in the report's stack lines.
+#[test]
+fn cxx_inlined_std_frames_are_demangled_and_folded() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile("c++", fixture("stacks_cxx_std.cpp"), &["-O1", "-g"]);
+    let stacks = folded_counts(dir.path(), &exe);
+    let all = || format!("{stacks:#?}");
+    for (s, _) in &stacks {
+        assert!(!s.contains(";_Z"), "mangled: {s}");
+    }
+    assert_eq!(
+        total(&stacks, "main;std::make_shared<int, int&>_[i];"),
+        1000,
+        "{}",
+        all()
+    );
+    assert!(
+        total(&stacks, "_M_realloc_insert<std::shared_ptr<int> >(") > 0,
+        "{}",
+        all()
+    );
+    let report = ok(run(allocmux()
+        .args(["report", "--top", "3"])
+        .arg(dir.path().join("p.prof"))));
+    let lines = text(&report.stdout);
+    let by_count = lines
+        .split("top 3 stacks by allocations")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{lines}"));
+    let first = by_count.lines().nth(1).unwrap();
+    assert!(
+        first.contains(" std frames] ← main (stacks_cxx_std.cpp:"),
+        "{lines}"
+    );
+    assert!(!lines.contains("_M_realloc_insert"), "{lines}");
+    assert!(!lines.contains("_ZSt"), "{lines}");
+}
