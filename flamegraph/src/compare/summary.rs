@@ -452,16 +452,23 @@ pub fn write_human(cmp: &Comparison, s: &Summary, w: &mut dyn Write) -> io::Resu
         )?,
         None => writeln!(
             w,
-            "  wall, user, sys, max RSS: runs that record nothing; allocations, alloc time, \
-             share: {recorded} recorded run{} of each (1 round in {})\n",
+            "  wall, user, sys, max RSS: runs that record nothing; allocations, alloc time \
+             (with its range), share: {recorded} recorded run{} of each (1 round in {})\n",
             if recorded == 1 { "" } else { "s" },
             super::RECORD_EVERY,
         )?,
     }
     writeln!(
         w,
-        "  {:<9} {:>26} {:>10} {:>10} {:>10} {:>12} {:>11} {:>6}",
-        "allocator", "wall (IQR)", "user", "sys", "max RSS", "allocations", "alloc time", "share"
+        "  {:<9} {:>26} {:>10} {:>10} {:>10} {:>12} {:>26} {:>6}",
+        "allocator",
+        "wall (IQR)",
+        "user",
+        "sys",
+        "max RSS",
+        "allocations",
+        "alloc time (range)",
+        "share"
     )?;
     for a in &s.per_allocator {
         if a.figures.is_empty() {
@@ -473,16 +480,28 @@ pub fn write_human(cmp: &Comparison, s: &Summary, w: &mut dyn Write) -> io::Resu
         let recorded = |f: Figure, show: &dyn Fn(f64) -> String| {
             a.figure(f).map_or("?".to_string(), |s| show(s.median))
         };
+        // Allocator time varies from run to run far more than the counts
+        // (a preempted timed call stands for many): its few recorded runs'
+        // range, so a median of two is not read as a measurement.
+        let alloc_time = a
+            .figure(Figure::AllocatorTime)
+            .map_or("?".to_string(), |s| {
+                if a.recorded_runs > 1 {
+                    time_with_range(s.median, s.min, s.max)
+                } else {
+                    Dur(s.median as u64).to_string()
+                }
+            });
         writeln!(
             w,
-            "  {:<9} {:>26} {:>10} {:>10} {:>10} {:>12} {:>11} {:>6}",
+            "  {:<9} {:>26} {:>10} {:>10} {:>10} {:>12} {:>26} {:>6}",
             a.allocator.name(),
             time_with_range(wall.median, wall.q1, wall.q3),
             Dur(m(Figure::User)),
             Dur(m(Figure::Sys)),
             Bytes(m(Figure::MaxRss)),
             recorded(Figure::AllocationCalls, &|v| Count(v as u64).to_string()),
-            recorded(Figure::AllocatorTime, &|v| Dur(v as u64).to_string()),
+            alloc_time,
             recorded(Figure::AllocatorShare, &|v| format!("{:.1}%", 100.0 * v)),
         )?;
     }
@@ -848,7 +867,8 @@ mod tests {
             .lines()
             .find(|l| l.trim_start().starts_with("jemalloc"))
             .unwrap();
-        assert!(row.trim_end().ends_with("?           ?      ?"), "{row:?}");
+        let tail: Vec<&str> = row.split_whitespace().rev().take(3).collect();
+        assert_eq!(tail, ["?", "?", "?"], "{row:?}");
         let v = serde_json::to_value(crate::json::CompareJson::new(&cmp, &s)).unwrap();
         let j = &v["allocators"][1]["figures"];
         assert!(
@@ -910,6 +930,16 @@ mod tests {
         assert_eq!(mi.spread(Figure::MaxRss).median, (50u64 << 20) as f64);
         assert_eq!(mi.spread(Figure::AllocationCalls).median, 1e6);
         assert_eq!(mi.spread(Figure::AllocatorTime).median, 8e7);
+        // Shown with the range of its recorded runs.
+        let mut out = Vec::new();
+        write_human(&cmp, &s, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("alloc time (range)"), "{text}");
+        let row = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("mimalloc"))
+            .unwrap();
+        assert!(row.contains(" 80.00 ms (80.00–80.00) "), "{row}");
         let speedup = mi.speedup.unwrap();
         assert!((speedup.estimate - 1.25).abs() < 0.01, "{speedup:?}");
         let timing_medians: Vec<f64> = [SYSTEM, MIMALLOC]
