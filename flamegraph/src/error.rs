@@ -62,6 +62,7 @@ impl From<anyhow::Error> for Error {
                 Some(TargetError::NotExecutable(_) | TargetError::IsDirectory(_)) => {
                     ErrorKind::TargetNotExecutable
                 }
+                Some(TargetError::Empty) => ErrorKind::Usage,
                 None if source.downcast_ref::<UsageError>().is_some() => ErrorKind::Usage,
                 None => ErrorKind::Failed,
             }

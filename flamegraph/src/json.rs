@@ -18,10 +18,11 @@ use allocmux_format::stats::{EXACT_TIMING_BYTES, Func, SIZE_BUCKETS, Totals, buc
 use serde::Serialize;
 
 use crate::compare::{Comparison, Figure, Summary, Verdict};
-use crate::report::{ProcessFigures, Report, heap_overhead, share};
+use crate::report::{ProcessFigures, Report, heap_overhead};
 use crate::stacks::{MergedStack, StackSet, Weight};
 use crate::stats::{Interval, Spread};
 use crate::symbolize::Frame;
+use crate::units::share;
 
 /// `doc` as pretty-printed JSON with a final newline.
 ///
@@ -288,7 +289,7 @@ impl From<&Report> for ReportJson {
                 .map(|u| UnprofiledJson {
                     pid: u.pid,
                     program: u.program.clone(),
-                    reason: u.why.clone(),
+                    reason: crate::target::why_unprofiled(&u.program),
                 })
                 .collect(),
         }

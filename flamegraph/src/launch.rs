@@ -360,7 +360,7 @@ pub fn launch(l: &Launch<'_>) -> Result<Outcome> {
         target::check_dynamic(p)?;
     }
     let preload = (!libraries.is_empty()).then(|| preload_value(&libraries));
-    let mut start = crate::launcher::start(
+    let mut start = crate::spawn_helper::start(
         preload.or_else(|| std::env::var_os("LD_PRELOAD")).as_ref(),
         &program,
         &l.command[0],

@@ -19,13 +19,13 @@ pub mod export;
 pub mod html;
 pub mod json;
 pub mod launch;
-pub mod launcher;
 pub mod output;
 pub mod plot;
 pub mod pprof;
 pub mod render;
 pub mod report;
 pub mod shim;
+pub mod spawn_helper;
 pub mod stack_line;
 pub mod stacks;
 pub mod stats;
@@ -33,6 +33,7 @@ pub mod symbolize;
 pub mod sys;
 pub mod target;
 pub mod top;
+pub mod units;
 
 pub use error::{Error, ErrorKind};
 

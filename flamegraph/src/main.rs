@@ -10,7 +10,7 @@ use allocmux_cli::args::Cli;
 
 fn main() {
     // Before anything grows this process: see the launcher's docs.
-    if let Some(code) = allocmux_cli::launcher::serve_if_asked() {
+    if let Some(code) = allocmux_cli::spawn_helper::serve_if_asked() {
         std::process::exit(code);
     }
     let cli = match Cli::try_parse().and_then(|cli| cli.check().map(|()| cli)) {

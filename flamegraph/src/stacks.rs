@@ -22,8 +22,9 @@ use allocmux_format::profile::{ProcessProfile, StackMode, State};
 use allocmux_format::stats::{SIZE_BUCKETS, SiteCounts, Totals, bucket_floor};
 use rustc_hash::FxHashMap;
 
-use crate::report::{Bytes, Count, Dur, program_name};
+use crate::report::program_name;
 use crate::symbolize::{Frame, Resolved, Symbolizer};
+use crate::units::{Bytes, Count, Dur};
 
 /// What a stack is weighed by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, clap::ValueEnum)]

@@ -252,3 +252,32 @@ pub fn stdin_kind() -> StdinKind {
         _ => StdinKind::Other,
     }
 }
+
+/// How a program ended, as `run` says it: "exited with status 3", "was
+/// killed by signal 9 (SIGKILL)".
+pub fn how_it_ended(exit: &ChildExit) -> String {
+    match (exit.code, exit.signal) {
+        (Some(c), _) => format!("exited with status {c}"),
+        (None, Some(s)) => format!("was killed by signal {s} ({})", signal_name(s)),
+        _ => "ended".to_string(),
+    }
+}
+
+/// The usual name of a signal number.
+pub fn signal_name(s: i32) -> &'static str {
+    match s {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        3 => "SIGQUIT",
+        4 => "SIGILL",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        11 => "SIGSEGV",
+        13 => "SIGPIPE",
+        14 => "SIGALRM",
+        15 => "SIGTERM",
+        _ => "signal",
+    }
+}

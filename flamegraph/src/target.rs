@@ -18,6 +18,8 @@ pub enum TargetError {
     NotExecutable(PathBuf),
     /// A path to a directory (as a shell says, status 126).
     IsDirectory(PathBuf),
+    /// An empty command (`run -- ""`): a usage error.
+    Empty,
 }
 
 impl std::fmt::Display for TargetError {
@@ -28,6 +30,7 @@ impl std::fmt::Display for TargetError {
                 write!(f, "{} is not executable (chmod +x it?)", p.display())
             }
             TargetError::IsDirectory(p) => write!(f, "{} is a directory", p.display()),
+            TargetError::Empty => f.write_str("the command is empty"),
         }
     }
 }
@@ -37,7 +40,7 @@ impl std::error::Error for TargetError {}
 /// Finds `cmd` as a shell would: a path if it has a slash, else on PATH.
 pub fn resolve(cmd: &str) -> Result<PathBuf> {
     if cmd.is_empty() {
-        return Err(crate::error::usage("the command is empty"));
+        return Err(TargetError::Empty.into());
     }
     let candidates: Vec<PathBuf> = if cmd.contains('/') {
         // A path is run as it is (a directory on PATH is passed over, as
@@ -149,6 +152,27 @@ fn check_one(path: &Path, depth: u32) -> Result<Option<Program>> {
         dynamic: elf.interpreter,
         in_code: elf.in_code,
     }))
+}
+
+/// Why `program` (as an `exec` named it) left no profile: what the checks
+/// `allocmux` makes of its own targets find, or, when they find nothing,
+/// the causes that remain.
+pub fn why_unprofiled(program: &str) -> String {
+    let checked = resolve(program).and_then(|path| {
+        check_preloadable(&path)?;
+        Ok(path)
+    });
+    match checked {
+        Ok(path) => format!(
+            "{} left no profile (its environment dropped LD_PRELOAD, or it was killed as it \
+             started)",
+            path.display()
+        ),
+        Err(e) => {
+            let e = format!("{e:#}");
+            e.split(" (").next().unwrap_or(&e).to_string()
+        }
+    }
 }
 
 #[cfg(test)]

@@ -5,9 +5,9 @@
 use std::io::{self, Write};
 
 use crate::json::{StackJson, TopStackJson, TopStacksJson};
-use crate::report::share;
 use crate::stack_line::stack_line;
 use crate::stacks::{MergedStack, StackSet, Weight};
+use crate::units::share;
 
 fn top(merged: &[MergedStack], w: Weight, n: usize) -> Vec<&MergedStack> {
     let mut v: Vec<&MergedStack> = merged.iter().filter(|s| w.of(&s.values) > 0).collect();

@@ -37,7 +37,7 @@ fn render(text: &str) {
     let report = Report::new(procs, None);
     let mut out = Vec::new();
     report.write_human(&mut out).expect("writing to memory");
-    let json = serde_json::to_string(&report.to_json()).expect("JSON");
+    let json = serde_json::to_string(&allocmux_cli::json::ReportJson::from(&report)).expect("JSON");
     assert!(!json.is_empty());
 }
 

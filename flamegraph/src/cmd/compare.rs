@@ -11,7 +11,7 @@ use crate::allocator::Allocator;
 use crate::compare;
 use crate::json::CompareJson;
 use crate::output::{JsonOut, OutputFile};
-use crate::report::shell_words;
+use crate::units::shell_words;
 
 /// What `allocmux compare` is told.
 #[derive(Debug)]

@@ -13,9 +13,9 @@ use crate::compare::{self, Summary};
 use crate::json::CompareJson;
 use crate::launch::{self, Launch, Output};
 use crate::output::OutputFile;
-use crate::report::shell_words;
 use crate::stacks::{StackSet, Weight};
 use crate::symbolize::Symbolizer;
+use crate::units::shell_words;
 
 const WORKLOAD: &str = "edit-distance";
 
@@ -187,7 +187,7 @@ pub fn run(opts: &DemoOptions) -> Result<i32> {
          allocator swap.\n\n  \
          Next: `allocmux report {}` for the full profile, `allocmux compare -- YOUR_PROGRAM`\n  \
          and `allocmux flame -- YOUR_PROGRAM` for your own.",
-        crate::report::Count(t.totals.allocation_calls()),
+        crate::units::Count(t.totals.allocation_calls()),
         100.0 * t.allocator_ns as f64 / t.cpu_ns.max(1) as f64,
         profile.path().display(),
     );

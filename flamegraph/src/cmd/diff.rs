@@ -7,6 +7,7 @@ use anyhow::Result;
 
 use super::profiles;
 use crate::html::DiffSide;
+use crate::json::ReportJson;
 use crate::output::OutputFile;
 use crate::render::Labels;
 use crate::report::Report;
@@ -85,7 +86,7 @@ pub fn run(o: &DiffOptions) -> Result<i32> {
         let svg = crate::render::differential(&base_folded, &new_folded, &labels, true)?;
         let summary = |path: &std::path::Path, loaded: &[ProcessProfile]| DiffSide {
             profile: path.display().to_string(),
-            report: Report::new(loaded.to_vec(), None).to_json(),
+            report: ReportJson::from(&Report::new(loaded.to_vec(), None)),
         };
         let data = crate::html::diff_data(
             title,

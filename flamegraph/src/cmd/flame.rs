@@ -11,9 +11,10 @@ use allocmux_format::profile::StackMode;
 
 use crate::launch::{self, StackRecording};
 use crate::output::OutputFile;
-use crate::report::{ProcessFigures, shell_words};
+use crate::report::ProcessFigures;
 use crate::stacks::{StackSet, Weight};
 use crate::symbolize::Symbolizer;
+use crate::units::shell_words;
 
 /// What `allocmux flame` is told.
 #[derive(Debug)]

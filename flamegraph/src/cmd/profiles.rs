@@ -8,9 +8,9 @@ use anyhow::{Context, Result};
 
 use allocmux_format::profile::ProcessProfile;
 
-use crate::report::shell_words;
 use crate::stacks::StackSet;
 use crate::symbolize::Symbolizer;
+use crate::units::shell_words;
 
 /// Reads profile files, every process of each.
 pub(super) fn load(paths: &[PathBuf]) -> Result<Vec<ProcessProfile>> {

@@ -10,6 +10,7 @@ use anyhow::{Context, Result, bail};
 use allocmux_format::profile::ProcessProfile;
 
 use super::profiles;
+use crate::json::ReportJson;
 use crate::output::OutputFile;
 use crate::report::Report;
 use crate::stacks::{StackSet, Weight};
@@ -78,7 +79,7 @@ pub fn run(o: &ReportOptions) -> Result<i32> {
         out.write(crate::html::page(&data).as_bytes())?;
     }
     if o.json {
-        let mut doc = report.to_json();
+        let mut doc = ReportJson::from(&report);
         doc.top_stacks = set
             .as_ref()
             .filter(|_| o.top > 0)

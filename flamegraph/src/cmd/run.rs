@@ -10,6 +10,7 @@ use crate::allocator::Allocator;
 use allocmux_format::profile::StackMode;
 use allocmux_format::settings::{self as env, Level};
 
+use crate::json::ReportJson;
 use crate::launch::{self, StackRecording};
 use crate::output::{JsonOut, OutputFile};
 
@@ -109,14 +110,14 @@ fn write_report(
     }
     let report = outcome.report(&o.command, o.allocator.name());
     if let Some(json) = json {
-        json.write(&report.to_json())?;
+        json.write(&ReportJson::from(&report))?;
     }
     if let Some(out) = &html_out {
         let mut sym = crate::symbolize::Symbolizer::new();
         let set = crate::stacks::StackSet::build(&outcome.profiles, &mut sym).ok();
         let title = format!(
             "{} — {}",
-            crate::report::shell_words(&o.command),
+            crate::units::shell_words(&o.command),
             o.allocator.name()
         );
         let data = crate::html::profile_data(
@@ -160,22 +161,22 @@ fn run_unrecorded(o: &RunOptions) -> Result<i32> {
 /// What `time` would say of an unrecorded run, on stderr.
 fn write_times(o: &RunOptions, outcome: &launch::Outcome) -> Result<()> {
     let e = outcome.exit;
-    let how = crate::report::how_it_ended(&e);
+    let how = crate::sys::how_it_ended(&e);
     let mut err = std::io::stderr().lock();
     writeln!(
         err,
         "allocmux: `{}` under {}, nothing recorded, {how}",
-        crate::report::shell_words(&o.command),
+        crate::units::shell_words(&o.command),
         o.allocator.name()
     )?;
     writeln!(
         err,
         "  wall {}   CPU {} (user {} + sys {})   max RSS {}",
-        crate::report::Dur(outcome.wall_ns),
-        crate::report::Dur(e.user_ns + e.sys_ns),
-        crate::report::Dur(e.user_ns),
-        crate::report::Dur(e.sys_ns),
-        crate::report::Bytes(e.max_rss_bytes),
+        crate::units::Dur(outcome.wall_ns),
+        crate::units::Dur(e.user_ns + e.sys_ns),
+        crate::units::Dur(e.user_ns),
+        crate::units::Dur(e.sys_ns),
+        crate::units::Bytes(e.max_rss_bytes),
     )?;
     Ok(())
 }

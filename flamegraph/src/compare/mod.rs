@@ -24,7 +24,7 @@ use allocmux_format::profile::ProcessProfile;
 
 use crate::allocator::Allocator;
 use crate::launch::{self, Launch, Output};
-use crate::report::shell_words;
+use crate::units::shell_words;
 
 pub use summary::{AllocatorSummary, Figure, Pair, Summary, Verdict, write_human};
 
@@ -111,7 +111,7 @@ pub struct RunRecord {
 impl RunRecord {
     /// Share of the CPU time spent in the allocator.
     pub fn allocator_share(&self) -> f64 {
-        crate::report::share(self.allocator_ns, self.user_ns + self.sys_ns)
+        crate::units::share(self.allocator_ns, self.user_ns + self.sys_ns)
     }
 
     /// Whether this run gives figure `f`: a timing run gives times and
@@ -345,7 +345,7 @@ fn run_once(
     if out.exit.code != Some(0) {
         let how = match (out.exit.code, out.exit.signal) {
             (Some(c), _) => format!("exit status {c}"),
-            (None, Some(s)) => format!("killed by {} ({s})", crate::report::signal_name(s)),
+            (None, Some(s)) => format!("killed by {} ({s})", crate::sys::signal_name(s)),
             (None, None) => "an unknown status".to_string(),
         };
         let see = if opts.log.is_some() {

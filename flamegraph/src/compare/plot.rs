@@ -10,7 +10,7 @@ use super::{Comparison, Figure, Summary};
 use allocmux_format::timeline::Timeline;
 
 use crate::plot::{NamedTimeline, PlotOptions};
-use crate::report::{Bytes, Dur};
+use crate::units::{Bytes, Dur};
 use allocmux_format::Backend;
 
 use crate::allocator::Allocator;

@@ -7,8 +7,8 @@ use std::io::{self, Write};
 
 use super::{Comparison, RunRecord};
 use crate::allocator::Allocator;
-use crate::report::{Bytes, Count, Dur, shell_words};
 use crate::stats::{Interval, Spread, fewest_pairs, paired_ratio};
+use crate::units::{Bytes, Count, Dur, shell_words};
 
 /// Width of a speed interval (high over low) above which the runs are
 /// called too noisy to resolve the differences allocators usually make.
@@ -117,14 +117,15 @@ impl Pair {
     /// Whether the interval, at `level`, excludes 1: one of the two is
     /// clearly faster.
     pub fn clear(&self, level: f64) -> bool {
-        reaches(&self.speedup, level) && (self.speedup.above(1.0) || self.speedup.below(1.0))
+        clearly_faster(&self.speedup, level) || clearly_faster(&self.speedup.recip(), level)
     }
 }
 
-/// Whether an interval has the confidence asked for (one from too few
-/// rounds has less).
-fn reaches(iv: &Interval, level: f64) -> bool {
-    iv.confidence >= level - 1e-9
+/// The verdict's one rule: an allocator is clearly faster than another
+/// when the interval of its speedup over the other has the confidence
+/// asked for (one from too few rounds has less) and lies above 1.
+fn clearly_faster(speedup: &Interval, level: f64) -> bool {
+    speedup.confidence >= level - 1e-9 && speedup.above(1.0)
 }
 
 /// Which allocator is fastest, as far as the runs can tell.
@@ -242,9 +243,8 @@ impl Summary {
                     .flatten(),
             })
             .collect();
-        let clearly_faster = |i: usize, j: usize| {
-            faster[i][j].is_some_and(|iv| reaches(&iv, level) && iv.above(1.0))
-        };
+        let clearly_faster =
+            |i: usize, j: usize| faster[i][j].is_some_and(|iv| clearly_faster(&iv, level));
         let verdict = if n < 2 {
             Verdict::Alone
         } else if rounds < fewest_pairs(level) {

@@ -151,15 +151,15 @@ pub fn profile_data(
                 "pruned: the call tree had {} frames; those whose figures are all below \
                  {}% of their weight's total are merged into a [below threshold] frame \
                  under their caller ({} frames kept); figures and totals are unchanged",
-                crate::report::Count(p.nodes_before as u64),
+                crate::units::Count(p.nodes_before as u64),
                 p.threshold * 100.0,
-                crate::report::Count(p.nodes_after as u64),
+                crate::units::Count(p.nodes_after as u64),
             ));
         }
         if set.lost() > 0 {
             notes.push(format!(
                 "{} allocations have no stack and are in no frame",
-                crate::report::Count(set.lost())
+                crate::units::Count(set.lost())
             ));
         }
         let weights = Weight::ALL
@@ -195,7 +195,7 @@ pub fn profile_data(
     PageData {
         title,
         notes,
-        report: Some(report.to_json()),
+        report: Some(ReportJson::from(report)),
         flame,
         timelines: timelines(profiles),
         compare: None,

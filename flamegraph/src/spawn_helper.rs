@@ -125,7 +125,7 @@ fn read_result(result: &Path, launcher: ChildExit) -> Result<Launched> {
         Some(l) => Ok(l),
         None => bail!(
             "the launcher {}, without saying how the program ended",
-            crate::report::how_it_ended(&launcher)
+            crate::sys::how_it_ended(&launcher)
         ),
     }
 }
