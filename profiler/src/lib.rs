@@ -1,5 +1,6 @@
-//! allocmux: allocation profiling for Rust programs, and the recording core
-//! shared with the `LD_PRELOAD` shim.
+//! allocmux: allocation profiling for Rust programs, from inside, as the
+//! `LD_PRELOAD` shim profiles any program from outside (the recording core
+//! they share is the `allocmux-recorder` crate).
 //!
 //! # Counting allocations in a Rust program
 //!

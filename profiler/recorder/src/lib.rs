@@ -1,6 +1,7 @@
 //! The recording core of allocmux, shared by its `LD_PRELOAD` shim and by
-//! the `allocmux` crate's `#[global_allocator]` wrapper: the only crate of
-//! allocmux besides the shim with `unsafe` code.
+//! the `allocmux` crate's `#[global_allocator]` wrapper: with the shim,
+//! where allocmux's `unsafe` code is (but for the CLI's process-control
+//! calls and one slice read in the workloads).
 //!
 //! Its API is for those two, with no stability promise of its own: they
 //! depend on it pinned with `=`. Rust programs use `allocmux`, which
