@@ -13,7 +13,7 @@ use std::sync::Mutex;
 
 use allocmux_format::Stats;
 use allocmux_format::stats::ByteSize;
-use allocmux_recorder::counting::{measure, require_counting};
+use allocmux_recorder::readout::{measure, require_counting};
 use allocmux_recorder::{process, watch};
 
 /// The baseline file's name, in the directory of the crate under test

@@ -335,7 +335,7 @@ pub use allocmux_format::{
     AllocatorStats, Backend, Func, GlibcStats, JemallocStats, MimallocStats, SiteCounts, Stats,
     Totals, UnknownBackend,
 };
-pub use allocmux_recorder::counting::{measure, snapshot};
+pub use allocmux_recorder::readout::{measure, snapshot};
 pub use allocmux_recorder::{Counting, Switchable};
 #[cfg(feature = "budget")]
 pub use budget::{BLESS_ENV, BUDGETS_FILE, Budget, Exceeded};
