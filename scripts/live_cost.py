@@ -93,7 +93,7 @@ def configs(backend, workload, shim, shims, release, churn, base):
         c["forwarder"] = (cmd("glibc"), dict(shim_env, LD_PRELOAD=forwarder, ALLOCMUX_RECORD="off"))
     else:
         c["forwarder"] = c["base"]
-    c["live"] = (cmd("glibc"), dict(shim_env, LD_PRELOAD=shims[f"{backend}_live"],
+    c["live"] = (cmd("glibc"), dict(shim_env, LD_PRELOAD=shims[f"{backend}_sampled_level"],
                                     ALLOCMUX_RECORD="sampled", ALLOCMUX_HTTP="127.0.0.1:0"))
     c["exact"] = (cmd("glibc"), dict(shim_env, LD_PRELOAD=shims.get(backend, shim), ALLOCMUX_RECORD="exact"))
     return c
@@ -131,7 +131,7 @@ def redis_throughput(rounds, shims, base, lines):
         bare = dict(base)
         if backend != "system":
             bare["LD_PRELOAD"] = shims[f"{backend}_forward"]
-        live = dict(base, LD_PRELOAD=shims[f"{backend}_live"], ALLOCMUX_ALLOCATOR=backend,
+        live = dict(base, LD_PRELOAD=shims[f"{backend}_sampled_level"], ALLOCMUX_ALLOCATOR=backend,
                     ALLOCMUX_RECORD="sampled", ALLOCMUX_HTTP="127.0.0.1:0")
         ratios = {"SET": [], "GET": []}
         for _ in range(rounds):

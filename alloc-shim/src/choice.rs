@@ -29,7 +29,7 @@ pub struct Choice {
     /// Whether they are recorded at the sampled level only (the stack
     /// sample, nothing counted per call; `ALLOCMUX_RECORD=sampled`, the
     /// default when serving `/debug/pprof`).
-    pub live: bool,
+    pub sampled_level: bool,
 }
 
 impl Choice {
@@ -41,15 +41,15 @@ impl Choice {
             Backend::System => 1,
             Backend::Next => 4,
         };
-        match (self.recorded, self.live) {
+        match (self.recorded, self.sampled_level) {
             (false, _) => backend | UNRECORDED_BIT,
-            (true, true) => backend | LIVE_BIT,
+            (true, true) => backend | SAMPLED_LEVEL_BIT,
             (true, false) => backend,
         }
     }
 
     const fn decode(code: u8) -> Choice {
-        let backend = match code & !(UNRECORDED_BIT | LIVE_BIT) {
+        let backend = match code & !(UNRECORDED_BIT | SAMPLED_LEVEL_BIT) {
             1 => Backend::System,
             2 => Backend::Jemalloc,
             3 => Backend::Mimalloc,
@@ -60,14 +60,14 @@ impl Choice {
         Choice {
             backend,
             recorded: code & UNRECORDED_BIT == 0,
-            live: code & LIVE_BIT != 0,
+            sampled_level: code & SAMPLED_LEVEL_BIT != 0,
         }
     }
 }
 
 const UNCHOSEN: u8 = 0;
 const UNRECORDED_BIT: u8 = 0x80;
-const LIVE_BIT: u8 = 0x40;
+const SAMPLED_LEVEL_BIT: u8 = 0x40;
 
 static CHOICE: AtomicU8 = AtomicU8::new(UNCHOSEN);
 
@@ -96,8 +96,8 @@ fn choose() -> Choice {
     // whether it records (in secure execution too, unrecorded).
     let direct = crate::hooks::direct_table();
     let settings = config::settings();
-    let (backend, recorded, live) = match direct {
-        Some(t) => (t.backend, t.recorded && !secure, t.live),
+    let (backend, recorded, sampled_level) = match direct {
+        Some(t) => (t.backend, t.recorded && !secure, t.sampled_level),
         None if secure => (Backend::System, false, false),
         None => (
             settings.allocator,
@@ -108,7 +108,7 @@ fn choose() -> Choice {
     let choice = Choice {
         backend,
         recorded,
-        live: recorded && live,
+        sampled_level: recorded && sampled_level,
     };
     // Before the recorder's first allocation of its own (its stack tables).
     crate::heap::follow_backend(choice.backend);
@@ -130,7 +130,7 @@ fn choose() -> Choice {
     let mode = match (choice.recorded, direct) {
         (false, _) => StackMode::Off,
         // The sampled level is the stack sample.
-        (true, _) if choice.live => sample_mode,
+        (true, _) if choice.sampled_level => sample_mode,
         (true, None) => settings.stacks,
         (true, Some(t)) if t.sampled => sample_mode,
         (true, Some(_)) => StackMode::Off,
@@ -138,7 +138,7 @@ fn choose() -> Choice {
     // An exact prefix is recorded by the hooks of exact mode (see
     // `configure`); a direct shim's are its table's, sampled.
     let exact_first = match (mode, direct) {
-        (StackMode::Sample { .. }, None) if !choice.live => settings.exact_first,
+        (StackMode::Sample { .. }, None) if !choice.sampled_level => settings.exact_first,
         _ => 0,
     };
     if mode != StackMode::Off {
@@ -166,11 +166,11 @@ mod tests {
     #[test]
     fn codes_round_trip() {
         for backend in Backend::BUILT_IN.into_iter().chain([Backend::Next]) {
-            for (recorded, live) in [(true, false), (true, true), (false, false)] {
+            for (recorded, sampled_level) in [(true, false), (true, true), (false, false)] {
                 let c = Choice {
                     backend,
                     recorded,
-                    live,
+                    sampled_level,
                 };
                 assert_ne!(c.encode(), UNCHOSEN);
                 assert_eq!(Choice::decode(c.encode()), c);

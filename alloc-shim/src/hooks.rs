@@ -19,7 +19,7 @@ use allocmux_format::profile::StackMode;
 use allocmux_recorder::Body;
 #[cfg(not(target_arch = "x86_64"))]
 use allocmux_recorder::enter;
-use allocmux_recorder::stacks::{StackBody, enter_live, enter_sampled, enter_stacks};
+use allocmux_recorder::stacks::{StackBody, enter_sampled, enter_sampled_level, enter_stacks};
 
 use crate::backend::{Jemalloc, Mimalloc, MimallocLookup, Next, System};
 use crate::choice::{self, Choice};
@@ -107,7 +107,7 @@ pub fn direct_table() -> Option<DirectTable> {
 /// first calls at once, with the same choice: idempotent).
 pub fn install(choice: Choice, mode: StackMode) {
     use StackMode::{Exact, Off, Sample};
-    if choice.backend == Allocator::Mimalloc && (!choice.recorded || choice.live) {
+    if choice.backend == Allocator::Mimalloc && (!choice.recorded || choice.sampled_level) {
         // The recorded tables' `init_mimalloc` below does it for them.
         crate::backend::mimalloc_sets_errno();
     }
@@ -118,12 +118,12 @@ pub fn install(choice: Choice, mode: StackMode) {
             Allocator::System => &UNRECORDED,
             Allocator::Next => &NEXT_UNRECORDED,
         }
-    } else if choice.live {
+    } else if choice.sampled_level {
         match choice.backend {
-            Allocator::Jemalloc => &JEMALLOC_LIVE,
-            Allocator::Mimalloc => &MIMALLOC_LIVE,
-            Allocator::System => &SYSTEM_LIVE,
-            Allocator::Next => &NEXT_LIVE,
+            Allocator::Jemalloc => &JEMALLOC_SAMPLED_LEVEL,
+            Allocator::Mimalloc => &MIMALLOC_SAMPLED_LEVEL,
+            Allocator::System => &SYSTEM_SAMPLED_LEVEL,
+            Allocator::Next => &NEXT_SAMPLED_LEVEL,
         }
     } else {
         match (choice.backend, mode) {
@@ -191,19 +191,19 @@ unsafe fn with_sampled_stacks<X: StackBody>(body: X) -> X::Out {
 }
 
 /// Runs a body at the sampled level: the stack sample alone (see
-/// `enter_live`).
+/// `enter_sampled_level`).
 #[inline(always)]
-unsafe fn live<X: StackBody>(body: X) -> X::Out {
+unsafe fn sampled_level<X: StackBody>(body: X) -> X::Out {
     // SAFETY: this thread's own stack state; the caller's arguments; the
     // tables that use this are installed in sample mode only.
     #[cfg(target_arch = "x86_64")]
     unsafe {
-        enter_live(tls::stacks_in_tls(), body, Unrecorded)
+        enter_sampled_level(tls::stacks_in_tls(), body, Unrecorded)
     }
     // SAFETY: as above.
     #[cfg(not(target_arch = "x86_64"))]
     unsafe {
-        enter_live(&tls::current().stacks, body, Unrecorded)
+        enter_sampled_level(&tls::current().stacks, body, Unrecorded)
     }
 }
 
@@ -369,9 +369,11 @@ static UNRECORDED: Hooks = recorded_hooks!(System, unrecorded);
 /// backend with a direct shim (mimalloc's answers `malloc_usable_size`
 /// with `mi_usable_size`, the only size it reads, so its layout is never
 /// relied on).
-static SYSTEM_LIVE: Hooks = recorded_hooks!(System, live, system_live);
-static JEMALLOC_LIVE: Hooks = recorded_hooks!(Jemalloc, live, jemalloc_live);
-static MIMALLOC_LIVE: Hooks = recorded_hooks!(MimallocLookup, live, mimalloc_live);
+static SYSTEM_SAMPLED_LEVEL: Hooks = recorded_hooks!(System, sampled_level, system_sampled_level);
+static JEMALLOC_SAMPLED_LEVEL: Hooks =
+    recorded_hooks!(Jemalloc, sampled_level, jemalloc_sampled_level);
+static MIMALLOC_SAMPLED_LEVEL: Hooks =
+    recorded_hooks!(MimallocLookup, sampled_level, mimalloc_sampled_level);
 static JEMALLOC_FORWARD: Hooks = recorded_hooks!(Jemalloc, unrecorded, jemalloc_forward);
 static MIMALLOC_FORWARD: Hooks = recorded_hooks!(Mimalloc, unrecorded, mimalloc_forward);
 /// The next library after the shim (see `backend::next`): no direct shim,
@@ -379,7 +381,7 @@ static MIMALLOC_FORWARD: Hooks = recorded_hooks!(Mimalloc, unrecorded, mimalloc_
 static NEXT: Hooks = recorded_hooks!(Next);
 static NEXT_STACKS: Hooks = recorded_hooks!(Next, with_stacks);
 static NEXT_SAMPLED: Hooks = recorded_hooks!(Next, with_sampled_stacks);
-static NEXT_LIVE: Hooks = recorded_hooks!(Next, live);
+static NEXT_SAMPLED_LEVEL: Hooks = recorded_hooks!(Next, sampled_level);
 static NEXT_UNRECORDED: Hooks = recorded_hooks!(Next, unrecorded);
 
 /// A table whose every function chooses the backend, then forwards to the

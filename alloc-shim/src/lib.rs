@@ -28,6 +28,10 @@
 #![cfg(feature = "library")]
 // The unit-test binary does not export the C symbols, so they look unused.
 #![cfg_attr(test, allow(dead_code))]
+// Every `match` names its variants: a backend (or any other variant) added
+// to an enum fails to compile where it is not handled, rather than falling
+// into a catch-all.
+#![deny(clippy::wildcard_enum_match_arm)]
 
 mod backend;
 mod children;

@@ -201,9 +201,11 @@ unsafe extern "C" fn untimed_sized_after<B: Backend, S: Scope>(
 ) -> *mut c_void {
     // SAFETY: the caller checked that the product does not overflow.
     let p = unsafe {
-        match f {
-            Func::Malloc => B::malloc(count),
-            _ => B::calloc(count, size),
+        // `f` is `Malloc` or `Calloc`, the two sized allocations.
+        if f == Func::Malloc {
+            B::malloc(count)
+        } else {
+            B::calloc(count, size)
         }
     };
     if p.is_null() {

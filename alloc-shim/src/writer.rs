@@ -213,7 +213,7 @@ pub fn rebuild_after_fork(w: &mut Writer) {
 /// thread's state if it is one; at the sampled level, estimated from the
 /// stack sample (every call of it timed: a mean of 1).
 fn process_totals(current: Option<&recorder::ThreadState>) -> (Totals, Recording, u32) {
-    if choice::current().live {
+    if choice::current().sampled_level {
         let (t, r) = recorder::stacks::estimated_totals().unwrap_or((
             Totals::default(),
             Recording::Sampled {
@@ -233,7 +233,7 @@ fn process_totals(current: Option<&recorder::ThreadState>) -> (Totals, Recording
 /// The program's live bytes and their highest value so far: summed over
 /// the recorder's threads, or at the sampled level estimated.
 fn live_and_peak() -> (u64, u64) {
-    if choice::current().live {
+    if choice::current().sampled_level {
         let (t, _, _) = process_totals(None);
         (t.live_bytes(), t.peak_live_bytes)
     } else {
@@ -281,15 +281,15 @@ pub fn read_allocator_stats() -> Option<(u64, u64, AllocatorStats)> {
     if !choice.recorded {
         return None;
     }
-    let stats = match recorder::allocator_stats::read(choice.backend)? {
-        // The shim's own small blocks in glibc's heap are not the
-        // program's (its large ones are mappings of their own: `heap`).
-        AllocatorStats::System(g) => {
-            let (arena, mmapped) = crate::heap::glibc_blocks();
-            AllocatorStats::System(g.without(arena, mmapped))
-        }
-        other => other,
-    };
+    let mut stats = recorder::allocator_stats::read(choice.backend)?;
+    // The shim's own small blocks in glibc's heap are not the program's
+    // (its large ones are mappings of their own: `heap`). An `if let`:
+    // `AllocatorStats` is `#[non_exhaustive]`, so a `match` would need a
+    // catch-all.
+    if let AllocatorStats::System(g) = stats {
+        let (arena, mmapped) = crate::heap::glibc_blocks();
+        stats = AllocatorStats::System(g.without(arena, mmapped));
+    }
     Some((recorder::monotonic_ns(), live_and_peak().0, stats))
 }
 

@@ -51,7 +51,10 @@ fn counts(library: &Path, env: &[(&str, &str)]) -> ProcessProfile {
 #[test]
 fn a_direct_shim_serves_its_tables_backend_and_mode_whatever_the_environment_says() {
     let dir = tempfile::tempdir().unwrap();
-    for table in TABLES.into_iter().filter(|t| t.recorded && !t.live) {
+    for table in TABLES
+        .into_iter()
+        .filter(|t| t.recorded && !t.sampled_level)
+    {
         let stacks = if table.sampled { "sample" } else { "off" };
         // A copy under another name: `run` refuses a direct shim whose
         // table is not what the environment asks for, as a test's mistake.
@@ -91,7 +94,10 @@ fn a_direct_shim_serves_its_tables_backend_and_mode_whatever_the_environment_say
 
 #[test]
 fn direct_and_universal_shims_count_alike() {
-    for table in TABLES.into_iter().filter(|t| t.recorded && !t.live) {
+    for table in TABLES
+        .into_iter()
+        .filter(|t| t.recorded && !t.sampled_level)
+    {
         let backend = table.backend.name();
         let stacks = if table.sampled { "sample" } else { "off" };
         let env = [("ALLOCMUX_ALLOCATOR", backend), ("ALLOCMUX_STACKS", stacks)];
@@ -124,9 +130,9 @@ fn direct_and_universal_shims_count_alike() {
 /// The sampled level's direct shims: the table's backend whatever the
 /// environment says, and its level: estimates only, from sampled stacks.
 #[test]
-fn a_live_direct_shim_records_at_the_sampled_level() {
+fn a_sampled_level_direct_shim_records_the_stack_sample_alone() {
     let dir = tempfile::tempdir().unwrap();
-    for table in TABLES.into_iter().filter(|t| t.live) {
+    for table in TABLES.into_iter().filter(|t| t.sampled_level) {
         let backend = table.backend.name();
         let library = shim_for(
             Command::new("true").env("ALLOCMUX_RECORD", "sampled"),

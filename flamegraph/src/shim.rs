@@ -490,7 +490,7 @@ mod tests {
         for backend in Backend::BUILT_IN {
             let sampled = StackMode::Sample { mean_bytes: 4096 };
             let (bytes, name) = library(backend, Level::Sampled, sampled).unwrap();
-            assert!(name.contains("_live-"), "{name}");
+            assert!(name.contains("_sampled_level-"), "{name}");
             let path = extract(dir.path(), &bytes, &name).unwrap();
             assert_eq!(probe(&path), Probe::Works, "{name}");
             names.push(name);

@@ -18,7 +18,12 @@
 //! commands for the reader's own crate) is only checked: an `allocmux`
 //! subcommand exists and `allocmux SUB --help` lists each of its flags;
 //! `cargo` commands name packages, examples, benches and tests that
-//! exist. Every `scripts/...` path mentioned anywhere must exist.
+//! exist.
+//!
+//! Every repository path the documents, BENCHMARKS.md, scripts/README.md
+//! and the crates' documentation name exists (`named_paths_exist`, which
+//! reads files only): one that starts with a top-level directory
+//! (`alloc-shim/src/hooks.rs`), a root file (`README.md`), a link's target.
 //!
 //! A failure names the document, the line and the command.
 
@@ -387,23 +392,179 @@ fn check(q: &Quoted) -> Result<(), String> {
     }
 }
 
-/// Every `scripts/...` path a document mentions, with its line.
-fn script_paths(markdown: &str) -> Vec<(usize, String)> {
+/// The repository's top level, fixed by the design: a path a document
+/// names is one of the repository's when it starts with one of these
+/// directories (`alloc-shim/src/hooks.rs`), or is one of [`ROOT_FILES`].
+/// Fixed rather than read from the tree, so that a directory that goes
+/// away fails the paths that name it instead of no longer seeing them.
+const TOP_DIRS: [&str; 7] = [
+    ".ci",
+    "alloc-shim",
+    "docs",
+    "flamegraph",
+    "profiler",
+    "scripts",
+    "workloads",
+];
+
+/// The files at the root of the repository. A name that looks like one
+/// (capitalised, `.md`: `CHANGELOG.md`) must be one of them.
+const ROOT_FILES: [&str; 6] = [
+    "BENCHMARKS.md",
+    "Cargo.lock",
+    "Cargo.toml",
+    "LICENSE-APACHE",
+    "LICENSE-MIT",
+    "README.md",
+];
+
+/// The texts whose repository paths are checked: the documents, and the
+/// other Markdown files that quote figures and scripts, and the crate
+/// documentation (`//!`) of every crate's `src/lib.rs`.
+fn path_documents() -> Vec<PathBuf> {
+    let root = root();
+    let mut docs = documents();
+    docs.push(root.join("BENCHMARKS.md"));
+    docs.push(root.join("scripts/README.md"));
+    for top in TOP_DIRS {
+        let top = root.join(top);
+        let Ok(entries) = fs::read_dir(&top) else {
+            continue;
+        };
+        let mut crates: Vec<PathBuf> = entries.map(|e| e.unwrap().path()).collect();
+        crates.push(top);
+        crates.sort();
+        docs.extend(
+            crates
+                .into_iter()
+                .map(|c| c.join("src/lib.rs"))
+                .filter(|l| l.is_file()),
+        );
+    }
+    docs
+}
+
+/// Whether `c` can be part of a path as documents write them.
+fn path_char(c: char) -> bool {
+    c.is_alphanumeric() || "_-./*".contains(c)
+}
+
+/// The path that starts at the beginning of `text`, as far as it goes:
+/// `{a,b}` alternatives are expanded (`backend/{system,jemalloc}`), and a
+/// final `.` or `/` (the end of a sentence, a directory) is dropped.
+fn path_at(text: &str) -> Vec<String> {
+    let mut paths = vec![String::new()];
+    let mut rest = text;
+    while let Some(c) = rest.chars().next() {
+        if path_char(c) {
+            paths.iter_mut().for_each(|p| p.push(c));
+            rest = &rest[c.len_utf8()..];
+            continue;
+        }
+        let group = rest
+            .strip_prefix('{')
+            .and_then(|r| r.split_once('}'))
+            .filter(|(g, _)| g.chars().all(|c| path_char(c) || c == ','));
+        let Some((group, after)) = group else {
+            break;
+        };
+        paths = paths
+            .iter()
+            .flat_map(|p| group.split(',').map(move |alt| format!("{p}{alt}")))
+            .collect();
+        rest = after;
+    }
+    paths
+        .into_iter()
+        .map(|p| p.trim_end_matches(['.', '/']).to_string())
+        .collect()
+}
+
+/// Every repository path a text names, relative to the repository's root,
+/// with its line: those that start with a top-level directory and the
+/// root files, anywhere in the text (backticks, links, commands), and,
+/// in Markdown, the targets of links, relative to `dir`, the document's
+/// directory (other than web addresses and anchors).
+fn named_paths(text: &str, dir: &Path, markdown: bool) -> Vec<(usize, String)> {
     let mut paths = Vec::new();
-    for (i, line) in markdown.lines().enumerate() {
-        for (at, _) in line.match_indices("scripts/") {
-            if line[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_' || c == '-') {
-                continue; // part of a longer path, such as `workloads/scripts/`
+    for (i, line) in text.lines().enumerate() {
+        if !markdown && !line.trim_start().starts_with("//!") {
+            continue;
+        }
+        for (at, c) in line.char_indices() {
+            let before = line[..at].chars().next_back();
+            if before.is_some_and(|b| path_char(b) || b == '{' || b == ',') {
+                continue; // inside a word or a longer path: `target/docs/`
             }
-            let path: String = line[at..]
-                .chars()
-                .take_while(|c| c.is_alphanumeric() || "_-./".contains(*c))
-                .collect();
-            let path = path.trim_end_matches(['.', '/']).to_string();
-            paths.push((i + 1, path));
+            let rest = &line[at..];
+            let rooted = TOP_DIRS
+                .iter()
+                .any(|top| rest.strip_prefix(top).is_some_and(|r| r.starts_with('/')));
+            let found = path_at(rest);
+            if rooted {
+                paths.extend(found.into_iter().map(|p| (i + 1, p)));
+            } else if c.is_ascii_uppercase() {
+                // A root file by its name alone: `README.md`, `BENCHMARKS.md`
+                // (but not a link's text, whose target is checked).
+                let name = &found[0];
+                let link_text = rest[name.len()..].starts_with("](");
+                if !name.contains('/') && name.ends_with(".md") && !link_text {
+                    paths.push((i + 1, name.clone()));
+                }
+            }
+        }
+        if !markdown {
+            continue;
+        }
+        for (at, _) in line.match_indices("](") {
+            let target: String = line[at + 2..].chars().take_while(|&c| c != ')').collect();
+            let target = target.split('#').next().unwrap_or("");
+            if target.is_empty() || target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            // Lexically, as a browser resolves it: `../scripts/README.md`.
+            let mut resolved = dir.to_path_buf();
+            for part in target.split('/') {
+                match part {
+                    "." | "" => {}
+                    ".." => {
+                        resolved.pop();
+                    }
+                    part => resolved.push(part),
+                }
+            }
+            paths.push((i + 1, resolved.display().to_string()));
         }
     }
     paths
+}
+
+/// Whether `path` (relative to the root) exists; a `*` in its last
+/// component must match some entry (`docs/*.md`).
+fn path_exists(path: &str) -> bool {
+    let full = root().join(path);
+    let Some((head, tail)) = path.rsplit_once('/').filter(|(_, t)| t.contains('*')) else {
+        return !path.contains('*') && full.exists();
+    };
+    let (prefix, suffix) = tail.split_once('*').unwrap();
+    fs::read_dir(root().join(head)).is_ok_and(|entries| {
+        entries.filter_map(Result::ok).any(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.len() >= prefix.len() + suffix.len()
+                && name.starts_with(prefix)
+                && name.ends_with(suffix)
+        })
+    })
+}
+
+/// The repository paths a text names that do not exist, as failures of
+/// the document `name`.
+fn missing_paths(name: &str, text: &str, dir: &Path, markdown: bool) -> Vec<String> {
+    named_paths(text, dir, markdown)
+        .into_iter()
+        .filter(|(_, p)| !path_exists(p))
+        .map(|(line, p)| format!("{name}:{line}: `{p}` does not exist"))
+        .collect()
 }
 
 /// A system library a block names (`-a NAME=/usr/lib/...`) that this
@@ -471,11 +632,6 @@ fn run_document(doc: &Path, cache: &Path, go: bool) -> (Vec<String>, usize) {
                     .text;
                 failures.push(format!("{name}:{line}: `{text}`: {why}"));
             }
-        }
-    }
-    for (line, path) in script_paths(&text) {
-        if !root().join(&path).exists() {
-            failures.push(format!("{name}:{line}: `{path}` does not exist"));
         }
     }
     (failures, ran)
@@ -562,11 +718,109 @@ fn blocks_are_read_as_documented() {
     assert!(check_cargo(&words("test -p allocmux-cli --test integration")).is_ok());
     assert!(check_cargo(&words("test -p allocmux --test fuzz_profile")).is_ok());
     assert!(check_cargo(&words("test --test no_such_target")).is_err());
+}
+
+/// Every repository path the documents and the crates' documentation
+/// name exists. Reads files only: no command runs.
+#[test]
+fn named_paths_exist() {
+    let mut failures = Vec::new();
+    let mut named = 0;
+    for doc in path_documents() {
+        let name = doc.strip_prefix(root()).unwrap();
+        let dir = name.parent().unwrap();
+        let text = fs::read_to_string(&doc).unwrap();
+        let markdown = doc.extension().is_some_and(|e| e == "md");
+        named += named_paths(&text, dir, markdown).len();
+        failures.extend(missing_paths(
+            &name.display().to_string(),
+            &text,
+            dir,
+            markdown,
+        ));
+    }
+    assert!(
+        failures.is_empty(),
+        "{} named path(s) do not exist:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    // The extractor sees the documents' paths at all.
+    assert!(named > 100, "only {named} repository paths found");
+}
+
+/// The top-level directories the path check knows are the repository's:
+/// each exists, and every workspace member is under one.
+#[test]
+fn top_dirs_are_the_repository() {
+    for top in TOP_DIRS {
+        assert!(root().join(top).is_dir(), "{top}/ is not in the repository");
+    }
+    for file in ROOT_FILES {
+        assert!(
+            root().join(file).is_file(),
+            "{file} is not in the repository"
+        );
+    }
+    let manifest = fs::read_to_string(root().join("Cargo.toml")).unwrap();
+    let members = manifest.split("members = [").nth(1).unwrap();
+    let members = members.split(']').next().unwrap();
+    for member in members.split('"').skip(1).step_by(2) {
+        let top = member.split('/').next().unwrap();
+        assert!(
+            TOP_DIRS.contains(&top),
+            "{member}: `{top}/` is not in TOP_DIRS"
+        );
+    }
+}
+
+#[test]
+fn paths_are_found_as_documented() {
+    let text = "run `bash scripts/bench.sh`, see scripts/results/.\n\
+                The hooks (`alloc-shim/src/hooks.rs:12`) and \
+                `alloc-shim/src/backend/{system,jemalloc}`; not target/docs/x.\n\
+                [guide](rust-workflow.md#budgets), [suite](../scripts/README.md), \
+                [site](https://example.com/docs/x.md), README.md and CHANGELOG.md.\n\
+                [NOTES.md](../scripts/NOTES.md)\n";
+    let found: Vec<(usize, String)> = named_paths(text, Path::new("docs"), true);
+    let expected = [
+        (1, "scripts/bench.sh"),
+        (1, "scripts/results"),
+        (2, "alloc-shim/src/hooks.rs"),
+        (2, "alloc-shim/src/backend/system"),
+        (2, "alloc-shim/src/backend/jemalloc"),
+        (3, "README.md"),
+        (3, "CHANGELOG.md"),
+        (3, "docs/rust-workflow.md"),
+        (3, "scripts/README.md"),
+        (4, "scripts/NOTES.md"),
+    ];
+    let mut found_sorted = found.clone();
+    found_sorted.sort();
+    let mut expected: Vec<(usize, String)> =
+        expected.iter().map(|(l, p)| (*l, p.to_string())).collect();
+    expected.sort();
+    assert_eq!(found_sorted, expected);
+    // A made-up path fails; a real one, a directory and a pattern pass.
+    let missing = missing_paths(
+        "x.md",
+        "See `profiler/src/no_such_module.rs` and CHANGELOG.md; \
+         `alloc-shim/src/hooks.rs`, `profiler/recorder/`, `docs/*.md`.",
+        Path::new(""),
+        true,
+    );
     assert_eq!(
-        script_paths("run `bash scripts/bench.sh`, see scripts/results/."),
+        missing,
         [
-            (1, "scripts/bench.sh".to_string()),
-            (1, "scripts/results".to_string())
+            "x.md:1: `profiler/src/no_such_module.rs` does not exist",
+            "x.md:1: `CHANGELOG.md` does not exist",
         ]
+    );
+    assert!(!path_exists("docs/*.no_such_extension"));
+    // Crate documentation: only its `//!` lines.
+    let rust = "//! See `docs/made-up.md`.\nconst X: &str = \"docs/also-made-up.md\";\n";
+    assert_eq!(
+        named_paths(rust, Path::new("profiler/src"), false),
+        [(1, "docs/made-up.md".to_string())]
     );
 }

@@ -53,7 +53,7 @@ use std::time::SystemTime;
 use criterion::measurement::{Measurement, ValueFormatter, WallTime};
 use criterion::{Criterion, Throughput};
 
-use allocmux_recorder::counting::{require_counting, thread_counts};
+use allocmux_recorder::readout::{require_counting, thread_counts};
 use allocmux_recorder::ticks_to_ns;
 
 #[doc(hidden)]

@@ -1,5 +1,6 @@
-//! allocmux: allocation profiling for Rust programs, and the recording core
-//! shared with the `LD_PRELOAD` shim.
+//! allocmux: allocation profiling for Rust programs, from inside, as the
+//! `LD_PRELOAD` shim profiles any program from outside (the recording core
+//! they share is the `allocmux-recorder` crate).
 //!
 //! # Counting allocations in a Rust program
 //!
@@ -334,7 +335,7 @@ pub use allocmux_format::{
     AllocatorStats, Backend, Func, GlibcStats, JemallocStats, MimallocStats, SiteCounts, Stats,
     Totals, UnknownBackend,
 };
-pub use allocmux_recorder::counting::{measure, snapshot};
+pub use allocmux_recorder::readout::{measure, snapshot};
 pub use allocmux_recorder::{Counting, Switchable};
 #[cfg(feature = "budget")]
 pub use budget::{BLESS_ENV, BUDGETS_FILE, Budget, Exceeded};

@@ -58,7 +58,7 @@ pub unsafe trait Backend: Copy {
     type Sampled: Backend;
 
     /// The backend that serves sampled allocations at the sampled level
-    /// (see `allocmux_recorder::stacks::enter_live`), where every `free`
+    /// (see `allocmux_recorder::stacks::enter_sampled_level`), where every `free`
     /// tells them by their address: one whose blocks are aligned to
     /// `SAMPLED_BLOCK_BYTES` ([`PageAligned`], or jemalloc's own aligned
     /// calls). Its blocks are this backend's, freed by its `free`.

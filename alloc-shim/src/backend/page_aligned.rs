@@ -1,6 +1,6 @@
 //! A backend's blocks aligned to `SAMPLED_BLOCK_BYTES` (a page), for the
 //! sampled allocations of the sampled level (see
-//! `allocmux_recorder::stacks::enter_live`), whose `free` tells a sampled
+//! `allocmux_recorder::stacks::enter_sampled_level`), whose `free` tells a sampled
 //! block by its address. Built on the backend's own aligned allocation;
 //! jemalloc has a better one of its own (`JemallocAligned`, with
 //! `rallocx`).

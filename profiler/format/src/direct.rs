@@ -37,8 +37,8 @@ pub struct DirectTable {
     /// Whether its hooks record at all (else they only forward).
     pub recorded: bool,
     /// Whether they record at the sampled level (the stack sample alone,
-    /// nothing counted; see `stacks::enter_live`).
-    pub live: bool,
+    /// nothing counted; see `stacks::enter_sampled_level`).
+    pub sampled_level: bool,
 }
 
 /// The marker's value in the library as built: no table's exports.
@@ -55,7 +55,7 @@ pub const TABLES: [DirectTable; 9] = [
         backend: Backend::System,
         sampled: false,
         recorded: true,
-        live: false,
+        sampled_level: false,
     },
     DirectTable {
         name: "system_sampled",
@@ -63,7 +63,7 @@ pub const TABLES: [DirectTable; 9] = [
         backend: Backend::System,
         sampled: true,
         recorded: true,
-        live: false,
+        sampled_level: false,
     },
     DirectTable {
         name: "jemalloc",
@@ -71,7 +71,7 @@ pub const TABLES: [DirectTable; 9] = [
         backend: Backend::Jemalloc,
         sampled: false,
         recorded: true,
-        live: false,
+        sampled_level: false,
     },
     DirectTable {
         name: "jemalloc_sampled",
@@ -79,7 +79,7 @@ pub const TABLES: [DirectTable; 9] = [
         backend: Backend::Jemalloc,
         sampled: true,
         recorded: true,
-        live: false,
+        sampled_level: false,
     },
     DirectTable {
         name: "jemalloc_forward",
@@ -87,7 +87,7 @@ pub const TABLES: [DirectTable; 9] = [
         backend: Backend::Jemalloc,
         sampled: false,
         recorded: false,
-        live: false,
+        sampled_level: false,
     },
     DirectTable {
         name: "mimalloc_forward",
@@ -95,31 +95,31 @@ pub const TABLES: [DirectTable; 9] = [
         backend: Backend::Mimalloc,
         sampled: false,
         recorded: false,
-        live: false,
+        sampled_level: false,
     },
     DirectTable {
-        name: "system_live",
+        name: "system_sampled_level",
         code: 7,
         backend: Backend::System,
         sampled: true,
         recorded: true,
-        live: true,
+        sampled_level: true,
     },
     DirectTable {
-        name: "jemalloc_live",
+        name: "jemalloc_sampled_level",
         code: 8,
         backend: Backend::Jemalloc,
         sampled: true,
         recorded: true,
-        live: true,
+        sampled_level: true,
     },
     DirectTable {
-        name: "mimalloc_live",
+        name: "mimalloc_sampled_level",
         code: 9,
         backend: Backend::Mimalloc,
         sampled: true,
         recorded: true,
-        live: true,
+        sampled_level: true,
     },
 ];
 
@@ -137,14 +137,17 @@ impl DirectTable {
             StackMode::Sample { .. } => true,
             StackMode::Exact => return None,
         };
-        let live = match level {
+        let sampled_level = match level {
             Level::Off => return Self::forwarding(backend),
             Level::Sampled => true,
             Level::Exact => false,
         };
-        TABLES
-            .into_iter()
-            .find(|t| t.recorded && t.live == live && t.backend == backend && t.sampled == sampled)
+        TABLES.into_iter().find(|t| {
+            t.recorded
+                && t.sampled_level == sampled_level
+                && t.backend == backend
+                && t.sampled == sampled
+        })
     }
 
     /// The allocator's own function that this table's export of `func` is

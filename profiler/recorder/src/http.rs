@@ -233,7 +233,7 @@ impl Server {
                         return;
                     }
                 }
-                answer => answer,
+                answer @ (Answer::Profile { .. } | Answer::Index | Answer::Error(_)) => answer,
             },
         };
         match answer {

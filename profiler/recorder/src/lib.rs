@@ -1,11 +1,12 @@
 //! The recording core of allocmux, shared by its `LD_PRELOAD` shim and by
-//! the `allocmux` crate's `#[global_allocator]` wrapper: the only crate of
-//! allocmux besides the shim with `unsafe` code.
+//! the `allocmux` crate's `#[global_allocator]` wrapper: with the shim,
+//! where allocmux's `unsafe` code is (but for the CLI's process-control
+//! calls and one slice read in the workloads).
 //!
 //! Its API is for those two, with no stability promise of its own: they
 //! depend on it pinned with `=`. Rust programs use `allocmux`, which
-//! re-exports [`Counting`], [`Switchable`], [`counting::snapshot`] and
-//! [`counting::measure`].
+//! re-exports [`Counting`], [`Switchable`], [`readout::snapshot`] and
+//! [`readout::measure`].
 //!
 //! It runs inside `malloc` of other people's programs (through the shim) and
 //! inside a Rust program's global allocator, so nothing here allocates, takes
@@ -40,7 +41,7 @@
 //! | stacks off | [`enter`] (or [`enter_fs`] in the shim): the countdown's `dec`, then `body.run(&Owned)`; when it runs out, `thread::scope::slow` picks `Sampled`, `Exact`, `Shared` or `Unrecorded` |
 //! | exact mode, or the exact prefix | [`stacks::enter_stacks`]: every block goes to `stacks::record::stacked` (the call timed, its stack captured, `State::enter_call`), the rest to [`enter`] |
 //! | sample mode (shim) | [`stacks::enter_sampled`]: the byte countdown; an unsampled call goes through `unsampled` and the `SizeChecked`/`ReleaseChecked` scopes (which catch a sampled block's free) to [`enter`]; a sampled one to `stacked` |
-//! | sampled level (shim) | [`stacks::enter_live`]: the byte countdown alone, a sampled call to `live_sampled`, nothing else counted |
+//! | sampled level (shim) | [`stacks::enter_sampled_level`]: the byte countdown alone, a sampled call to `sampled_level_stacked`, nothing else counted |
 //!
 //! `Counting::alloc` takes the first two rows (`wrapper::record`); the
 //! shim's hook tables (`alloc-shim/src/hooks.rs`) pick one row per process.
@@ -50,11 +51,15 @@
 //! sampled hook chain (`sampled.rs`), recording a call (`record.rs`), the
 //! stack table (`table.rs`) and its snapshot (`snapshot.rs`).
 
+// Every `match` names its variants: a backend (or any other variant) added
+// to an enum fails to compile where it is not handled, rather than falling
+// into a catch-all.
+#![deny(clippy::wildcard_enum_match_arm)]
+
 pub mod allocator_stats;
 mod block_map;
 mod clock;
 mod counters;
-pub mod counting;
 #[cfg(feature = "from-env")]
 pub mod from_env;
 pub mod http;
@@ -67,6 +72,7 @@ pub mod process;
 pub mod profile_file;
 pub mod program_read;
 mod random;
+pub mod readout;
 pub mod stacks;
 mod switchable;
 mod tables;

@@ -11,7 +11,7 @@
 //! The sample types are Go's, in Go's order, so a scrape configuration
 //! written for a Go service reads it unchanged: `alloc_objects/count`,
 //! `alloc_space/bytes`, `inuse_objects/count`, `inuse_space/bytes`; then
-//! allocmux's `allocator_time/nanoseconds` (the allocator time of the
+//! allocmux's `alloc_time/nanoseconds` (the allocator time of the
 //! allocations and of the frees of their blocks). Sampled figures are
 //! already scaled to unbiased estimates, each allocation by its own
 //! size's weight, so large allocations are not over-counted (the fault of
@@ -88,7 +88,7 @@ const STRINGS: [&str; 8] = [
     "bytes",
     "inuse_objects",
     "inuse_space",
-    "allocator_time",
+    "alloc_time",
 ];
 const S_ALLOC_OBJECTS: u64 = 1;
 const S_COUNT: u64 = 2;
@@ -96,7 +96,7 @@ const S_ALLOC_SPACE: u64 = 3;
 const S_BYTES: u64 = 4;
 const S_INUSE_OBJECTS: u64 = 5;
 const S_INUSE_SPACE: u64 = 6;
-const S_ALLOCATOR_TIME: u64 = 7;
+const S_ALLOC_TIME: u64 = 7;
 /// Strings written after the fixed ones: `nanoseconds`, `space`.
 const S_NANOSECONDS: u64 = 8;
 const S_SPACE: u64 = 9;
@@ -128,7 +128,7 @@ pub fn encode(
         (S_ALLOC_SPACE, S_BYTES),
         (S_INUSE_OBJECTS, S_COUNT),
         (S_INUSE_SPACE, S_BYTES),
-        (S_ALLOCATOR_TIME, S_NANOSECONDS),
+        (S_ALLOC_TIME, S_NANOSECONDS),
     ] {
         scratch.clear();
         scratch.varint_field(1, ty)?;
@@ -224,7 +224,7 @@ pub fn encode(
     pb.message(11, scratch.bytes())?;
     let period = match snap.mode() {
         StackMode::Sample { mean_bytes } => mean_bytes,
-        _ => 1,
+        StackMode::Off | StackMode::Exact => 1,
     };
     pb.varint_field(12, period)?;
     let default = match meta.kind {

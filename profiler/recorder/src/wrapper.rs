@@ -170,7 +170,7 @@ unsafe fn record_with_stack<B: StackBody>(t: &ThreadState, body: B) -> B::Out {
 ///
 /// Counts are exact under any number of threads: each thread counts on its
 /// own state, read by [`snapshot`](Self::snapshot) (the process) and
-/// [`measure`](crate::counting::measure) (one closure on one thread). The counters are global
+/// [`measure`](crate::readout::measure) (one closure on one thread). The counters are global
 /// to the crate, so use one `Counting` per process, as the
 /// `#[global_allocator]`.
 #[derive(Debug, Default, Clone, Copy)]
@@ -192,7 +192,7 @@ impl<A> Counting<A> {
     /// The process's counts so far: every thread's, including those that
     /// have exited. Take two and subtract them for what happened between.
     pub fn snapshot(&self) -> allocmux_format::Stats {
-        crate::counting::snapshot()
+        crate::readout::snapshot()
     }
 }
 

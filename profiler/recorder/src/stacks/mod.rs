@@ -22,7 +22,7 @@
 //! aligns them to that size, so that frees pay one test of the address
 //! (see [`enter_sampled`]).
 //!
-//! At the sampled level ([`enter_live`]) nothing else is recorded per call:
+//! At the sampled level ([`enter_sampled_level`]) nothing else is recorded per call:
 //! the countdown alone decides, every sampled block is aligned to
 //! [`SAMPLED_BLOCK_BYTES`] under every backend, and a `free` tests its
 //! address's low bits before anything else.
@@ -132,7 +132,7 @@ pub trait StackBody: Body + Copy {
     }
     /// Runs a [`promoted`](Self::promoted) call with the block aligned to
     /// [`SAMPLED_BLOCK_BYTES`], whatever the backend (the sampled level,
-    /// [`enter_live`], where every release tells sampled blocks by their
+    /// [`enter_sampled_level`], where every release tells sampled blocks by their
     /// address). Calls that hand out nothing keep the default.
     ///
     /// # Safety

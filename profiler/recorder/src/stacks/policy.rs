@@ -140,7 +140,7 @@ pub fn configure(mode: StackMode, skip_own_module: bool, exact_first: u64) {
             st.exact_left = exact_first;
             StackMode::Exact
         }
-        mode => mode,
+        mode @ (StackMode::Off | StackMode::Exact | StackMode::Sample { .. }) => mode,
     };
     match mode {
         StackMode::Off => MODE.store(MODE_OFF, Relaxed),

@@ -1,8 +1,8 @@
 //! Sample mode's hook chain: [`enter_sampled`] takes the call's bytes off
 //! the thread's countdown and sends the rare sampled call on to `stacked`;
 //! the scopes between them (`SizeChecked`, `ReleaseChecked`) catch the
-//! release of a sampled block by its size. [`enter_live`] is the same at
-//! the sampled level, where nothing else is counted.
+//! release of a sampled block by its size. [`enter_sampled_level`] is the
+//! same at the sampled level, where nothing else is counted.
 
 //!
 //! Type parameters keep one meaning throughout: `B` is the call's body,
@@ -201,14 +201,14 @@ where
     unsafe { unsampled::<B, Th, Sk, false>(body, t, st) }
 }
 
-/// One hooked call at the sampled recording level (the live level: see
+/// One hooked call at the sampled recording level (see
 /// `docs/recording.md`), where nothing is counted exactly: an allocation
 /// pays the thread's byte countdown to its next sample (one subtraction
 /// and a branch), a release one test of its address's low bits, and a
 /// release of a block so aligned one load of the filter more. Only a
 /// sampled allocation, and the release of a block the filter may hold, go
-/// out of line ([`live_sampled`]). Every call runs under `plain`, a scope
-/// that records nothing. A sampled block is made at least
+/// out of line ([`sampled_level_stacked`]). Every call runs under
+/// `plain`, a scope that records nothing. A sampled block is made at least
 /// [`SAMPLED_BLOCK_BYTES`] long and aligned to that, under every backend
 /// ([`StackBody::run_aligned`]), so that the test of the address finds
 /// it; the test replaces the `free`'s test for NULL (an address that
@@ -219,7 +219,7 @@ where
 /// The caller's arguments, with the C function's contract; `st` is the
 /// calling thread's; the mode is sample mode.
 #[inline(always)]
-pub unsafe fn enter_live<B: StackBody, Sk: OwnStacks, S: Scope>(
+pub unsafe fn enter_sampled_level<B: StackBody, Sk: OwnStacks, S: Scope>(
     st: Sk,
     body: B,
     plain: S,
@@ -230,7 +230,7 @@ pub unsafe fn enter_live<B: StackBody, Sk: OwnStacks, S: Scope>(
     };
     if sampled {
         // SAFETY: forwarded from the caller.
-        return unsafe { live_sampled(body, st.stacks(), plain, true) };
+        return unsafe { sampled_level_stacked(body, st.stacks(), plain, true) };
     }
     if B::RELEASES {
         let old = body.released();
@@ -243,7 +243,7 @@ pub unsafe fn enter_live<B: StackBody, Sk: OwnStacks, S: Scope>(
             // (the first block of an allocator's page: one in 16 to 256
             // of small blocks) costs the filter's load, inline.
             // SAFETY: forwarded from the caller.
-            return unsafe { live_sampled(body, st.stacks(), plain, false) };
+            return unsafe { sampled_level_stacked(body, st.stacks(), plain, false) };
         }
     }
     // SAFETY: forwarded from the caller.
@@ -251,13 +251,13 @@ pub unsafe fn enter_live<B: StackBody, Sk: OwnStacks, S: Scope>(
 }
 
 /// A sampled call, or the release of a block aligned as sampled ones are,
-/// at the live level (see [`enter_live`]): a release the filter says is
-/// not of a tracked block runs plainly; the rest are timed, and entered in
-/// the tables as [`stacked`] enters them.
+/// at the sampled level (see [`enter_sampled_level`]): a release the
+/// filter says is not of a tracked block runs plainly; the rest are
+/// timed, and entered in the tables as [`stacked`] enters them.
 #[cold]
 #[inline(never)]
 #[allow(improper_ctypes_definitions)] // called from Rust only; extern "C" so it cannot unwind
-pub(super) unsafe extern "C" fn live_sampled<B: StackBody, S: Scope>(
+pub(super) unsafe extern "C" fn sampled_level_stacked<B: StackBody, S: Scope>(
     body: B,
     st: &StackThread,
     plain: S,
@@ -408,7 +408,7 @@ pub(super) unsafe extern "C" fn sampled_promoted<B: StackBody>(
 /// [`enter_sampled`]); recorded as the original request, and made as the
 /// original if the larger one fails.
 /// `ALIGNED`: the block is aligned too, whatever the backend (the sampled
-/// level, see [`enter_live`]).
+/// level, see [`enter_sampled_level`]).
 #[derive(Clone, Copy)]
 pub(super) struct Promoted<'a, B, const ALIGNED: bool = false> {
     pub(super) call: B,

@@ -101,7 +101,9 @@ impl Step {
                 let saved_at = bp_saved.then(|| base.wrapping_add((i64::from(bp_by_8) * 8) as u64));
                 State::affine(key, sp, bp, saved_at, cfa_on_bp || bp_on_bp)
             }
-            _ => State::unwound(key, sp, bp),
+            Step::Unknown | Step::End | Step::Framehop | Step::Signal => {
+                State::unwound(key, sp, bp)
+            }
         }
     }
 }

@@ -1,5 +1,6 @@
-//! What [`Counting`](crate::Counting) counted, for the process
-//! ([`snapshot`]) or for one closure on one thread ([`measure`]).
+//! Reading what [`Counting`](crate::Counting) counted, as [`Stats`]: for
+//! the process ([`snapshot`]) or for one closure on one thread
+//! ([`measure`]). The counters themselves are [`Counters`](crate::Counters).
 
 use allocmux_format::Stats;
 
