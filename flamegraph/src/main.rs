@@ -9,7 +9,7 @@ use allocmux_cli::ErrorKind;
 use allocmux_cli::args::Cli;
 
 fn main() {
-    // Before anything grows this process: see the launcher's docs.
+    // Before anything grows this process: see the spawn helper's docs.
     if let Some(code) = allocmux_cli::spawn_helper::serve_if_asked() {
         std::process::exit(code);
     }

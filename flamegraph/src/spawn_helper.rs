@@ -5,14 +5,14 @@
 //! spawned straight from the CLI (tens of MiB by then, text pages
 //! included) starts with the CLI's peak as its own, in its `getrusage`, in
 //! `wait4`'s figures and so in every max RSS allocmux prints. So the CLI
-//! runs itself again as the launcher (`/proc/self/exe` with argv[0]
-//! [`ARG0`]): fresh from `exec`, before it has grown, the launcher forks
+//! runs itself again as the spawn helper (`/proc/self/exe` with argv[0]
+//! [`ARG0`]): fresh from `exec`, before it has grown, the spawn helper forks
 //! (a real `fork`, which copies only its few written pages) and the child
-//! execs the program. The launcher waits for it and leaves the program's
+//! execs the program. The spawn helper waits for it and leaves the program's
 //! pid, how it ended, its resource usage and its wall time in a result
 //! file the CLI reads.
 //!
-//! The launcher itself is never preloaded: it is started without
+//! The spawn helper itself is never preloaded: it is started without
 //! `LD_PRELOAD`, and sets the program's.
 
 use std::ffi::OsString;
@@ -27,11 +27,11 @@ use anyhow::{Context, Result, bail};
 
 use crate::sys::{self, ChildExit};
 
-/// The launcher's argv[0], which is how the binary knows to be one. A
+/// The spawn helper's argv[0], which is how the binary knows to be one. A
 /// space keeps it from being any command's name.
-pub const ARG0: &str = "allocmux launcher";
+pub const ARG0: &str = "allocmux spawn-helper";
 
-/// How a program run through the launcher ended.
+/// How a program run through the spawn helper ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Launched {
     /// The program's pid.
@@ -42,7 +42,7 @@ pub struct Launched {
     pub wall_ns: u64,
 }
 
-/// Set by [`serve_if_asked`] in a binary that can be the launcher (the
+/// Set by [`serve_if_asked`] in a binary that can be the spawn helper (the
 /// `allocmux` binary calls it first thing). Another program using this
 /// crate as a library cannot: it starts programs itself.
 static CAN_LAUNCH: AtomicBool = AtomicBool::new(false);
@@ -51,16 +51,16 @@ static CAN_LAUNCH: AtomicBool = AtomicBool::new(false);
 /// and standard streams on [`Start::cmd`], then [`Start::wait`].
 #[derive(Debug)]
 pub struct Start {
-    /// The command to set up: the launcher's, whose settings reach the
+    /// The command to set up: the spawn helper's, whose settings reach the
     /// program, or the program's own.
     pub cmd: Command,
-    /// Where the launcher writes how the program ended; none when the
+    /// Where the spawn helper writes how the program ended; none when the
     /// program is started straight from this process.
     result: Option<tempfile::NamedTempFile>,
 }
 
 /// Prepares to start `program` (with `arg0` and `args`) and `preload` as
-/// its `LD_PRELOAD` (none: unset): through the launcher when this binary
+/// its `LD_PRELOAD` (none: unset): through the spawn helper when this binary
 /// can be one, else from this process (whose peak RSS the program then
 /// starts with).
 pub fn start(
@@ -79,7 +79,7 @@ pub fn start(
         return Ok(Start { cmd, result: None });
     }
     let result = tempfile::NamedTempFile::with_prefix("allocmux-launch-")
-        .context("creating a temporary file for the launcher")?;
+        .context("creating a temporary file for the spawn helper")?;
     let mut cmd = Command::new("/proc/self/exe");
     cmd.arg0(ARG0)
         .arg(result.path())
@@ -103,20 +103,20 @@ impl Start {
             let wall_ns = start.elapsed().as_nanos() as u64;
             return Ok(Launched { pid, exit, wall_ns });
         };
-        let launcher = self.cmd.spawn()?;
-        let launcher_exit = {
-            // The launcher passes a SIGTERM or SIGHUP on to the program.
+        let helper = self.cmd.spawn()?;
+        let helper_exit = {
+            // The spawn helper passes a SIGTERM or SIGHUP on to the program.
             let signals = sys::ChildSignals::new();
-            signals.child_started(launcher.id());
-            sys::wait_child(launcher.id())?
+            signals.child_started(helper.id());
+            sys::wait_child(helper.id())?
         };
-        read_result(result.path(), launcher_exit)
+        read_result(result.path(), helper_exit)
     }
 }
 
-/// Reads what the launcher wrote to `result` once it has ended with
-/// `launcher` (its own status, which says why when there is no result).
-fn read_result(result: &Path, launcher: ChildExit) -> Result<Launched> {
+/// Reads what the spawn helper wrote to `result` once it has ended with
+/// `helper` (its own status, which says why when there is no result).
+fn read_result(result: &Path, helper: ChildExit) -> Result<Launched> {
     let text = fs::read_to_string(result).unwrap_or_default();
     if let Some(why) = text.strip_prefix(FAILED) {
         bail!("{}", why.trim_end());
@@ -124,8 +124,8 @@ fn read_result(result: &Path, launcher: ChildExit) -> Result<Launched> {
     match parse(&text) {
         Some(l) => Ok(l),
         None => bail!(
-            "the launcher {}, without saying how the program ended",
-            crate::sys::how_it_ended(&launcher)
+            "the spawn helper {}, without saying how the program ended",
+            crate::sys::how_it_ended(&helper)
         ),
     }
 }
@@ -134,9 +134,9 @@ fn read_result(result: &Path, launcher: ChildExit) -> Result<Launched> {
 /// reason follows.
 const FAILED: &str = "failed: ";
 
-/// Runs the launcher if this process is one (argv[0] is [`ARG0`]),
+/// Runs the spawn helper if this process is one (argv[0] is [`ARG0`]),
 /// returning its exit status; `None` for the CLI, which from then on
-/// starts programs through the launcher.
+/// starts programs through the spawn helper.
 pub fn serve_if_asked() -> Option<i32> {
     let mut args = std::env::args_os();
     if args.next()? != ARG0 {
@@ -145,7 +145,7 @@ pub fn serve_if_asked() -> Option<i32> {
     }
     let args: Vec<OsString> = args.collect();
     let [result, preload, program, arg0, rest @ ..] = &args[..] else {
-        crate::error::say("launcher: usage: RESULT PRELOAD PROGRAM ARG0 [ARGS...]");
+        crate::error::say("spawn-helper: usage: RESULT PRELOAD PROGRAM ARG0 [ARGS...]");
         return Some(2);
     };
     let result = PathBuf::from(result);
@@ -156,7 +156,10 @@ pub fn serve_if_asked() -> Option<i32> {
     match fs::write(&result, text) {
         Ok(()) => Some(0),
         Err(e) => {
-            crate::error::say(format_args!("launcher: writing {}: {e}", result.display()));
+            crate::error::say(format_args!(
+                "spawn-helper: writing {}: {e}",
+                result.display()
+            ));
             Some(1)
         }
     }

@@ -104,9 +104,9 @@ fn a_stop_request_to_allocmux_is_passed_on_to_the_program() {
             .unwrap();
         let mut lines = BufReader::new(cli.stdout.take().unwrap()).lines();
         assert_eq!(lines.next().unwrap().unwrap(), "ready");
-        // The program runs, so the launcher is waiting on it with its
+        // The program runs, so the spawn helper is waiting on it with its
         // handler set; allocmux sets its own just after starting the
-        // launcher, which this waits for rather than for a time (the
+        // spawn helper, which this waits for rather than for a time (the
         // bounds, here and in the program's loop, only end a wait that a
         // broken build would make endless, leaving no program behind).
         let started = std::time::Instant::now();

@@ -13,6 +13,7 @@
 
 pub mod plot;
 mod summary;
+mod table;
 
 use std::io::Write;
 
@@ -26,7 +27,8 @@ use crate::allocator::Allocator;
 use crate::launch::{self, Launch, Output};
 use crate::units::shell_words;
 
-pub use summary::{AllocatorSummary, Figure, Pair, Summary, Verdict, write_human};
+pub use summary::{AllocatorSummary, Figure, Pair, Summary, Verdict};
+pub use table::write_human;
 
 /// The confidence level of the reported intervals.
 pub const LEVEL: f64 = 0.95;
