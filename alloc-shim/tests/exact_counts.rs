@@ -6,7 +6,7 @@ use crate::common;
 
 use std::process::Command;
 
-use allocmux_format::stats::size_bucket;
+use allocmux_format::totals::size_bucket;
 use common::*;
 
 /// The per-iteration call table at the top of counts.c.
@@ -131,7 +131,7 @@ fn counts_differences_are_exact(backend: &str) {
     if failed != 0 {
         wrong.push(format!("failed_calls: {failed} more, want 0"));
     }
-    let mut hist = [0i128; allocmux_format::stats::SIZE_BUCKETS];
+    let mut hist = [0i128; allocmux_format::SIZE_BUCKETS];
     for size in REQUESTS {
         hist[size_bucket(size as usize)] += n;
     }

@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 
 use allocmux_format::profile::{AllocatorReading, State};
-use allocmux_format::stats::{Func, SIZE_BUCKETS, Totals, bucket_floor};
+use allocmux_format::{Func, SIZE_BUCKETS, Totals, totals::bucket_floor};
 use serde::Serialize;
 
 use crate::compare::{Comparison, Figure, Summary, Verdict};

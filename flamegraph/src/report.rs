@@ -5,7 +5,7 @@ use std::io::{self, Write};
 
 use allocmux_format::Backend;
 use allocmux_format::profile::{AllocatorReading, ProcessProfile, Recording, State};
-use allocmux_format::stats::{Func, Totals};
+use allocmux_format::{Func, Totals};
 
 use crate::json::ReportJson;
 use crate::sys::ChildExit;
@@ -750,7 +750,7 @@ impl std::fmt::Display for Count {
 }
 
 /// A byte count in binary units (the shared, allocation-free formatter).
-pub use allocmux_format::stats::ByteSize as Bytes;
+pub use allocmux_format::ByteSize as Bytes;
 
 /// A duration in ns, shown with a fitting unit.
 #[derive(Debug)]

@@ -2,7 +2,7 @@
 
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use allocmux_format::stats::{FUNC_COUNT, Func, SIZE_BUCKETS, Totals};
+use allocmux_format::{FUNC_COUNT, Func, SIZE_BUCKETS, Totals};
 
 /// Buckets kept per thread: one per bit length of the request (0 to 64),
 /// so the hot path needs no clamp; folded into `SIZE_BUCKETS` on read.

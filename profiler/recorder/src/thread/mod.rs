@@ -19,7 +19,7 @@ use core::sync::atomic::{
 use super::clock::Tsc;
 use super::counters::Counters;
 use super::lock::{AtFork, SpinLock};
-use allocmux_format::stats::{FUNC_COUNT, Func, Totals};
+use allocmux_format::{FUNC_COUNT, Func, Totals};
 
 mod fs;
 mod registry;
