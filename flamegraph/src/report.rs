@@ -460,6 +460,13 @@ impl Report {
         if !calls.is_empty() && !sampled {
             writeln!(w, "\n  calls: {}", calls.join(", "))?;
         }
+        if t.totals.null_frees > 0 {
+            writeln!(
+                w,
+                "  free(NULL) calls (no-ops, not in frees): {}",
+                Count(t.totals.null_frees)
+            )?;
+        }
         // Saturating: a damaged profile's counts may be anything.
         let timed = t.totals.timed_calls.saturating_add(t.totals.exact_calls);
         if let Some(m) = t.allocator_ns_margin.filter(|_| timed > 0 && !sampled) {

@@ -85,6 +85,9 @@ macro_rules! for_each_profile_key {
             per_process {
                 /// Calls that failed (returned NULL or an error code).
                 failed_calls,
+                /// `free(NULL)` calls: no-ops (C17 7.22.3.3), counted apart, not
+                /// in `calls[Free]`, which counts the frees of blocks.
+                null_frees,
                 /// Sum of requested sizes of successful allocations.
                 bytes_requested,
                 /// Sum of usable sizes of the blocks handed out.

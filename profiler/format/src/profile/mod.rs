@@ -28,6 +28,7 @@
 //!                             shim cannot reach (static, set-id); repeated, optional
 //! calls malloc 10             one line per function with a non-zero count
 //! failed_calls 0
+//! null_frees 3                free(NULL) calls: no-ops, counted here and not in `calls free`
 //! bytes_requested 800
 //! bytes_allocated 960         usable sizes of blocks handed out
 //! bytes_freed 960             usable sizes of blocks freed

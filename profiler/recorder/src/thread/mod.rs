@@ -330,6 +330,7 @@ impl ThreadState {
         let mut t = Totals::default();
         self.add_to(&mut t);
         t.peak_live_bytes = self.high_water.get().max(0) as u64;
+        null_frees_apart(&mut t);
         t
     }
 
@@ -631,4 +632,14 @@ fn geometric_gap(rng: &mut u64, mean: u32, ln_q: f64) -> u32 {
     } else {
         1
     }
+}
+
+/// Takes the `free(NULL)` calls out of the `free` calls: the countdown in
+/// [`enter`] counts a call before its body sees the NULL, and the shared
+/// counters count it as a `free` too, so inside the recorder `calls[Free]`
+/// holds both; totals leave it (process and thread snapshots) with
+/// `calls[Free]` the frees of blocks and `null_frees` the rest.
+pub(crate) fn null_frees_apart(t: &mut Totals) {
+    let frees = &mut t.calls[Func::Free as usize];
+    *frees = frees.saturating_sub(t.null_frees);
 }
