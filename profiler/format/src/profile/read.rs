@@ -252,8 +252,9 @@ impl Section {
             Key::CpuNs => p.cpu_ns = l.num()?,
             Key::MaxRssBytes => p.max_rss_bytes = l.num()?,
             Key::TimeSampleMean => p.time_sample_mean = l.num()?.clamp(1, u32::MAX as u64) as u32,
-            Key::Http => p.http = Some(l.text_of(l.rest)?),
-            Key::Exec => p.exec = Some(l.text_of(l.rest)?),
+            // Empty is none, as the writer has it (it writes no line).
+            Key::Http => p.http = Some(l.text_of(l.rest)?).filter(|s| !s.is_empty()),
+            Key::Exec => p.exec = Some(l.text_of(l.rest)?).filter(|s| !s.is_empty()),
             Key::Recording => p.recording = recording(l)?,
             Key::UnprofiledChild => {
                 let (child, program) = l.two("a pid and a program")?;
@@ -292,7 +293,11 @@ impl Section {
         }
         let backend = Backend::from_name(p.allocator.as_bytes());
         p.allocator_stats = self.latest.reading(backend);
-        p.allocator_stats_at_peak = self.at_peak.reading(backend);
+        // The same reading twice is one, as the writer writes it.
+        p.allocator_stats_at_peak = self
+            .at_peak
+            .reading(backend)
+            .filter(|r| Some(r) != p.allocator_stats.as_ref());
         p
     }
 }

@@ -459,3 +459,21 @@ fn ignores_unknown_keys_and_functions() {
         to_string(&[sample()]).replace("threads 2\n", "threads 2\nfuture_key 7\ncalls mmap 3\n");
     assert_eq!(parse(&text).unwrap(), vec![sample()]);
 }
+
+/// What the writer writes no line for reads back as none: an empty `http`
+/// or `exec`, and a reading nearest the peak that is the latest one (found
+/// by the fuzzing, once its made-up lines took every key of the list).
+#[test]
+fn what_is_written_as_nothing_reads_as_nothing() {
+    let text = "allocmux-profile 1\nprocess\nallocator jemalloc\nhttp\nexec \n\
+                allocator_stats 5 100\nallocator_stat active 3\n\
+                allocator_stats_at_peak 5 100\nallocator_stat_at_peak active 3\nend\n";
+    let p = parse(text).unwrap().remove(0);
+    assert_eq!((&p.http, &p.exec), (&None, &None));
+    assert!(p.allocator_stats.is_some());
+    assert_eq!(p.allocator_stats_at_peak, None);
+    assert_eq!(
+        parse(&to_string(std::slice::from_ref(&p))).unwrap(),
+        vec![p]
+    );
+}
