@@ -445,9 +445,7 @@ impl ReadingLines {
             )?,
         })
     }
-}
 
-impl ReadingLines {
     /// Reads one of the reading's `STAT NAME VALUE` lines, which must come
     /// after its `header` line.
     fn field(&mut self, l: &Line<'_>, header: Key) -> Result<(), ParseError> {
