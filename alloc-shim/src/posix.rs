@@ -268,16 +268,22 @@ impl<B: Backend> Body for Free<B> {
     unsafe fn run<S: Scope>(self, s: &S) {
         s.call(Func::Free);
         let p = self.0;
+        if S::RECORDS && p.is_null() {
+            // free(NULL) does nothing (C17 7.22.3.3): counted apart from
+            // the frees of blocks. A scope that records nothing (a timing
+            // run) leaves it to the backend, as preloading the allocator
+            // alone would.
+            s.null_free();
+            return;
+        }
         if !sizes::<B, S>() {
-            // Nothing to look up: free(NULL) too goes straight to the
-            // backend, which ignores it, as the hook's only act.
+            // Nothing to look up: the block goes straight to the backend
+            // (NULL too, when nothing is recorded), as the hook's only act.
             // SAFETY: the program passes NULL or a live block of B.
             return s.time(0, move || unsafe { B::free(p) });
         }
-        if p.is_null() {
-            return;
-        }
-        // SAFETY: the program passes a live block, which B made.
+        // SAFETY: the program passes a live block, which B made (not NULL:
+        // a scope that needs sizes records, so NULL returned above).
         let usable = unsafe { size_to_free::<B, S>(p) };
         // Recorded before the call, so the free is the hook's last act.
         if sizes::<B, S>() {
@@ -566,6 +572,8 @@ impl Scope for Unrecorded {
     fn freed(&self, _: usize) {}
     #[inline(always)]
     fn call(&self, _: Func) {}
+    #[inline(always)]
+    fn null_free(&self) {}
     #[inline(always)]
     fn fail(&self, _: Func) {}
 }

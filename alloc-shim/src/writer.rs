@@ -10,8 +10,8 @@ use core::fmt::Write as _;
 
 use allocmux_format::AllocatorStats;
 use allocmux_format::profile::{self, AllocatorReading, Header, Recording, State};
-use allocmux_format::stats::{ByteSize as Size, Totals};
 use allocmux_format::timeline::{TimelineBuffer, TimelinePoint};
+use allocmux_format::{ByteSize as Size, Totals};
 use allocmux_recorder::{self as recorder, ClockPair, SpinLock, process, read_clocks};
 
 use crate::fmt::SliceWriter;

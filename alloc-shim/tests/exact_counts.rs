@@ -6,13 +6,13 @@ use crate::common;
 
 use std::process::Command;
 
-use allocmux_format::stats::size_bucket;
+use allocmux_format::totals::size_bucket;
 use common::*;
 
 /// The per-iteration call table at the top of counts.c.
 const PER_ITERATION: [(Func, u64); 10] = [
     (Func::Malloc, 1),
-    (Func::Free, 8),
+    (Func::Free, 7),
     (Func::Calloc, 1),
     (Func::Realloc, 1),
     (Func::AlignedAlloc, 1),
@@ -131,7 +131,13 @@ fn counts_differences_are_exact(backend: &str) {
     if failed != 0 {
         wrong.push(format!("failed_calls: {failed} more, want 0"));
     }
-    let mut hist = [0i128; allocmux_format::stats::SIZE_BUCKETS];
+    let null_frees = delta(a.null_frees, b.null_frees);
+    if null_frees != n {
+        wrong.push(format!(
+            "null_frees: {null_frees} more, want {n} (one free(NULL) per iteration)"
+        ));
+    }
+    let mut hist = [0i128; allocmux_format::SIZE_BUCKETS];
     for size in REQUESTS {
         hist[size_bucket(size as usize)] += n;
     }
@@ -277,11 +283,44 @@ fn threads_differences_are_exact(backend: &str) {
     );
 }
 
+// ---- null_frees.c ---------------------------------------------------------
+
+/// `free(NULL)` frees nothing, so it is no free: `calls free` counts the
+/// frees of blocks, `null_frees` the `free(NULL)` calls (counted as frees,
+/// a program that calls it often, as C++'s `delete nullptr` does through
+/// libstdc++, showed far more frees than allocations).
+fn null_frees_are_counted_apart(backend: &str) {
+    const BLOCKS: u64 = 700;
+    const NULLS: u64 = 1000;
+    let run = |blocks: u64, nulls: u64| {
+        run_as_without_shim(
+            "null_frees.c",
+            &[blocks.to_string(), nulls.to_string()],
+            backend,
+        )
+    };
+    let (base, p) = (run(0, 0), run(BLOCKS, NULLS));
+    let (a, b) = (&p.totals, &base.totals);
+    assert_eq!(
+        (
+            delta(a.calls_of(Func::Malloc), b.calls_of(Func::Malloc)),
+            delta(a.calls_of(Func::Free), b.calls_of(Func::Free)),
+            delta(a.null_frees, b.null_frees),
+        ),
+        (BLOCKS as i128, BLOCKS as i128, NULLS as i128),
+        "under {backend}, null_frees {BLOCKS} {NULLS} minus null_frees 0 0 is not \
+         {BLOCKS} mallocs, {BLOCKS} frees and {NULLS} free(NULL):\n  0 0: {}\n  {BLOCKS} {NULLS}: {}",
+        summary(&base),
+        summary(&p)
+    );
+}
+
 per_backend!(
     with_next:
     counts_differences_are_exact,
     threads_differences_are_exact,
-    default_sampling_keeps_counts_exact
+    default_sampling_keeps_counts_exact,
+    null_frees_are_counted_apart
 );
 
 // ---- thread_exits.c -------------------------------------------------------

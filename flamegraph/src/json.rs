@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 
 use allocmux_format::profile::{AllocatorReading, State};
-use allocmux_format::stats::{EXACT_TIMING_BYTES, Func, SIZE_BUCKETS, Totals, bucket_floor};
+use allocmux_format::{EXACT_TIMING_BYTES, Func, SIZE_BUCKETS, Totals, totals::bucket_floor};
 use serde::Serialize;
 
 use crate::compare::{Comparison, Figure, Summary, Verdict};
@@ -108,6 +108,8 @@ pub struct FiguresJson {
     pub allocation_calls: u64,
     /// Calls that returned no memory.
     pub failed_calls: u64,
+    /// `free(NULL)` calls, which free nothing: not in `calls.free`.
+    pub null_frees: u64,
     /// Bytes the program asked for.
     pub bytes_requested: u64,
     /// Bytes the allocator handed out (usable sizes).
@@ -305,6 +307,7 @@ impl From<&Totals> for FiguresJson {
                 .collect(),
             allocation_calls: t.allocation_calls(),
             failed_calls: t.failed_calls,
+            null_frees: t.null_frees,
             bytes_requested: t.bytes_requested,
             bytes_allocated: t.bytes_allocated,
             bytes_freed: t.bytes_freed,

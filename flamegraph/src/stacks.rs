@@ -19,7 +19,7 @@ use std::fmt::Write as _;
 use std::rc::Rc;
 
 use allocmux_format::profile::{ProcessProfile, StackMode, State};
-use allocmux_format::stats::{SIZE_BUCKETS, SiteCounts, Totals, bucket_floor};
+use allocmux_format::{SIZE_BUCKETS, SiteCounts, Totals, totals::bucket_floor};
 use rustc_hash::FxHashMap;
 
 use crate::report::program_name;
@@ -970,7 +970,7 @@ mod tests {
     /// counted size histogram giving the variance.
     #[test]
     fn sampled_totals_intervals_cover_the_true_totals() {
-        use allocmux_format::stats::size_bucket;
+        use allocmux_format::totals::size_bucket;
         let mut rng: u64 = 0x2545_f491_4f6c_dd1d;
         let mut next = move || {
             rng ^= rng << 13;

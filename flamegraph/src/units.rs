@@ -21,7 +21,7 @@ impl std::fmt::Display for Count {
 }
 
 /// A byte count in binary units (the shared, allocation-free formatter).
-pub use allocmux_format::stats::ByteSize as Bytes;
+pub use allocmux_format::ByteSize as Bytes;
 
 /// A duration in ns, shown with a fitting unit.
 #[derive(Debug)]

@@ -235,13 +235,75 @@ fn json_report_has_the_design_keys_and_exact_counts() {
         ("posix_memalign", 1),
         ("pvalloc", 1),
         ("valloc", 1),
-        ("free", 8),
+        ("free", 7),
     ];
     for (f, n) in per_iteration {
         assert_eq!(calls(&thousand, f) - calls(&zero, f), 1000 * n, "{f}");
     }
+    // Its one free(NULL) per iteration, apart from the frees.
+    let null_frees = |v: &Value| v["total"]["null_frees"].as_u64().unwrap();
+    assert_eq!(null_frees(&thousand) - null_frees(&zero), 1000);
     let bytes = |v: &Value| v["total"]["bytes_requested"].as_u64().unwrap();
     assert_eq!(bytes(&thousand) - bytes(&zero), 1000 * 1176);
+}
+
+/// `free(NULL)` is counted apart from the frees: `run` shows it under the
+/// table, and `report --json` carries it as `null_frees`, per process and
+/// in the total, with `calls.free` the frees of blocks alone.
+#[test]
+fn run_and_report_count_free_null_apart() {
+    let fixture = compile_shim_fixture("null_frees.c");
+    let dir = tempfile::tempdir().unwrap();
+    let record = |blocks: u64, nulls: u64| {
+        let prof = dir.path().join(format!("{blocks}-{nulls}.prof"));
+        let out = run(allocmux()
+            .args(["run", "-o"])
+            .arg(&prof)
+            .arg("--")
+            .arg(&fixture)
+            .args([blocks.to_string(), nulls.to_string()]));
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert_eq!(
+            text(&out.stdout),
+            format!("null_frees: {blocks} blocks, {nulls} free(NULL)\n")
+        );
+        let json = json_of(&run(allocmux().args(["report", "--json"]).arg(&prof)));
+        (text(&out.stderr), json)
+    };
+    let (_, zero) = record(0, 0);
+    let (summary, json) = record(700, 1000);
+    let figure = |v: &Value, part: &str, key: &str| {
+        let f = &v[part];
+        let f = if part == "processes" { &f[0] } else { f };
+        match key {
+            "free" => f["calls"]["free"].as_u64(),
+            _ => f[key].as_u64(),
+        }
+        .unwrap_or_else(|| panic!("no {key} in {part}: {v}"))
+    };
+    for part in ["total", "processes"] {
+        assert_eq!(
+            (
+                figure(&json, part, "free") - figure(&zero, part, "free"),
+                figure(&json, part, "null_frees") - figure(&zero, part, "null_frees"),
+            ),
+            (700, 1000),
+            "{part}: {json}"
+        );
+    }
+    let null_frees = figure(&json, "total", "null_frees");
+    let line = summary
+        .lines()
+        .find(|l| l.contains("free(NULL)"))
+        .unwrap_or_else(|| panic!("no free(NULL) line in the summary:\n{summary}"));
+    assert_eq!(
+        line.trim_start(),
+        format!(
+            "free(NULL) calls (no-ops, not in frees): {}",
+            allocmux_cli::units::Count(null_frees)
+        ),
+        "{summary}"
+    );
 }
 
 /// The shim's allocator-statistics fixture, compiled once.

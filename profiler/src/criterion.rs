@@ -87,7 +87,7 @@ pub struct BytesAllocated;
 
 /// Time spent inside the allocator per iteration, on the benchmark's
 /// thread: the same unbiased estimate as
-/// [`Stats::allocator_ns`](crate::Stats::allocator_ns), from timing a random sample of calls with
+/// [`Counts::allocator_ns`](crate::Counts::allocator_ns), from timing a random sample of calls with
 /// the TSC, which over the thousands of calls of a criterion sample is
 /// precise; a routine that never allocates reads 0.
 ///

@@ -37,7 +37,7 @@
 //!
 //! [`snapshot`] (the same as `ALLOC.snapshot()`) covers the whole process,
 //! every thread, including those that have exited; subtract two for what
-//! happened between them (see [`Stats`] for what a difference means).
+//! happened between them (see [`Counts`] for what a difference means).
 //!
 //! # One closure: `measure`
 //!
@@ -297,7 +297,7 @@
 //! allocates its new one). Allocator time is an unbiased estimate: a
 //! random 1 in 256 calls, each thread's first calls and every block of
 //! 64 KiB or more are timed with the TSC, calibrated against
-//! `CLOCK_MONOTONIC`. See [`Stats`] for how exact each figure is.
+//! `CLOCK_MONOTONIC`. See [`Counts`] for how exact each figure is.
 //!
 //! The per-thread state belongs to the crate, not to the `Counting` value,
 //! so [`measure`] and [`snapshot`] need no reference to the static, and
@@ -332,7 +332,7 @@ mod profiler;
 /// How a [`Profiler`] records stacks ([`Profiler::mode`]).
 pub use allocmux_format::profile::StackMode;
 pub use allocmux_format::{
-    AllocatorStats, Backend, Func, GlibcStats, JemallocStats, MimallocStats, SiteCounts, Stats,
+    AllocatorStats, Backend, Counts, Func, GlibcStats, JemallocStats, MimallocStats, SiteCounts,
     Totals, UnknownBackend,
 };
 pub use allocmux_recorder::readout::{measure, snapshot};

@@ -7,7 +7,7 @@ mod common;
 use std::alloc::System;
 use std::hint::black_box;
 
-use allocmux::{Counting, Stats};
+use allocmux::{Counting, Counts};
 
 #[global_allocator]
 static ALLOC: Counting<System> = Counting::new(System);
@@ -43,7 +43,7 @@ fn peak_sees_a_single_large_block() {
 
 /// Spawns `threads` threads that each make `per_thread` allocation/free
 /// pairs of 40 bytes, joins them, and returns the process-wide difference.
-fn run(threads: usize, per_thread: u64) -> Stats {
+fn run(threads: usize, per_thread: u64) -> Counts {
     let before = ALLOC.snapshot();
     let sum = common::threads_each_allocate(threads, per_thread, 40);
     let diff = ALLOC.snapshot() - before;

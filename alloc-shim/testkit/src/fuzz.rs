@@ -63,51 +63,19 @@ const NUMBERS: &[&str] = &[
     "+5",
 ];
 
-const KEYS: &[&str] = &[
-    "allocmux-profile",
-    "process",
-    "end",
-    "pid",
-    "ppid",
-    "exe",
-    "argv",
-    "allocator",
-    "state",
-    "threads",
-    "clock_start",
-    "clock_end",
-    "cpu_ns",
-    "max_rss_bytes",
-    "time_sample_mean",
-    "calls",
-    "failed_calls",
-    "bytes_requested",
-    "bytes_allocated",
-    "bytes_freed",
-    "peak_live_bytes",
-    "timed_calls",
-    "timed_ticks",
-    "timed_ticks_sq",
-    "exact_calls",
-    "exact_ticks",
-    "size_hist",
-    "stacks",
-    "stacks_lost",
-    "stacks_degraded",
-    "module",
-    "stack",
-    "timeline",
-    "tl",
-    "allocator_stats",
-    "allocator_stat",
-    "unknown_key",
-];
+/// The keys of made-up lines: every key of the format (from its one
+/// list), and one it does not have.
+fn keys() -> Vec<&'static str> {
+    let mut keys = allocmux_format::profile::KEYS.to_vec();
+    keys.push("unknown_key");
+    keys
+}
 
 /// A random [`Edit`].
 pub fn edit() -> impl Strategy<Value = Edit> {
     let frac = 0.0..1.0f64;
     let line = (
-        prop::sample::select(KEYS),
+        prop::sample::select(keys()),
         prop::collection::vec(prop::sample::select(NUMBERS), 0..12),
     )
         .prop_map(|(k, words)| {

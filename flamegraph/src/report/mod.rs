@@ -5,8 +5,8 @@
 
 mod text;
 
+use allocmux_format::Totals;
 use allocmux_format::profile::{AllocatorReading, ProcessProfile, Recording, State};
-use allocmux_format::stats::Totals;
 
 use crate::sys::ChildExit;
 use crate::units::share;
@@ -348,7 +348,7 @@ impl HeapOverhead<'_> {
 mod tests {
     use super::*;
     use crate::json::ReportJson;
-    use allocmux_format::stats::Func;
+    use allocmux_format::Func;
 
     fn profile(pid: u32, start: u64, calls: u64, state: State) -> ProcessProfile {
         let mut text = String::from("allocmux-profile 1\nprocess\n");

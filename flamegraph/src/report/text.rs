@@ -5,8 +5,8 @@
 use std::io::{self, Write};
 
 use allocmux_format::Backend;
+use allocmux_format::Func;
 use allocmux_format::profile::{AllocatorReading, ProcessProfile, State};
-use allocmux_format::stats::Func;
 
 use super::{HeapOverhead, MIN_MEASURED_LIVE, ProcessFigures, Report, heap_overhead};
 use crate::sys::how_it_ended;
@@ -156,6 +156,13 @@ impl Report {
             .collect();
         if !calls.is_empty() && !sampled {
             writeln!(w, "\n  calls: {}", calls.join(", "))?;
+        }
+        if t.totals.null_frees > 0 {
+            writeln!(
+                w,
+                "  free(NULL) calls (no-ops, not in frees): {}",
+                Count(t.totals.null_frees)
+            )?;
         }
         // Saturating: a damaged profile's counts may be anything.
         let timed = t.totals.timed_calls.saturating_add(t.totals.exact_calls);

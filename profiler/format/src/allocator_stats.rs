@@ -3,7 +3,7 @@
 //! (`mi_process_info`) or glibc (`mallinfo2`) by `allocmux-recorder`, and
 //! as kept in profiles.
 //!
-//! [`Stats`](crate::Stats) counts what the program asked for; these figures
+//! [`Counts`](crate::Counts) counts what the program asked for; these figures
 //! say what that cost the allocator: the pages it keeps active, resident or
 //! mapped around the program's live blocks. The gap between the two is
 //! fragmentation and caching, and it differs from allocator to allocator.
@@ -11,7 +11,7 @@
 use core::fmt;
 
 use crate::Backend;
-use crate::stats::ByteSize;
+use crate::byte_size::ByteSize;
 
 /// One reading of an allocator's own statistics: process-wide figures, in
 /// bytes unless said otherwise, each in the allocator's own terms (so the
@@ -162,7 +162,7 @@ impl AllocatorStats {
     }
 
     /// [`held_bytes`](AllocatorStats::held_bytes) per live byte of the
-    /// program (`live_bytes`, e.g. [`Stats::live_bytes`](crate::Stats)
+    /// program (`live_bytes`, e.g. [`Counts::live_bytes`](crate::Counts)
     /// from a snapshot taken with the reading): 1.0 would be a heap with
     /// no free space, no metadata and no cached pages; `None` for no live
     /// bytes, or for mimalloc (see `held_bytes`).

@@ -1,11 +1,13 @@
-//! [`Stats`]: what `allocmux::Counting` counted, for the process
+//! [`Counts`]: what `allocmux::Counting` counted, for the process
 //! (`allocmux::snapshot`) or for one closure on one thread
 //! (`allocmux::measure`).
 
 use core::fmt;
 use core::ops::Sub;
 
-use crate::stats::{ByteSize, Func, Totals};
+use crate::byte_size::ByteSize;
+use crate::func::Func;
+use crate::totals::Totals;
 
 /// Allocation counts, from `allocmux::snapshot` (the process so far), from
 /// `allocmux::measure` (one closure), or the difference of two snapshots.
@@ -24,7 +26,7 @@ use crate::stats::{ByteSize, Func, Totals};
 /// start, use `allocmux::measure`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct Stats {
+pub struct Counts {
     /// Allocations (`alloc` and `alloc_zeroed` calls, failed ones included).
     pub allocs: u64,
     /// Frees (`dealloc` calls).
@@ -49,7 +51,7 @@ pub struct Stats {
     /// its drift to the process total in steps of 64 KiB, so the peak can
     /// miss up to 64 KiB per other thread). From `allocmux::measure`: how far the
     /// thread's live bytes rose above their value at the start, exactly.
-    /// In a difference: see [`Stats`].
+    /// In a difference: see [`Counts`].
     pub peak_live_bytes: u64,
     /// Time spent inside the allocator, in nanoseconds: an unbiased
     /// estimate from timing a random 1 in 256 calls (each thread's first
@@ -62,7 +64,7 @@ pub struct Stats {
     pub timed_calls: u64,
 }
 
-impl Stats {
+impl Counts {
     /// Reallocations that moved the block (or failed).
     pub fn reallocs_moved(&self) -> u64 {
         self.reallocs.saturating_sub(self.reallocs_in_place)
@@ -71,13 +73,13 @@ impl Stats {
     /// The counts of some totals, and their allocator time in TSC ticks,
     /// estimated with one call in `time_sample_mean` timed (converted to ns
     /// by the caller, once).
-    pub fn from_totals(t: &Totals, time_sample_mean: u32) -> (Stats, u64) {
+    pub fn from_totals(t: &Totals, time_sample_mean: u32) -> (Counts, u64) {
         let reallocs = t.calls_of(Func::Realloc);
         let ticks = t
             .timed_ticks
             .saturating_mul(time_sample_mean as u64)
             .saturating_add(t.exact_ticks);
-        let stats = Stats {
+        let stats = Counts {
             allocs: t.allocation_calls() - reallocs,
             frees: t.calls_of(Func::Free),
             reallocs,
@@ -94,13 +96,13 @@ impl Stats {
     }
 }
 
-impl Sub for Stats {
-    type Output = Stats;
+impl Sub for Counts {
+    type Output = Counts;
 
     /// What happened between two snapshots (`after - before`); see
-    /// [`Stats`] for what each field of a difference means.
-    fn sub(self, b: Stats) -> Stats {
-        Stats {
+    /// [`Counts`] for what each field of a difference means.
+    fn sub(self, b: Counts) -> Counts {
+        Counts {
             allocs: self.allocs.saturating_sub(b.allocs),
             frees: self.frees.saturating_sub(b.frees),
             reallocs: self.reallocs.saturating_sub(b.reallocs),
@@ -118,7 +120,7 @@ impl Sub for Stats {
 
 /// One line: `3 allocs, 2 frees, 1 realloc (1 in place), 1.5 KiB allocated,
 /// 1.0 KiB freed, 512 B live, 1.5 KiB peak, ~2.1 µs in the allocator`.
-impl fmt::Display for Stats {
+impl fmt::Display for Counts {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let plural = |n: u64| if n == 1 { "" } else { "s" };
         write!(
@@ -167,12 +169,12 @@ impl fmt::Display for Nanos {
 mod tests {
     use super::*;
 
-    fn stats(allocs: u64, live: i64, peak: u64) -> Stats {
-        Stats {
+    fn stats(allocs: u64, live: i64, peak: u64) -> Counts {
+        Counts {
             allocs,
             live_bytes: live,
             peak_live_bytes: peak,
-            ..Stats::default()
+            ..Counts::default()
         }
     }
 
@@ -186,7 +188,7 @@ mod tests {
 
     #[test]
     fn display_is_one_line() {
-        let s = Stats {
+        let s = Counts {
             allocs: 3,
             frees: 1,
             reallocs: 1,
@@ -196,7 +198,7 @@ mod tests {
             live_bytes: -512,
             peak_live_bytes: 1536,
             allocator_ns: 2100,
-            ..Stats::default()
+            ..Counts::default()
         };
         assert_eq!(
             s.to_string(),

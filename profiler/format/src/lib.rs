@@ -21,16 +21,22 @@
 
 mod allocator_stats;
 mod backend;
+pub mod byte_size;
 pub mod clock;
 pub mod counts;
 pub mod direct;
+pub mod func;
 pub mod marks;
 pub mod profile;
 pub mod settings;
-pub mod stats;
+pub mod site_counts;
 pub mod timeline;
+pub mod totals;
 
 pub use allocator_stats::{AllocatorStats, GlibcStats, JemallocStats, MimallocStats};
 pub use backend::{Backend, UnknownBackend};
-pub use counts::Stats;
-pub use stats::{Func, SiteCounts, Totals};
+pub use byte_size::ByteSize;
+pub use counts::Counts;
+pub use func::{FUNC_COUNT, Func};
+pub use site_counts::SiteCounts;
+pub use totals::{EXACT_TIMING_BYTES, SIZE_BUCKETS, Totals};

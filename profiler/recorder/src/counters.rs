@@ -2,7 +2,7 @@
 
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use allocmux_format::stats::{FUNC_COUNT, Func, SIZE_BUCKETS, Totals};
+use allocmux_format::{FUNC_COUNT, Func, SIZE_BUCKETS, Totals};
 
 /// Buckets kept per thread: one per bit length of the request (0 to 64),
 /// so the hot path needs no clamp; folded into `SIZE_BUCKETS` on read.
@@ -18,6 +18,9 @@ const RAW_BUCKETS: usize = 65;
 pub struct Counters {
     calls: [AtomicU64; FUNC_COUNT],
     failed_calls: AtomicU64,
+    /// `free(NULL)` calls (also in `calls`, as every `free` is; see
+    /// `Totals::null_frees`).
+    null_frees: AtomicU64,
     bytes_requested: AtomicU64,
     bytes_allocated: AtomicU64,
     bytes_freed: AtomicU64,
@@ -66,6 +69,7 @@ impl Counters {
         Counters {
             calls: [Z; FUNC_COUNT],
             failed_calls: Z,
+            null_frees: Z,
             bytes_requested: Z,
             bytes_allocated: Z,
             bytes_freed: Z,
@@ -104,6 +108,12 @@ impl Counters {
     #[inline(always)]
     pub fn failed<const SHARED: bool>(&self) {
         bump::<SHARED>(&self.failed_calls, 1);
+    }
+
+    /// Counts a `free(NULL)`, not the call.
+    #[inline(always)]
+    pub fn null_free<const SHARED: bool>(&self) {
+        bump::<SHARED>(&self.null_frees, 1);
     }
 
     /// Adds calls counted elsewhere (a retiring thread's) to shared counters.
@@ -182,6 +192,7 @@ impl Counters {
             t.size_hist[raw.min(SIZE_BUCKETS - 1)] += c.load(Relaxed);
         }
         t.failed_calls += self.failed_calls.load(Relaxed);
+        t.null_frees += self.null_frees.load(Relaxed);
         t.bytes_requested += self.bytes_requested.load(Relaxed);
         t.bytes_allocated += self.bytes_allocated.load(Relaxed);
         t.bytes_freed += self.bytes_freed.load(Relaxed);
@@ -207,6 +218,7 @@ impl Counters {
             c.fetch_add(v, Relaxed);
         }
         self.failed_calls.fetch_add(t.failed_calls, Relaxed);
+        self.null_frees.fetch_add(t.null_frees, Relaxed);
         self.bytes_requested.fetch_add(t.bytes_requested, Relaxed);
         self.bytes_allocated.fetch_add(t.bytes_allocated, Relaxed);
         self.bytes_freed.fetch_add(t.bytes_freed, Relaxed);
@@ -226,6 +238,7 @@ impl Counters {
         }
         for c in [
             &self.failed_calls,
+            &self.null_frees,
             &self.bytes_requested,
             &self.bytes_allocated,
             &self.bytes_freed,

@@ -23,8 +23,8 @@
 
 use crate::stacks::Snapshot;
 use crate::unwind::{MAX_FRAMES, ModuleInfo};
+use allocmux_format::SiteCounts;
 use allocmux_format::profile::StackMode;
-use allocmux_format::stats::SiteCounts;
 
 /// Which of Go's two heap endpoints: the same samples, a different
 /// default sample type.

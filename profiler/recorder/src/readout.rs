@@ -2,7 +2,7 @@
 //! the process ([`snapshot`]) or for one closure on one thread
 //! ([`measure`]). The counters themselves are [`Counters`](crate::Counters).
 
-use allocmux_format::Stats;
+use allocmux_format::Counts;
 
 use crate::{ticks_to_ns, time_sample_mean, with_thread};
 
@@ -13,9 +13,9 @@ use crate::{ticks_to_ns, time_sample_mean, with_thread};
 ///
 /// It takes a short lock shared with threads starting and exiting, never
 /// one that an allocation takes.
-pub fn snapshot() -> Stats {
+pub fn snapshot() -> Counts {
     let totals = with_thread(|t| crate::snapshot(Some(t)));
-    let (mut stats, ticks) = Stats::from_totals(&totals, time_sample_mean());
+    let (mut stats, ticks) = Counts::from_totals(&totals, time_sample_mean());
     stats.allocator_ns = ticks_to_ns(ticks);
     stats
 }
@@ -40,7 +40,7 @@ pub fn snapshot() -> Stats {
 /// assert_eq!((stats.allocs, stats.bytes_allocated), (1, 1000));
 /// # drop(v);
 /// ```
-pub fn measure<R>(f: impl FnOnce() -> R) -> (R, Stats) {
+pub fn measure<R>(f: impl FnOnce() -> R) -> (R, Counts) {
     /// Restores the thread's high-water mark (raised by whatever the span
     /// reached) even if `f` panics.
     struct Mark(i64);
@@ -57,8 +57,8 @@ pub fn measure<R>(f: impl FnOnce() -> R) -> (R, Stats) {
     let r = f();
     let (after, high) = with_thread(|t| (t.own_totals(), t.high_water()));
     drop(mark);
-    let (a, a_ticks) = Stats::from_totals(&after, time_sample_mean());
-    let (b, b_ticks) = Stats::from_totals(&before, time_sample_mean());
+    let (a, a_ticks) = Counts::from_totals(&after, time_sample_mean());
+    let (b, b_ticks) = Counts::from_totals(&before, time_sample_mean());
     let mut stats = a - b;
     stats.peak_live_bytes = high.saturating_sub(start_live).max(0) as u64;
     stats.allocator_ns = ticks_to_ns(a_ticks.saturating_sub(b_ticks));
@@ -68,8 +68,8 @@ pub fn measure<R>(f: impl FnOnce() -> R) -> (R, Stats) {
 /// The calling thread's own counts so far, and its allocator time in TSC
 /// ticks (estimated): the start and end of a span the criterion
 /// measurements take without a closure around it.
-pub fn thread_counts() -> (Stats, u64) {
-    Stats::from_totals(&with_thread(|t| t.own_totals()), time_sample_mean())
+pub fn thread_counts() -> (Counts, u64) {
+    Counts::from_totals(&with_thread(|t| t.own_totals()), time_sample_mean())
 }
 
 /// Panics, saying how to fix it, unless a [`Counting`](crate::Counting) is

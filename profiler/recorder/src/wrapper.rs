@@ -58,7 +58,7 @@ use super::stacks::{self, StackBody, StackThread, enter_stacks};
 use super::thread::{Body, Scope, ThreadState, enter, set_time_sample_mean, time_sample_mean};
 use super::watch;
 use allocmux_format::Backend;
-use allocmux_format::stats::Func;
+use allocmux_format::Func;
 
 thread_local! {
     /// The calling thread's recorder state (see the module docs for why a
@@ -191,7 +191,7 @@ impl<A> Counting<A> {
 
     /// The process's counts so far: every thread's, including those that
     /// have exited. Take two and subtract them for what happened between.
-    pub fn snapshot(&self) -> allocmux_format::Stats {
+    pub fn snapshot(&self) -> allocmux_format::Counts {
         crate::readout::snapshot()
     }
 }

@@ -15,8 +15,8 @@ use std::fmt::{self, Write as _};
 use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
 
-use allocmux_format::Stats;
-use allocmux_format::stats::ByteSize;
+use allocmux_format::ByteSize;
+use allocmux_format::Counts;
 use allocmux_recorder::readout::{measure, require_counting};
 use serde::{Deserialize, Serialize};
 
@@ -121,7 +121,7 @@ impl Default for Figures {
 const KEYS: [&str; 4] = ["allocs", "bytes", "peak_bytes", "leaked_bytes"];
 
 impl Figures {
-    fn of(s: &Stats) -> Figures {
+    fn of(s: &Counts) -> Figures {
         Figures {
             allocs: s.allocs + s.reallocs,
             bytes: s.bytes_allocated,
@@ -344,7 +344,7 @@ impl Budget {
 #[non_exhaustive]
 pub struct Checked {
     /// What the closure allocated (its first run), as [`measure`] says.
-    pub stats: Stats,
+    pub stats: Counts,
     /// The baseline figures that went down, as `"allocs 5 -> 3"`: the
     /// baseline can be tightened by blessing.
     pub below_baseline: Vec<String>,
@@ -358,19 +358,19 @@ pub struct Checked {
 #[derive(Clone, Debug)]
 pub struct Exceeded {
     message: String,
-    stats: Stats,
+    stats: Counts,
 }
 
 impl Exceeded {
     /// What the closure allocated (its first run).
-    pub fn stats(&self) -> &Stats {
+    pub fn stats(&self) -> &Counts {
         &self.stats
     }
 
     fn io(path: &Path, e: io::Error) -> Exceeded {
         Exceeded {
             message: format!("allocmux: budget baseline {}: {e}", path.display()),
-            stats: Stats::default(),
+            stats: Counts::default(),
         }
     }
 }

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use allocmux_format::stats::ByteSize;
+use allocmux_format::ByteSize;
 use allocmux_recorder::watch;
 
 use super::{Figures, show};

@@ -7,7 +7,7 @@ use std::alloc::{Layout, alloc, alloc_zeroed, dealloc, realloc};
 use std::hint::black_box;
 use std::sync::{Arc, Barrier};
 
-use allocmux::{Stats, measure};
+use allocmux::{Counts, measure};
 
 /// A known sequence of raw calls, counted exactly by `measure`.
 pub fn known_sequence() {
@@ -165,7 +165,7 @@ pub fn peak_sees_a_single_large_block() {
 /// `threads` threads each make `per_thread` allocations and frees of
 /// `size` bytes; returns the sum of what each thread measured of its own
 /// loop, which must be exact.
-pub fn threads_each_allocate(threads: usize, per_thread: u64, size: usize) -> Stats {
+pub fn threads_each_allocate(threads: usize, per_thread: u64, size: usize) -> Counts {
     let start = Arc::new(Barrier::new(threads));
     let handles: Vec<_> = (0..threads)
         .map(|_| {
@@ -181,7 +181,7 @@ pub fn threads_each_allocate(threads: usize, per_thread: u64, size: usize) -> St
             })
         })
         .collect();
-    let mut sum = Stats::default();
+    let mut sum = Counts::default();
     for h in handles {
         let s = h.join().unwrap();
         assert_eq!((s.allocs, s.frees), (per_thread, per_thread), "{s}");

@@ -52,7 +52,7 @@ use super::thread::TlsBlock;
 use super::thread::{Body, OwnState, Scope, ThreadState, enter};
 use super::unwind::{self, StackUnwinder};
 use allocmux_format::profile::{self, ModuleRef, StackMode};
-use allocmux_format::stats::{Func, SiteCounts, Totals};
+use allocmux_format::{Func, SiteCounts, Totals};
 
 #[cfg(any(allocmux_bench = "no_tables", allocmux_bench = "stack_table_only"))]
 mod bench_builds;

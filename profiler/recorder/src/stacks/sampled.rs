@@ -39,6 +39,10 @@ macro_rules! delegate_scope {
         fn call(&self, f: Func) {
             self.inner.call(f)
         }
+        #[inline(always)]
+        fn null_free(&self) {
+            self.inner.null_free()
+        }
     };
     (@ in_place) => {
         #[inline(always)]

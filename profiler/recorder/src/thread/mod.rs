@@ -19,7 +19,7 @@ use core::sync::atomic::{
 use super::clock::Tsc;
 use super::counters::Counters;
 use super::lock::{AtFork, SpinLock};
-use allocmux_format::stats::{FUNC_COUNT, Func, Totals};
+use allocmux_format::{FUNC_COUNT, Func, Totals};
 
 mod fs;
 mod registry;
@@ -41,7 +41,7 @@ pub const PUBLISH_BYTES: i64 = 64 * 1024;
 /// for itself), the rest are sampled: large blocks take the allocators' slow
 /// paths (mmap, munmap, page-level work), so they are rare and expensive and
 /// would make a sampled estimate noisy. Stratifying keeps it unbiased.
-pub use allocmux_format::stats::EXACT_TIMING_BYTES;
+pub use allocmux_format::EXACT_TIMING_BYTES;
 
 /// The most one sampled call's duration counts for, in TSC ticks (about
 /// 70 µs at 3 GHz). The TSC measures wall time, so a call during which the
@@ -330,6 +330,7 @@ impl ThreadState {
         let mut t = Totals::default();
         self.add_to(&mut t);
         t.peak_live_bytes = self.high_water.get().max(0) as u64;
+        null_frees_apart(&mut t);
         t
     }
 
@@ -631,4 +632,14 @@ fn geometric_gap(rng: &mut u64, mean: u32, ln_q: f64) -> u32 {
     } else {
         1
     }
+}
+
+/// Takes the `free(NULL)` calls out of the `free` calls: the countdown in
+/// [`enter`] counts a call before its body sees the NULL, and the shared
+/// counters count it as a `free` too, so inside the recorder `calls[Free]`
+/// holds both; totals leave it (process and thread snapshots) with
+/// `calls[Free]` the frees of blocks and `null_frees` the rest.
+pub(crate) fn null_frees_apart(t: &mut Totals) {
+    let frees = &mut t.calls[Func::Free as usize];
+    *frees = frees.saturating_sub(t.null_frees);
 }

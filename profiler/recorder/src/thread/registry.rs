@@ -337,6 +337,7 @@ pub fn snapshot(current: Option<&ThreadState>) -> Totals {
     }
     let live = tot.bytes_allocated as i64 - tot.bytes_freed as i64;
     tot.peak_live_bytes = GLOBAL_PEAK.load(Relaxed).max(live).max(0) as u64;
+    super::null_frees_apart(&mut tot);
     tot
 }
 

@@ -77,6 +77,10 @@ pub trait Scope: Copy {
     fn freed(&self, usable: usize);
     /// A call that hands out nothing (`free`, `malloc_usable_size`).
     fn call(&self, f: Func);
+    /// A `free(NULL)`, besides its [`call`](Self::call): a no-op, which
+    /// the totals count apart from the frees of blocks (see
+    /// [`null_frees_apart`](super::null_frees_apart)).
+    fn null_free(&self);
     /// A call that failed.
     fn fail(&self, f: Func);
     /// A call made by [`alloc_untimed`](Self::alloc_untimed)'s `untimed`
@@ -239,6 +243,10 @@ impl<'a, S: OwnState<'a>> Scope for Owned<S> {
         // Counted by the countdown in `enter`.
     }
     #[inline(always)]
+    fn null_free(&self) {
+        self.0.state().counters.null_free::<false>();
+    }
+    #[inline(always)]
     fn fail(&self, _f: Func) {
         self.0.state().counters.failed::<false>();
     }
@@ -258,6 +266,9 @@ macro_rules! delegate_recording_to_owned {
         }
         fn call(&self, f: Func) {
             Owned(self.0).call(f)
+        }
+        fn null_free(&self) {
+            Owned(self.0).null_free()
         }
         fn fail(&self, f: Func) {
             Owned(self.0).fail(f)
@@ -326,6 +337,7 @@ impl Scope for Unrecorded {
     fn allocated(&self, _usable: usize) {}
     fn freed(&self, _usable: usize) {}
     fn call(&self, _f: Func) {}
+    fn null_free(&self) {}
     fn fail(&self, _f: Func) {}
 }
 
@@ -348,6 +360,9 @@ impl Scope for Shared {
     }
     fn call(&self, f: Func) {
         SHARED.call::<true>(f)
+    }
+    fn null_free(&self) {
+        SHARED.null_free::<true>()
     }
     fn fail(&self, f: Func) {
         SHARED.fail::<true>(f)

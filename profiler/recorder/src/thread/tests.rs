@@ -20,6 +20,17 @@ impl Body for Free {
     }
 }
 
+/// `free(NULL)`, as the shim's `free` body records it.
+struct NullFree;
+impl Body for NullFree {
+    type Out = ();
+    const FUNC: Func = Func::Free;
+    unsafe fn run<S: Scope>(self, s: &S) {
+        s.call(Func::Free);
+        s.null_free();
+    }
+}
+
 #[test]
 fn the_byte_countdown_counts_every_request_and_sees_every_large_one() {
     let t = ThreadState::new();
@@ -117,10 +128,17 @@ fn counts_peak_and_thread_exit() {
         for _ in 0..1000 {
             // SAFETY: `t` stands for this thread's state.
             unsafe { enter(t, Free(100)) };
+            // `free(NULL)`, counted apart from the frees of blocks, on
+            // the fast path and at the sampled calls alike.
+            // SAFETY: as above.
+            unsafe { enter(t, NullFree) };
         }
         let s = snapshot(Some(t));
         assert_eq!(s.calls_of(Func::Malloc), 1001);
         assert_eq!(s.calls_of(Func::Free), 1001);
+        assert_eq!(s.null_frees, 1000);
+        let own = t.own_totals();
+        assert_eq!((own.calls_of(Func::Free), own.null_frees), (1001, 1000));
         assert_eq!(s.bytes_allocated, 100_000 + (1 << 20));
         assert_eq!(s.live_bytes(), 0);
         assert_eq!(s.peak_live_bytes, 100_000 + (1 << 20));
@@ -136,8 +154,11 @@ fn counts_peak_and_thread_exit() {
         // After the exit hook, calls land on the shared counters.
         // SAFETY: `t` stands for this thread's state.
         unsafe { enter(t, Alloc(8)) };
+        // SAFETY: as above.
+        unsafe { enter(t, NullFree) };
         let s = snapshot(None);
         assert_eq!(s.calls_of(Func::Malloc), 1002);
+        assert_eq!((s.calls_of(Func::Free), s.null_frees), (1001, 1001));
         assert_eq!(s.bytes_allocated, 100_008 + (1 << 20));
         // The retired thread's counts are in the shared ones.
         assert_eq!(live_bytes(), 8);
