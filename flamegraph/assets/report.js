@@ -5,8 +5,7 @@
 "use strict";
 (function () {
   const data = JSON.parse(document.getElementById("allocmux-data").textContent);
-  const WEIGHTS = ["count", "bytes", "time", "peak", "leaked"];
-
+  
   // ---- formatting, as the text report words figures -------------------
   const fmtCount = (v) => Math.round(v).toLocaleString("en-US");
   function fmtBytes(v) {
@@ -168,10 +167,10 @@
   }
 
   // ---- the call tree ---------------------------------------------------
-  // Nodes as d3-flame-graph reads them: `n` the name, `s` the five self
-  // values, `c` the children.
+  // Nodes as d3-flame-graph reads them: `n` the name, `s` the self values
+  // (one per weight), `c` the children.
   function topDown(f) {
-    const nodes = f.tree.name.map((i) => ({ n: f.tree.names[i], s: [0, 0, 0, 0, 0], c: [] }));
+    const nodes = f.tree.name.map((i) => ({ n: f.tree.names[i], s: f.weights.map(() => 0), c: [] }));
     for (const s of f.tree.selfs) nodes[s[0]].s = s.slice(1);
     for (let i = 1; i < nodes.length; i++) nodes[f.tree.parent[i]].c.push(nodes[i]);
     return nodes;
@@ -179,20 +178,20 @@
   // The bottom-up tree: each node's self values along its path read from
   // the node up to the root, so the roots are the allocating functions.
   function bottomUp(f) {
-    const root = { n: "all", s: [0, 0, 0, 0, 0], c: [], m: new Map() };
+    const root = { n: "all", s: f.weights.map(() => 0), c: [], m: new Map() };
     const { name, parent, names } = f.tree;
     for (const s of f.tree.selfs) {
       let at = root;
       for (let n = s[0]; n > 0; n = parent[n]) {
         let next = at.m.get(name[n]);
         if (!next) {
-          next = { n: names[name[n]], s: [0, 0, 0, 0, 0], c: [], m: new Map() };
+          next = { n: names[name[n]], s: f.weights.map(() => 0), c: [], m: new Map() };
           at.m.set(name[n], next);
           at.c.push(next);
         }
         at = next;
       }
-      for (let w = 0; w < 5; w++) at.s[w] += s[w + 1];
+      for (let w = 0; w < f.weights.length; w++) at.s[w] += s[w + 1];
     }
     return root;
   }
@@ -217,13 +216,20 @@
     return (wj.estimated ? "≈" : "") + shown;
   };
 
+  // A weight the profiles do not measure (temporary allocations without
+  // exact stacks) is listed, but cannot be chosen.
+  const weightOption = (w, i) =>
+    w.measured
+      ? el("option", { value: String(i) }, w.name + ": " + w.describe)
+      : el("option", { value: String(i), disabled: "" }, w.name + ": not measured (record exact stacks)");
+
   // ---- flamegraph ------------------------------------------------------
   function buildFlame(root) {
     const f = data.flame;
     const down = topDown(f);
     let up = null;
     const head = el("div", { class: "controls" });
-    const select = el("select", { id: "weight" }, ...f.weights.map((w, i) => el("option", { value: String(i) }, w.name + ": " + w.describe)));
+    const select = el("select", { id: "weight" }, ...f.weights.map(weightOption));
     select.value = String(weight);
     const inverted = el("input", { type: "checkbox", id: "inverted" });
     const search = el("input", { type: "search", id: "search", placeholder: "search (regular expression)" });
@@ -324,7 +330,7 @@
     const nodes = topDown(f);
     const parent = f.tree.parent;
     const head = el("div", { class: "controls" });
-    const select = el("select", { id: "fn-weight" }, ...f.weights.map((w, i) => el("option", { value: String(i) }, w.name + ": " + w.describe)));
+    const select = el("select", { id: "fn-weight" }, ...f.weights.map(weightOption));
     head.append(el("label", {}, "weight ", select));
     root.append(head, el("p", { class: "hint" }, "Click a column to sort, a function to see its callers and callees. Total counts a recursive function once per stack."));
     const split = el("div", { class: "split" });

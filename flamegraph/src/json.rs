@@ -187,6 +187,10 @@ pub struct ProcessJson {
     pub max_rss_bytes: u64,
     /// Threads it ran.
     pub threads: u64,
+    /// Temporary allocations: blocks freed by the thread that allocated
+    /// them before it allocated anything else (null unless exact stacks
+    /// were recorded).
+    pub temporary_allocations: Option<u64>,
     /// Mean calls between two timed calls.
     pub time_sample_mean: u32,
     /// The allocator's own statistics as last read (at the end, for a
@@ -256,6 +260,9 @@ pub struct TotalJson {
     pub max_rss_bytes: u64,
     /// Threads summed.
     pub threads: u64,
+    /// Temporary allocations summed (null unless every process recorded
+    /// exact stacks).
+    pub temporary_allocations: Option<u64>,
 }
 
 impl From<&Report> for ReportJson {
@@ -275,6 +282,7 @@ impl From<&Report> for ReportJson {
                 wall_ns: t.wall_ns,
                 max_rss_bytes: t.max_rss_bytes,
                 threads: t.threads,
+                temporary_allocations: t.temporary_allocations,
             },
             run: r.run.as_ref().map(|run| RunJson {
                 command: run.command.clone(),
@@ -365,6 +373,7 @@ impl From<&ProcessFigures> for ProcessJson {
             wall_ns: pr.wall_ns(),
             max_rss_bytes: pr.max_rss_bytes,
             threads: pr.threads,
+            temporary_allocations: p.temporary_allocations(),
             time_sample_mean: pr.time_sample_mean,
             allocator_stats: pr.allocator_stats.as_ref().map(allocator_stats),
             allocator_stats_at_peak: pr.reading_nearest_peak().map(allocator_stats),

@@ -11,7 +11,8 @@
 //!   or at the last write of a process still running), then
 //!   `alloc_time/nanoseconds` (allocator time of the allocations and of
 //!   the frees of their blocks) and `peak_objects/count`,
-//!   `peak_space/bytes` (live when the process peaked);
+//!   `peak_space/bytes` (live when the process peaked), and
+//!   `temporary_objects/count` (temporary allocations, exact stacks only);
 //! - the default sample type is `alloc_space` (or the one `--weight`
 //!   names): allocmux profiles are mostly written at exit, where in-use
 //!   space is only what leaked, so Go's default of `inuse_space` would open
@@ -145,7 +146,7 @@ struct Function {
 }
 
 /// The sample types, in order, with the weight each one shows.
-const SAMPLE_TYPES: [(&str, &str, Option<Weight>); 7] = [
+const SAMPLE_TYPES: [(&str, &str, Option<Weight>); 8] = [
     ("alloc_objects", "count", Some(Weight::Count)),
     ("alloc_space", "bytes", Some(Weight::Bytes)),
     ("inuse_objects", "count", None),
@@ -153,6 +154,7 @@ const SAMPLE_TYPES: [(&str, &str, Option<Weight>); 7] = [
     ("alloc_time", "nanoseconds", Some(Weight::Time)),
     ("peak_objects", "count", None),
     ("peak_space", "bytes", Some(Weight::Peak)),
+    ("temporary_objects", "count", Some(Weight::Temporary)),
 ];
 
 #[derive(Default)]
@@ -309,6 +311,7 @@ pub fn encode(set: &StackSet<'_>, default: Option<Weight>, comments: &[String]) 
                 v.ns,
                 v.peak_allocs,
                 v.peak_bytes,
+                v.temporary,
             ]
             .map(clamp)
             .to_vec(),

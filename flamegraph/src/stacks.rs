@@ -39,16 +39,20 @@ pub enum Weight {
     Peak,
     /// Bytes still live at exit (live now, for a process still running).
     Leaked,
+    /// Temporary allocations: blocks freed by the thread that allocated
+    /// them before it allocated anything else (exact stacks only).
+    Temporary,
 }
 
 impl Weight {
     /// Every weight, in the order tables list them.
-    pub const ALL: [Weight; 5] = [
+    pub const ALL: [Weight; 6] = [
         Weight::Count,
         Weight::Bytes,
         Weight::Time,
         Weight::Peak,
         Weight::Leaked,
+        Weight::Temporary,
     ];
 
     /// The name on the command line and in JSON.
@@ -59,6 +63,7 @@ impl Weight {
             Weight::Time => "time",
             Weight::Peak => "peak",
             Weight::Leaked => "leaked",
+            Weight::Temporary => "temporary",
         }
     }
 
@@ -66,7 +71,7 @@ impl Weight {
     /// rate could be measured).
     pub fn unit(self, time_unit: &'static str) -> &'static str {
         match self {
-            Weight::Count => "allocations",
+            Weight::Count | Weight::Temporary => "allocations",
             Weight::Bytes | Weight::Peak | Weight::Leaked => "bytes",
             Weight::Time => time_unit,
         }
@@ -80,6 +85,7 @@ impl Weight {
             Weight::Time => "time in the allocator",
             Weight::Peak => "requested bytes live at the peak",
             Weight::Leaked => "requested bytes live at exit",
+            Weight::Temporary => "temporary allocations",
         }
     }
 
@@ -91,6 +97,7 @@ impl Weight {
             Weight::Time => v.ns,
             Weight::Peak => v.peak_bytes,
             Weight::Leaked => v.live_bytes,
+            Weight::Temporary => v.temporary,
         }
     }
 }
@@ -113,6 +120,8 @@ pub struct Values {
     pub live_allocs: u64,
     /// Their bytes.
     pub live_bytes: u64,
+    /// Temporary allocations among them.
+    pub temporary: u64,
 }
 
 impl Values {
@@ -128,6 +137,7 @@ impl Values {
             peak_bytes: c.peak_bytes,
             live_allocs: c.live_allocs,
             live_bytes: c.live_bytes,
+            temporary: c.temporary,
         }
     }
 
@@ -140,6 +150,7 @@ impl Values {
         self.peak_bytes += o.peak_bytes;
         self.live_allocs += o.live_allocs;
         self.live_bytes += o.live_bytes;
+        self.temporary += o.temporary;
     }
 
     /// Whether every figure is zero.
@@ -613,6 +624,28 @@ impl<'a> StackSet<'a> {
         ))
     }
 
+    /// Whether the profiles measure `w` at all: temporary allocations are
+    /// told with exact stacks only (in sample mode a thread's unsampled
+    /// allocations are not seen), so a set with a sampled process, or of
+    /// profiles older than the count, has none.
+    pub fn measures(&self, w: Weight) -> bool {
+        w != Weight::Temporary || self.profiles.iter().all(|p| p.stacks.temporary_counted)
+    }
+
+    /// An error saying why `w` cannot be drawn or exported, if the
+    /// profiles do not measure it ([`measures`](Self::measures)).
+    pub fn check_measures(&self, w: Weight) -> Result<(), String> {
+        if self.measures(w) {
+            Ok(())
+        } else {
+            Err(format!(
+                "the profiles do not count {}: that needs exact stacks (`--stacks exact`, \
+                 or `flame --exact`)",
+                w.describe()
+            ))
+        }
+    }
+
     /// Whether the figures of `w` are estimates rather than counts.
     pub fn estimates(&self, w: Weight) -> bool {
         w == Weight::Time
@@ -657,7 +690,7 @@ fn sampling_variance(totals: &Totals, mean_bytes: f64, w: Weight) -> f64 {
 /// interval's ends follow the value that named it.
 fn show_bare(w: Weight, v: u64, time_unit: &str) -> String {
     match w {
-        Weight::Count => Count(v).to_string(),
+        Weight::Count | Weight::Temporary => Count(v).to_string(),
         _ => show_value(w, v, time_unit),
     }
 }
@@ -665,8 +698,8 @@ fn show_bare(w: Weight, v: u64, time_unit: &str) -> String {
 /// A value of `w`, for people ("1.5 MiB", "1,024 allocations", "3.20 ms").
 pub fn show_value(w: Weight, v: u64, time_unit: &str) -> String {
     match w {
-        Weight::Count if v == 1 => "1 allocation".to_string(),
-        Weight::Count => format!("{} allocations", Count(v)),
+        Weight::Count | Weight::Temporary if v == 1 => "1 allocation".to_string(),
+        Weight::Count | Weight::Temporary => format!("{} allocations", Count(v)),
         Weight::Bytes | Weight::Peak | Weight::Leaked => Bytes(v).to_string(),
         Weight::Time if time_unit == "ns" => Dur(v).to_string(),
         Weight::Time => format!("{} ticks", Count(v)),
@@ -957,9 +990,10 @@ mod tests {
             peak_bytes: 5,
             live_allocs: 6,
             live_bytes: 7,
+            temporary: 8,
         };
         let got: Vec<u64> = Weight::ALL.iter().map(|w| w.of(&v)).collect();
-        assert_eq!(got, [1, 2, 3, 5, 7]);
+        assert_eq!(got, [1, 2, 3, 5, 7, 8]);
         assert_eq!(show_value(Weight::Count, 1234, "ns"), "1,234 allocations");
         assert_eq!(show_value(Weight::Time, 1_500_000, "ns"), "1.50 ms");
     }

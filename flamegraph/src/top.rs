@@ -36,7 +36,8 @@ pub fn write_human(set: &StackSet<'_>, n: usize, w: &mut dyn Write) -> io::Resul
     if let Some(warning) = degraded_warning(set) {
         writeln!(w, "  warning: {warning}")?;
     }
-    for weight in Weight::ALL {
+    // Temporaries are told with exact stacks only: not listed otherwise.
+    for weight in Weight::ALL.into_iter().filter(|&w| set.measures(w)) {
         let rows = top(&merged, weight, n);
         let t = weight.of(&total);
         writeln!(
@@ -86,6 +87,7 @@ pub fn to_json(set: &StackSet<'_>, n: usize) -> TopStacksJson {
     let total = set.total();
     Weight::ALL
         .iter()
+        .filter(|&&w| set.measures(w))
         .map(|&weight| {
             let t = weight.of(&total);
             let rows = top(&merged, weight, n)

@@ -921,3 +921,106 @@ fn flame_of_a_crashed_program_says_unknown() {
     assert!(!err.contains("made no allocation"), "{err}");
     assert!(!svg.exists());
 }
+
+/// Temporary allocations, counted with exact stacks: each thread's loop of
+/// `malloc` then `free` of the same block is one per iteration, whatever
+/// the other thread does meanwhile (the definition is per thread); blocks
+/// kept while others are allocated are not, nor is a block `realloc`
+/// moves. Per process, in total and per stack, in the text, the JSON, the
+/// top stacks and a folded export by `--weight temporary`; not counted
+/// (null) with sampled stacks.
+#[test]
+fn temporary_allocations_are_counted_per_thread() {
+    const SOURCE: &str = r#"
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+static void *volatile keep;
+__attribute__((noinline)) void churn(int n) {
+    for (int i = 0; i < n; i++) {
+        char *p = malloc(64);
+        memset(p, 1, 64);
+        keep = p;
+        free(p);
+    }
+}
+__attribute__((noinline)) void kept(int n) {
+    void **v = malloc(n * sizeof(void *));
+    for (int i = 0; i < n; i++) v[i] = malloc(32);
+    for (int i = 0; i < n; i++) free(v[i]);
+    free(v);
+}
+__attribute__((noinline)) void grown(void) {
+    char *p = malloc(16);
+    for (int i = 1; i <= 10; i++) p = realloc(p, 4096 * i);
+    keep = p;
+}
+static void *worker(void *arg) { churn(2000); return arg; }
+int main(void) {
+    pthread_t t;
+    pthread_create(&t, 0, worker, 0);
+    churn(1000);
+    pthread_join(t, 0);
+    kept(100);
+    grown();
+    return 0;
+}
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let exe = c_program(
+        dir.path(),
+        "temporaries",
+        SOURCE,
+        &["-O1", "-g", "-pthread"],
+    );
+    let prof = dir.path().join("t.prof");
+    let out = ok(run(allocmux()
+        .args(["run", "--stacks", "exact", "--json", "-", "-o"])
+        .arg(&prof)
+        .arg("--")
+        .arg(&exe)));
+    let doc = json_of(&out.stdout);
+    let err = text(&out.stderr);
+    assert_eq!(doc["processes"][0]["temporary_allocations"], 3000, "{err}");
+    assert_eq!(doc["total"]["temporary_allocations"], 3000, "{err}");
+    assert!(
+        err.contains("  temporary: 3,000 of "),
+        "the summary says it: {err}"
+    );
+    // By stack: all of them from churn, none from kept or grown.
+    let folded = text(
+        &ok(run(allocmux().arg("export").arg(&prof).args([
+            "--format",
+            "folded",
+            "--weight",
+            "temporary",
+            "-o",
+            "-",
+        ])))
+        .stdout,
+    );
+    let by = |name: &str| -> u64 {
+        folded
+            .lines()
+            .filter(|l| l.contains(name))
+            .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+            .sum()
+    };
+    assert_eq!(by(";churn"), 3000, "{folded}");
+    assert_eq!(by(";kept") + by(";grown"), 0, "{folded}");
+    let report = text(&ok(run(allocmux().args(["report", "--top", "1"]).arg(&prof))).stdout);
+    assert!(
+        report.contains("top 1 stack by temporary allocations (total 3,000 allocations)"),
+        "{report}"
+    );
+    // Sampled stacks do not see every allocation: not counted.
+    let out = ok(run(allocmux()
+        .args(["run", "--stacks", "sample", "--json", "-", "--"])
+        .arg(&exe)));
+    let doc = json_of(&out.stdout);
+    assert!(
+        doc["processes"][0]["temporary_allocations"].is_null(),
+        "{doc}"
+    );
+    assert!(!text(&out.stderr).contains("temporary:"));
+}

@@ -78,6 +78,7 @@ fn counts(allocs: u64, bytes: u64, ticks: u64, peak_bytes: u64, live_bytes: u64)
         peak_bytes,
         live_allocs: u64::from(live_bytes > 0),
         live_bytes,
+        temporary: 0,
     }
 }
 
@@ -95,6 +96,7 @@ fn process(pid: u32, argv: &str, modules: Vec<Module>, stacks: Vec<Stack>) -> Pr
         degraded: 0,
         modules,
         stacks,
+        temporary_counted: true,
     };
     p
 }

@@ -56,6 +56,9 @@ pub fn run(o: &DiffOptions) -> Result<i32> {
         new_set.root_by_program();
     }
     let w = o.weight;
+    for set in [&base_set, &new_set] {
+        set.check_measures(w).map_err(anyhow::Error::msg)?;
+    }
     let title = format!(
         "{} → {} — {} — total {} → {}",
         o.base.display(),

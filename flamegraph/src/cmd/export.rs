@@ -72,6 +72,9 @@ fn render(o: &ExportOptions) -> Result<Vec<u8>> {
     let what = profiles::paths_words(&o.profiles);
     let set = profiles::stack_set(&loaded, &mut sym, &what)?;
     let allocators = profiles::allocators(&loaded).join(",");
+    if let Some(w) = o.weight {
+        set.check_measures(w).map_err(anyhow::Error::msg)?;
+    }
     if o.format == Format::Svg {
         let w = o.weight.unwrap_or(Weight::Bytes);
         let title = format!("{} — {allocators}", profiles::command(&loaded));

@@ -66,6 +66,8 @@ pub fn run(o: &FlameOptions) -> Result<i32> {
     let mut sym = Symbolizer::new();
     let set = StackSet::build(&outcome.profiles, &mut sym)
         .map_err(|e| anyhow::anyhow!("cannot draw a flamegraph: {e}"))?;
+    set.check_measures(o.weight)
+        .map_err(|e| anyhow::anyhow!("nothing to draw: {e}"))?;
     let folded = set.folded(o.weight);
     let allocations: u64 = outcome
         .profiles

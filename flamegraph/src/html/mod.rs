@@ -70,6 +70,9 @@ pub struct WeightData {
     pub unit: &'static str,
     /// Whether its figures are estimates (shown with `≈`).
     pub estimated: bool,
+    /// Whether the profiles measure it (temporary allocations need exact
+    /// stacks): the page offers it only then.
+    pub measured: bool,
     /// The total as the text report shows it, with any interval.
     pub total_shown: String,
 }
@@ -169,6 +172,7 @@ pub fn profile_data(
                 describe: set.describe(w),
                 unit: w.unit(set.time_unit()),
                 estimated: set.estimates(w),
+                measured: set.measures(w),
                 total_shown: set.show_total(w),
             })
             .collect();

@@ -38,8 +38,8 @@ pub struct FlameTree {
     /// Per node, its parent's index (the root's is -1).
     pub parent: Vec<i64>,
     /// The nodes with a non-zero self value: `[node, count, bytes, time,
-    /// peak, leaked]` (the weights in [`Weight::ALL`]'s order).
-    pub selfs: Vec<[u64; 6]>,
+    /// peak, leaked, temporary]` (the weights in [`Weight::ALL`]'s order).
+    pub selfs: Vec<[u64; 7]>,
     /// What pruning left out, if the tree was pruned.
     pub pruned: Option<Pruned>,
 }
@@ -198,10 +198,10 @@ impl FlameTree {
     }
 }
 
-fn push_self(selfs: &mut Vec<[u64; 6]>, node: usize, v: &Values) {
+fn push_self(selfs: &mut Vec<[u64; 7]>, node: usize, v: &Values) {
     if !v.is_zero() {
-        let [c, b, t, p, l] = Weight::ALL.map(|w| w.of(v));
-        selfs.push([node as u64, c, b, t, p, l]);
+        let [c, b, t, p, l, tmp] = Weight::ALL.map(|w| w.of(v));
+        selfs.push([node as u64, c, b, t, p, l, tmp]);
     }
 }
 
@@ -210,10 +210,10 @@ mod tests {
     use super::*;
 
     /// The totals of every node, summed from the self values up.
-    fn totals(t: &FlameTree) -> Vec<[u64; 5]> {
-        let mut tot = vec![[0u64; 5]; t.name.len()];
+    fn totals(t: &FlameTree) -> Vec<[u64; 6]> {
+        let mut tot = vec![[0u64; 6]; t.name.len()];
         for s in &t.selfs {
-            for w in 0..5 {
+            for w in 0..6 {
                 tot[s[0] as usize][w] += s[w + 1];
             }
         }
@@ -261,13 +261,13 @@ mod tests {
         assert_eq!(t.name.len(), 6);
         assert!(t.pruned.is_none());
         let tot = totals(&t);
-        assert_eq!(tot[0], [15, 150, 0, 0, 0]);
+        assert_eq!(tot[0], [15, 150, 0, 0, 0, 0]);
         let a = node(&t, &["main", "a"]).unwrap();
-        assert_eq!(tot[a], [11, 110, 0, 0, 0]);
+        assert_eq!(tot[a], [11, 110, 0, 0, 0, 0]);
         let own_a = t.selfs.iter().find(|s| s[0] == a as u64).unwrap();
-        assert_eq!(own_a[1..], [8, 80, 0, 0, 0]);
+        assert_eq!(own_a[1..], [8, 80, 0, 0, 0, 0]);
         let am = node(&t, &["main", "a", "malloc"]).unwrap();
-        assert_eq!(tot[am], [3, 30, 0, 0, 0]);
+        assert_eq!(tot[am], [3, 30, 0, 0, 0, 0]);
         // The name table holds each name once.
         assert_eq!(t.names.iter().filter(|n| *n == "malloc").count(), 1);
     }
@@ -286,7 +286,7 @@ mod tests {
         assert_eq!(p.nodes_after, t.name.len());
         let tot = totals(&t);
         // Nothing is lost: the root's totals are the sums of all stacks.
-        assert_eq!(tot[0], [1001, 1_000_001_000, 0, 0, 0]);
+        assert_eq!(tot[0], [1001, 1_000_001_000, 0, 0, 0, 0]);
         let below = node(&t, &["main", PRUNED_NAME]).expect("a [below threshold] node");
         assert_eq!(tot[below][0], 1000);
         assert!(node(&t, &["main", "big"]).is_some());

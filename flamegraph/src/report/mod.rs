@@ -51,6 +51,16 @@ impl ProcessFigures {
             && p.totals.total_calls() == 0
             && covered_ns < FIRST_PERIODIC_WRITE_NS
     }
+
+    /// Its temporary allocations (blocks freed by their thread before it
+    /// allocated anything else), summed over its stacks: counted with
+    /// exact stacks only, `None` otherwise.
+    pub fn temporary_allocations(&self) -> Option<u64> {
+        let stacks = &self.profile.stacks;
+        stacks
+            .temporary_counted
+            .then(|| stacks.stacks.iter().map(|s| s.counts.temporary).sum())
+    }
 }
 
 /// A program that a profiled process replaced itself with (`exec`) and
@@ -159,6 +169,8 @@ pub struct TotalFigures {
     pub max_rss_bytes: u64,
     /// Threads summed.
     pub threads: u64,
+    /// Temporary allocations summed, if every process counted them.
+    pub temporary_allocations: Option<u64>,
 }
 
 impl Report {
@@ -234,6 +246,9 @@ impl Report {
                 None => procs().map(|p| p.profile.max_rss_bytes).max().unwrap_or(0),
             },
             threads: sum(procs().map(|p| p.profile.threads)),
+            temporary_allocations: procs()
+                .map(ProcessFigures::temporary_allocations)
+                .sum::<Option<u64>>(),
         }
     }
 

@@ -157,6 +157,19 @@ impl Report {
         if !calls.is_empty() && !sampled {
             writeln!(w, "\n  calls: {}", calls.join(", "))?;
         }
+        if let Some(n) = t
+            .temporary_allocations
+            .filter(|_| !self.processes.is_empty())
+        {
+            let all = t.totals.allocation_calls();
+            writeln!(
+                w,
+                "  temporary: {} of {} allocations ({:.1}%) freed before their thread allocated again",
+                Count(n),
+                Count(all),
+                100.0 * share(n, all)
+            )?;
+        }
         if t.totals.null_frees > 0 {
             writeln!(
                 w,

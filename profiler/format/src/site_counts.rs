@@ -20,14 +20,24 @@ pub struct SiteCounts {
     pub live_allocs: u64,
     /// Their bytes.
     pub live_bytes: u64,
+    /// Temporary allocations: blocks from this stack freed by the thread
+    /// that allocated them before it allocated anything else (heaptrack's
+    /// definition, per thread; a `realloc` is not such a free). Counted
+    /// with exact stacks only, 0 otherwise.
+    pub temporary: u64,
 }
 
 impl SiteCounts {
     /// How many figures a stack has.
-    pub const FIELDS: usize = 8;
+    pub const FIELDS: usize = 9;
+
+    /// How many figures a stack line of format version 1 has (no
+    /// `temporary`).
+    pub const FIELDS_V1: usize = 8;
 
     /// The figures in the order of a profile's `stack` line: samples,
-    /// allocs, bytes, ticks, peak allocs and bytes, live allocs and bytes.
+    /// allocs, bytes, ticks, peak allocs and bytes, live allocs and bytes,
+    /// temporary allocations.
     pub fn fields(&self) -> [u64; Self::FIELDS] {
         [
             self.samples,
@@ -38,6 +48,7 @@ impl SiteCounts {
             self.peak_bytes,
             self.live_allocs,
             self.live_bytes,
+            self.temporary,
         ]
     }
 
@@ -52,6 +63,7 @@ impl SiteCounts {
             peak_bytes,
             live_allocs,
             live_bytes,
+            temporary,
         ] = f;
         SiteCounts {
             samples,
@@ -62,6 +74,7 @@ impl SiteCounts {
             peak_bytes,
             live_allocs,
             live_bytes,
+            temporary,
         }
     }
 

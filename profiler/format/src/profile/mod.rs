@@ -4,7 +4,7 @@
 //! written without allocating from inside `malloc` and read by people:
 //!
 //! ```text
-//! allocmux-profile 1          format name and version: the first line
+//! allocmux-profile 2          format name and version: the first line
 //! process                     one section per process; a file may hold many
 //! pid 4242
 //! ppid 4200
@@ -57,11 +57,12 @@
 //! module 5581000 5592000 1000 1000 8e1f… /usr/bin/prog
 //!                             an executable mapping: start, end, file offset and load
 //!                             bias (hex), build id (hex, `-` if none), path (escaped)
-//! stack 3 3 96 120 1 32 1 32 55810a3 55810f0
+//! stack 3 3 96 120 1 32 1 32 2 55810a3 55810f0
 //!                             one distinct call stack: samples taken, then the estimates of
 //!                             allocations, bytes, allocator ticks, allocations and bytes live
-//!                             at the peak, allocations and bytes live now (at exit), then the
-//!                             return addresses (hex), the allocating call site first
+//!                             at the peak, allocations and bytes live now (at exit),
+//!                             temporary allocations (exact stacks only; absent in version 1),
+//!                             then the return addresses (hex), the allocating call site first
 //! timeline 10000000           memory timeline: the sampling interval (ns) when written
 //! tl 0 0 2940928              one sample: ns since start-up (`clock_start`), live heap
 //! tl 10023511 67239936 70361088   bytes (allocated minus freed), resident bytes (0: unknown);
@@ -134,7 +135,10 @@ pub use write::{
 };
 
 /// The format version this crate writes and the highest it reads.
-pub const FORMAT_VERSION: u32 = 1;
+///
+/// Version 2 added a ninth figure to `stack` lines (temporary
+/// allocations); version 1 profiles read with it 0.
+pub const FORMAT_VERSION: u32 = 2;
 /// The first word of every profile.
 pub const MAGIC: &str = "allocmux-profile";
 
@@ -351,6 +355,10 @@ pub struct Stacks {
     pub modules: Vec<Module>,
     /// The stacks, each once.
     pub stacks: Vec<Stack>,
+    /// Whether the stacks' temporary allocations were counted: with exact
+    /// stacks, in a profile of format version 2 or later (not written: the
+    /// reader tells it from the version and the mode).
+    pub temporary_counted: bool,
 }
 
 impl Stacks {

@@ -86,7 +86,7 @@ fn parse_sections(text: &str) -> Result<Vec<ProcessProfile>, ParseError> {
             message: "the file is empty (the process may have died before its first flush)".into(),
         });
     };
-    read_magic(first)?;
+    let version = read_magic(first)?;
     let mut procs = Vec::new();
     let mut open: Option<Section> = None;
     for (n, line) in lines {
@@ -98,7 +98,7 @@ fn parse_sections(text: &str) -> Result<Vec<ProcessProfile>, ParseError> {
         let l = Line { n, key, rest };
         let Some(section) = open.as_mut() else {
             if key == Key::Process.name() {
-                open = Some(Section::new());
+                open = Some(Section::new(version));
                 continue;
             }
             return Err(l.err(format!("expected `process`, found {key:?}")));
@@ -128,7 +128,7 @@ fn parse_sections(text: &str) -> Result<Vec<ProcessProfile>, ParseError> {
 }
 
 /// Checks the header line: the magic word and a version this crate reads.
-fn read_magic(first: &str) -> Result<(), ParseError> {
+fn read_magic(first: &str) -> Result<u32, ParseError> {
     let err = |message: String| ParseError { line: 1, message };
     let mut words = first.split_whitespace();
     if words.next() != Some(MAGIC) {
@@ -145,7 +145,7 @@ fn read_magic(first: &str) -> Result<(), ParseError> {
             "profile format version {version} is newer than this allocmux reads ({FORMAT_VERSION}); upgrade allocmux"
         )));
     }
-    Ok(())
+    Ok(version)
 }
 
 /// One line of a section: its number (1-based), its key and the rest.
@@ -210,14 +210,21 @@ struct Section {
     latest: ReadingLines,
     /// The reading nearest the peak (`allocator_stats_at_peak`), the same.
     at_peak: ReadingLines,
+    /// How many figures a `stack` line has in the file's format version.
+    stack_fields: usize,
 }
 
 impl Section {
-    fn new() -> Self {
+    fn new(version: u32) -> Self {
         Section {
             p: empty_process(),
             latest: ReadingLines::default(),
             at_peak: ReadingLines::default(),
+            stack_fields: if version < 2 {
+                SiteCounts::FIELDS_V1
+            } else {
+                SiteCounts::FIELDS
+            },
         }
     }
 
@@ -276,7 +283,7 @@ impl Section {
                 stacks_open(&mut p.stacks, l)?.modules.push(m);
             }
             Key::Stack => {
-                let s = stack(l)?;
+                let s = stack(l, self.stack_fields)?;
                 stacks_open(&mut p.stacks, l)?.stacks.push(s);
             }
         }
@@ -286,6 +293,8 @@ impl Section {
     /// The process read, at its `end` line.
     fn finish(self) -> ProcessProfile {
         let mut p = self.p;
+        p.stacks.temporary_counted =
+            self.stack_fields == SiteCounts::FIELDS && p.stacks.mode == StackMode::Exact;
         if p.timeline.points.is_empty() {
             // A `timeline` line without points is no timeline (the
             // writer writes none): read it as such.
@@ -377,14 +386,14 @@ fn module(l: &Line<'_>) -> Result<Module, ParseError> {
 }
 
 /// `stack FIGURES... ADDRESSES...`.
-fn stack(l: &Line<'_>) -> Result<Stack, ParseError> {
+fn stack(l: &Line<'_>, fields: usize) -> Result<Stack, ParseError> {
     let mut c = [0u64; SiteCounts::FIELDS];
     let mut words = l.rest;
-    for v in &mut c {
+    for v in &mut c[..fields] {
         words = words.trim_start_matches(' ');
         let (word, after) = words.split_once(' ').unwrap_or((words, ""));
         if word.is_empty() {
-            return Err(l.err("`stack` needs eight figures and its addresses"));
+            return Err(l.err(format!("`stack` needs {fields} figures and its addresses")));
         }
         *v = l.num_of(word)?;
         words = after;

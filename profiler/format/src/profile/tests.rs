@@ -80,8 +80,10 @@ fn with_stacks() -> ProcessProfile {
                 peak_bytes: 320,
                 live_allocs: 1,
                 live_bytes: 32,
+                temporary: 7,
             },
         }],
+        temporary_counted: false,
     };
     p
 }
@@ -97,7 +99,7 @@ fn stacks_round_trip() {
         "{text}"
     );
     assert!(text.contains("module 55810000 55920000 1000 5580f000 8e1f00aa /usr/bin/my%20prog\n"));
-    assert!(text.contains("stack 3 30 960 1200 10 320 1 32 558100a3 558100f0\nend\n"));
+    assert!(text.contains("stack 3 30 960 1200 10 320 1 32 7 558100a3 558100f0\nend\n"));
     let back = parse(&text).unwrap();
     assert_eq!(back, vec![p.clone()]);
     assert_eq!(
@@ -137,7 +139,7 @@ fn rejects_bad_stack_lines() {
         ("module 1 2 3", "six fields"),
         ("module 1 2 3 zz - /x", "hex numbers"),
         ("module 1 2 3 4 abc /x", "bad build id"),
-        ("stack 1 2 3", "eight figures"),
+        ("stack 1 2 3", "8 figures"),
         ("stack 1 2 3 4 5 6 7 8", "no addresses"),
         ("stack 1 2 3 4 5 6 7 8 xyz", "bad stack address"),
         ("stack 1 2 3 4 5 6 7 8 10 +1f", "bad stack address \"+1f\""),
@@ -413,7 +415,7 @@ fn allocator_stat_lines_are_checked() {
 fn round_trips() {
     let p = sample();
     let text = to_string(&[p.clone(), p.clone()]);
-    assert!(text.starts_with("allocmux-profile 1\nprocess\npid 42\n"));
+    assert!(text.starts_with("allocmux-profile 2\nprocess\npid 42\n"));
     assert!(text.contains("exe /usr/bin/my%20prog\nargv my%20prog -x 100%25\n"));
     assert_eq!(parse(&text).unwrap(), vec![p.clone(), p]);
 }
@@ -433,7 +435,7 @@ fn rejects_bad_input_with_reasons() {
     let cases = [
         ("", "empty"),
         ("hello\n", "not an allocmux profile"),
-        ("allocmux-profile 2\n", "newer"),
+        ("allocmux-profile 3\n", "newer"),
         ("allocmux-profile\n", "no version"),
         (&full[..full.len() - 4], "truncated"),
         ("allocmux-profile 1\n", "no process section"),
@@ -476,4 +478,20 @@ fn what_is_written_as_nothing_reads_as_nothing() {
         parse(&to_string(std::slice::from_ref(&p))).unwrap(),
         vec![p]
     );
+}
+
+/// A version 1 profile's `stack` lines have eight figures: they read with
+/// no temporary allocations, and a version 2 line has nine.
+#[test]
+fn version_1_stack_lines_read_without_temporaries() {
+    let v1 = "allocmux-profile 1\nprocess\nstacks exact 1\nstack 3 3 96 120 1 32 1 32 55810a3 55810f0\nend\n";
+    let p = parse(v1).unwrap().remove(0);
+    let s = &p.stacks.stacks[0];
+    assert_eq!(s.frames, [0x0558_10a3, 0x0558_10f0]);
+    assert_eq!((s.counts.live_bytes, s.counts.temporary), (32, 0));
+    let v2 = "allocmux-profile 2\nprocess\nstacks exact 1\nstack 3 3 96 120 1 32 1 32 2 55810a3 55810f0\nend\n";
+    let p = parse(v2).unwrap().remove(0);
+    let s = &p.stacks.stacks[0];
+    assert_eq!(s.frames, [0x0558_10a3, 0x0558_10f0]);
+    assert_eq!((s.counts.live_bytes, s.counts.temporary), (32, 2));
 }

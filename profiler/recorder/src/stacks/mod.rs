@@ -173,6 +173,9 @@ pub struct StackThread {
     /// allocation): after a switch to sampling ([`configure`]'s
     /// `exact_first`) it is drawn again before it decides.
     drawn_exact: Cell<bool>,
+    /// The block this thread allocated last, if no block has been released
+    /// since (0: none): a `free` of it is a temporary allocation.
+    last_block: Cell<usize>,
 }
 
 // SAFETY: only the owning thread touches its state.
@@ -194,7 +197,23 @@ impl StackThread {
             stack_hi: Cell::new(0),
             busy: Cell::new(false),
             drawn_exact: Cell::new(false),
+            last_block: Cell::new(0),
         }
+    }
+
+    /// Notes a call of this thread that released `released` and handed
+    /// out `new` (either 0: none), and says whether the release ends a
+    /// temporary allocation: `freed` (a `free`, not a `realloc`, whose
+    /// data lives on) of the block the thread allocated last, with no
+    /// allocation or release of the thread's in between (heaptrack's
+    /// definition, per thread). Owner only.
+    #[inline(always)]
+    fn note_blocks(&self, released: usize, new: usize, freed: bool) -> bool {
+        let temporary = freed && released != 0 && released == self.last_block.get();
+        if released != 0 || new != 0 {
+            self.last_block.set(new);
+        }
+        temporary
     }
 
     /// Counts `size` requested bytes; true if this allocation is sampled.

@@ -124,7 +124,11 @@ pub(super) unsafe extern "C" fn stacked<B: StackBody>(
     };
     let new = if sample { body.handed_out(&out) } else { 0 };
     let size = body.request().unwrap_or(0) as u64;
-    record_call(st, sample, released, new, size, charge);
+    // Every allocation is seen here in exact mode only (in sample mode the
+    // thread's unsampled ones are not), so only there are temporaries told.
+    let temporary = MEAN_BYTES.load(Relaxed) == 0
+        && st.note_blocks(released, new, B::RELEASES && body.request().is_none());
+    record_call(st, sample, released, new, size, temporary, charge);
     if sample {
         st.rearm(MEAN_BYTES.load(Relaxed));
         resample(t, st);
@@ -136,9 +140,10 @@ pub(super) unsafe extern "C" fn stacked<B: StackBody>(
 }
 
 /// Enters what a recorded call did in the tables: the release of a tracked
-/// block at `released` and the new block at `new` (of `size` requested
-/// bytes) with the calling thread's stack, `charge(size)` being what a
-/// block's stack is charged for the call. Either may be 0 (none). Called
+/// block at `released` (a temporary allocation of its stack when
+/// `temporary`) and the new block at `new` (of `size` requested bytes)
+/// with the calling thread's stack, `charge(size)` being what a block's
+/// stack is charged for the call. Either may be 0 (none). Called
 /// by the thread that made the call, marked busy, right after it.
 #[inline(always)]
 pub(super) fn record_call(
@@ -147,6 +152,7 @@ pub(super) fn record_call(
     released: usize,
     new: usize,
     size: u64,
+    temporary: bool,
     charge: impl Fn(u64) -> Charge,
 ) {
     if released == 0 && new == 0 {
@@ -183,7 +189,9 @@ pub(super) fn record_call(
     if sample {
         count_exact_prefix(&mut s);
     }
-    s.enter_call(released, new, frames, size, starved, repeat, charge);
+    s.enter_call(
+        released, new, frames, size, starved, repeat, temporary, charge,
+    );
 }
 
 /// After a sample under [`enter_sampled`], where the thread's byte window

@@ -306,7 +306,9 @@ pub(super) unsafe extern "C" fn sampled_level_stacked<B: StackBody, S: Scope>(
     // (counted as lost): its release would not be told.
     let new = if sample { promoted.handed_out(&out) } else { 0 };
     let size = body.request().unwrap_or(0) as u64;
-    record_call(st, sample, released, new, size, |_| Charge::Ticks(ticks));
+    record_call(st, sample, released, new, size, false, |_| {
+        Charge::Ticks(ticks)
+    });
     if sample {
         st.rearm(MEAN_BYTES.load(Relaxed));
     } else {

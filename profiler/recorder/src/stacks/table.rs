@@ -42,6 +42,8 @@ pub(super) struct Site {
     pub(super) live_bytes: f64,
     pub(super) peak_allocs: f64,
     pub(super) peak_bytes: f64,
+    /// Blocks freed as temporary allocations (see [`SiteCounts::temporary`]).
+    pub(super) temporary: f64,
     /// The operation number of this site's last change (see `Sites::touch`).
     pub(super) stamp: u64,
     /// Where its return addresses start in `Sites::frames`, and how many.
@@ -65,6 +67,7 @@ impl Site {
             live_bytes: 0.0,
             peak_allocs: 0.0,
             peak_bytes: 0.0,
+            temporary: 0.0,
             stamp: 0,
             frames_at,
             depth,
@@ -304,9 +307,23 @@ impl Sites {
     /// The release of the block at `addr`, if tracked, whose call charges
     /// its stack `ticks(requested size)`.
     pub(super) fn free<C: Into<Charge>>(&mut self, addr: usize, ticks: impl FnOnce(u64) -> C) {
+        self.free_noting(addr, false, ticks);
+    }
+
+    /// [`free`](Self::free), counting the block as a temporary allocation
+    /// of its stack when `temporary`.
+    pub(super) fn free_noting<C: Into<Charge>>(
+        &mut self,
+        addr: usize,
+        temporary: bool,
+        ticks: impl FnOnce(u64) -> C,
+    ) {
         let Some(b) = self.blocks.remove(addr) else {
             return; // a filter false positive, or an untracked block
         };
+        if temporary {
+            self.touch(b.site).temporary += f64::from(b.weight);
+        }
         let ticks = ticks(b.size).into();
         if MODE.load(Relaxed) == MODE_SAMPLE {
             let slot = filter_slot(addr);
@@ -347,6 +364,7 @@ impl Sites {
             peak_bytes: n(pb),
             live_allocs: n(s.live_allocs),
             live_bytes: n(s.live_bytes),
+            temporary: n(s.temporary),
         }
     }
 }
@@ -483,10 +501,11 @@ impl State {
         size: u64,
         starved: bool,
         repeat: Option<Repeat>,
+        temporary: bool,
         charge: impl Fn(u64) -> Charge,
     ) {
         if released != 0 {
-            self.sites.free(released, |size| {
+            self.sites.free_noting(released, temporary, |size| {
                 if new != 0 {
                     Charge::Ticks(0)
                 } else {

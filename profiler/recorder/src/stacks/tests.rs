@@ -206,6 +206,7 @@ fn line_lengths_are_exact() {
                 peak_bytes: 1,
                 live_allocs: 999_999,
                 live_bytes: 1_000_000,
+                temporary: 12_345,
             },
             vec![0xf, 0x10, u64::MAX, 0x5555_0000_1234],
         ),
