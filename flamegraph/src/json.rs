@@ -64,6 +64,11 @@ pub struct ReportJson {
     /// with stacks, unless `--top 0`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub top_stacks: Option<TopStacksJson>,
+    /// What to change, from the stacks (`report` of profiles with stacks):
+    /// the stack with the most temporary allocations, else the largest
+    /// leak, else the most allocator time, when it stands out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub advice: Option<AdviceJson>,
     /// Programs that processes replaced themselves with (`exec`) and that
     /// the shim could not reach (statically linked, setuid): their
     /// allocations are in no figure.
@@ -293,6 +298,7 @@ impl From<&Report> for ReportJson {
                 sys_ns: run.exit.sys_ns,
             }),
             top_stacks: None,
+            advice: None,
             unprofiled: r
                 .unprofiled
                 .iter()
@@ -678,5 +684,33 @@ mod tests {
             values: Weight::ALL.iter().map(|w| (w.name(), 1)).collect(),
         }];
         assert_eq!(to_pretty_declared(&doc), to_pretty(&doc));
+    }
+}
+
+/// `advice`: what the profile says to change.
+#[derive(Debug, Serialize)]
+pub struct AdviceJson {
+    /// The weight it reads (`temporary`, `leaked` or `time`).
+    pub weight: &'static str,
+    /// The stack's figure of that weight.
+    pub value: u64,
+    /// Its share (of all allocations, for temporaries; else of the
+    /// weight's total).
+    pub share: f64,
+    /// The stack on one line, leaf first.
+    pub stack: String,
+    /// The advice in words.
+    pub text: String,
+}
+
+impl From<&crate::advice::Advice> for AdviceJson {
+    fn from(a: &crate::advice::Advice) -> AdviceJson {
+        AdviceJson {
+            weight: a.weight.name(),
+            value: a.value,
+            share: a.share,
+            stack: a.stack.clone(),
+            text: a.text.clone(),
+        }
     }
 }

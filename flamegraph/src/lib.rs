@@ -7,6 +7,7 @@
 //! Only [`sys`] holds `unsafe` code (the process-control calls std lacks).
 #![deny(unsafe_code)]
 
+pub mod advice;
 pub mod allocator;
 pub mod args;
 pub mod cmd;

@@ -87,6 +87,7 @@ fn demo_compares_records_and_draws() {
         "verdict: ",
         "The top stack by count",
         "levenshtein_naive",
+        "What to change: ",
         "allocmux-demo-compare.svg",
         "allocmux-demo-flame-time.svg",
     ] {

@@ -1013,6 +1013,18 @@ int main(void) {
         report.contains("top 1 stack by temporary allocations (total 3,000 allocations)"),
         "{report}"
     );
+    // The advice names the stack with the most (the worker's loop), with
+    // the figure, in the text and JSON.
+    assert!(
+        report.contains("what to change: 2,000 allocations (")
+            && report.contains(
+                "are temporary ones from churn (temporaries.c:8) ← worker (temporaries.c:"
+            ),
+        "{report}"
+    );
+    let doc = json_of(&ok(run(allocmux().args(["report", "--json"]).arg(&prof))).stdout);
+    assert_eq!(doc["advice"]["weight"], "temporary", "{doc}");
+    assert_eq!(doc["advice"]["value"], 2000, "{doc}");
     // Sampled stacks do not see every allocation: not counted.
     let out = ok(run(allocmux()
         .args(["run", "--stacks", "sample", "--json", "-", "--"])

@@ -27,11 +27,6 @@ const DEFAULT_SIZE: u64 = 500_000;
 /// Rounds of the comparison: enough for 95% intervals with room to spare.
 const DEFAULT_ROUNDS: usize = 15;
 
-/// Mean bytes between sampled stacks: the workload allocates ~300 MiB,
-/// so this gives a few thousand samples (a detailed flamegraph) at a
-/// cost the run hardly notices.
-const SAMPLE_BYTES: u64 = 64 * 1024;
-
 /// What the demo can be told: where its files go, and (hidden options,
 /// for the tests) how big and how long.
 #[derive(Debug)]
@@ -120,10 +115,10 @@ pub fn run(opts: &DemoOptions) -> Result<i32> {
         record: true,
         output: Output::Discard,
         input: None,
-        env: launch::StackRecording::only(StackMode::Sample {
-            mean_bytes: SAMPLE_BYTES,
-        })
-        .env(),
+        // Every stack: the workload's millions of allocations take about
+        // a second more so, and the counts, temporaries and advice are
+        // exact.
+        env: launch::StackRecording::only(StackMode::Exact).env(),
     })?;
     anyhow::ensure!(
         out.exit.code == Some(0),
@@ -177,14 +172,15 @@ pub fn run(opts: &DemoOptions) -> Result<i32> {
     for (weight, path) in &written {
         println!("  {}  flamegraph of {}", path.display(), weight.describe());
     }
+    // What to change, as the profile says it (`report` prints the same).
+    let advice = crate::advice::advise(&set)
+        .map(|a| format!("  What to change: {}.\n", a.text))
+        .unwrap_or_default();
     println!(
         "  Open the SVGs in a browser: click a frame to zoom, Ctrl+F to search.\n\n  \
          The workload made {} allocation calls; {:.0}% of its CPU time went into glibc's allocator.\n  \
-         {top}\n  \
-         This workload's levenshtein_naive allocates fresh Vecs for both words and for every row\n  \
-         of its table on each call (the count flamegraph shows them); converting each word once\n  \
-         and reusing two rows would remove nearly all of those allocations: worth more than any\n  \
-         allocator swap.\n\n  \
+         {top}\n\
+         {advice}\n  \
          Next: `allocmux report {}` for the full profile, `allocmux compare -- YOUR_PROGRAM`\n  \
          and `allocmux flame -- YOUR_PROGRAM` for your own.",
         crate::units::Count(t.totals.allocation_calls()),

@@ -84,6 +84,10 @@ pub fn run(o: &ReportOptions) -> Result<i32> {
             .as_ref()
             .filter(|_| o.top > 0)
             .map(|set| crate::top::to_json(set, o.top));
+        doc.advice = set
+            .as_ref()
+            .and_then(crate::advice::advise)
+            .map(|a| crate::json::AdviceJson::from(&a));
         std::io::stdout()
             .lock()
             .write_all(crate::json::to_pretty(&doc).as_bytes())
@@ -93,6 +97,9 @@ pub fn run(o: &ReportOptions) -> Result<i32> {
         report.write_human(&mut out)?;
         if let Some(set) = set.as_ref().filter(|_| o.top > 0) {
             crate::top::write_human(set, o.top, &mut out)?;
+            if let Some(a) = crate::advice::advise(set) {
+                writeln!(out, "\n  what to change: {}", a.text)?;
+            }
         }
     }
     if let Some(out) = &html_out {
