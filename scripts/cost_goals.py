@@ -2,7 +2,7 @@
 """The four recording-cost goals, measured in one run, with charts.
 
   python3 scripts/cost_goals.py [--rounds 15] [--heaptrack-rounds 9] [--accuracy-runs 10]
-                                [--out scripts/results/cost-goals.md]
+                                [--only 3] [--out scripts/results/cost-goals.md]
 
 1. Default recording (stacks off) within 1.05x of the same allocator
    without allocmux, on the C malloc/free churn (scripts/churn.c, 2 threads)
@@ -261,6 +261,8 @@ def main():
     ap.add_argument("--heaptrack-churn", type=int, default=2_000_000, help="goal 3: pairs")
     ap.add_argument("--heaptrack-edit-distance", type=int, default=400_000, help="goal 3: word pairs")
     ap.add_argument("--accuracy-runs", type=int, default=10)
+    ap.add_argument("--only", type=int, choices=[1, 2, 3, 4], action="append",
+                    help="measure only this goal (repeatable; 1 and 2 are measured together)")
     ap.add_argument("--out", help="write the Markdown here (and the charts beside it) as well as to stdout")
     a = ap.parse_args()
     if a.rounds < 2 or a.heaptrack_rounds < 1 or a.accuracy_runs < 1:
@@ -277,9 +279,13 @@ def main():
         subprocess.run(["cargo", "build", "--release", "-q", "-p", "allocmux-cli"], cwd=ROOT, check=True)
         exe = os.path.join(release, "allocmux")
         shims = direct_shims(shim, tmp)
-        recording(a, tmp, churn, shim, shims, release, base, lines, charts, summary)
-        heaptrack(a, tmp, churn, exe, shim, shims, release, lines, charts, summary)
-    accuracy(a, lines, charts, summary)
+        goals = set(a.only or [1, 2, 3, 4])
+        if goals & {1, 2}:
+            recording(a, tmp, churn, shim, shims, release, base, lines, charts, summary)
+        if 3 in goals:
+            heaptrack(a, tmp, churn, exe, shim, shims, release, lines, charts, summary)
+    if 4 in goals:
+        accuracy(a, lines, charts, summary)
     head = [
         "# The recording-cost goals, in one run", "",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores, {platform.platform()}. "

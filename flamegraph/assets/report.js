@@ -116,6 +116,9 @@
         "figures summary"
       )
     );
+    if (t.temporary_allocations != null) {
+      root.append(el("p", { class: "hint", id: "temporaries" }, "temporary: " + fmtCount(t.temporary_allocations) + " of " + fmtCount(t.allocation_calls) + " allocations (" + pct(t.temporary_allocations / Math.max(1, t.allocation_calls)) + ") freed before their thread allocated again"));
+    }
     if (unknown.length) {
       root.append(el("p", { class: "hint", id: "unknown-figures" }, "?: " + unknown.map((p) => "pid " + p.pid + " " + program(p)).join(", ") + " ended before its first periodic write (killed early, or its output cut off): what it allocated is unknown, not zero"));
     }

@@ -206,6 +206,19 @@ fn report_html_views_work_in_a_browser() {
     // Leaked: only the large block is live at exit.
     assert_eq!(width_or_0(&f["leaked"], small), 0.0, "{f}");
     assert!(width(&f["leaked"], big) > 100.0, "{f}");
+    // Temporary: every small block is freed at once, the large one never.
+    let options = f["weight_options"].as_array().unwrap();
+    assert_eq!(options.len(), 6, "{f}");
+    assert_eq!(options[5][1], false, "measured with exact stacks: {f}");
+    assert!(width(&f["temporary"], small) > 100.0, "{f}");
+    assert_eq!(width_or_0(&f["temporary"], big), 0.0, "{f}");
+    assert!(
+        f["total_temporary"]
+            .as_str()
+            .unwrap()
+            .contains("5,000 allocations"),
+        "{f}"
+    );
     assert!(f["total"].as_str().unwrap().contains("bytes requested"));
     assert!(f["total_count"].as_str().unwrap().contains("allocations"));
     // Search marks the frames it matches, and only those.
@@ -257,6 +270,11 @@ fn report_html_views_work_in_a_browser() {
 
     let rows = seen["summary"]["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 2, "one process and the total");
+    let temporaries = names(&seen["summary"]["temporaries"]);
+    assert!(
+        temporaries.len() == 1 && temporaries[0].starts_with("temporary: 5,000 of 5,00"),
+        "{temporaries:?}"
+    );
     let total = names(&rows[1]);
     assert_eq!(total[0], "total");
     // 5,000 small blocks and one large one.
@@ -297,6 +315,13 @@ fn sampled_profiles_say_so_and_mark_estimates() {
     assert!(opened.starts_with("allocations: total ≈"), "{opened}");
     let notes = names(&seen["notes"]).join("\n");
     assert!(notes.contains("sampled every 4.0 KiB"), "{notes}");
+    // Sampled stacks do not count temporary allocations: offered, disabled.
+    let options = seen["flame"]["weight_options"].as_array().unwrap();
+    assert_eq!(options[5][1], true, "{seen}");
+    assert!(
+        options[5][0].as_str().unwrap().contains("not measured"),
+        "{seen}"
+    );
     assert!(notes.contains("estimates, marked ≈"), "{notes}");
     assert!(
         seen["flame"]["total"].as_str().unwrap().contains("≈"),

@@ -114,6 +114,13 @@ async function profile(page, out) {
   f.total_count = await page.textContent("#flame-total");
   await page.selectOption("#weight", "4");
   f.leaked = await settled(page);
+  f.weight_options = await page.$$eval("#weight option", (o) => o.map((x) => [x.textContent, x.disabled]));
+  // Temporary allocations: offered only when measured (exact stacks).
+  if (!f.weight_options[5][1]) {
+    await page.selectOption("#weight", "5");
+    f.temporary = await settled(page);
+    f.total_temporary = await page.textContent("#flame-total");
+  }
   await page.selectOption("#weight", "1");
   await settled(page);
   await page.fill("#search", search);
@@ -163,6 +170,7 @@ async function profile(page, out) {
   const s = (out.summary = {});
   s.rows = await page.$$eval("table.summary tbody tr", (r) => r.map((x) => [...x.children].map((c) => c.textContent)));
   s.calls = await page.$$eval("table.calls tbody tr td:first-child", (r) => r.map((x) => x.textContent));
+  s.temporaries = await page.$$eval("#temporaries", (p) => p.map((x) => x.textContent));
   await shot(page, "summary");
 }
 
