@@ -28,8 +28,9 @@ pub enum LimitKey {
     /// Requested bytes live at exit, suppressions applied (from every
     /// stack, recorded exactly).
     Leaked,
-    // Temporary allocations go here (`temporary=N`, a count): a variant,
-    // then its arm in each `match` below.
+    // Temporary allocations go here (`temporary=N`, a count): the
+    // variant, then `ALL`, and an arm in each `match` below (its value
+    // from `total.totals`, its stacks by its weight).
 }
 
 impl LimitKey {
