@@ -437,7 +437,7 @@ pub fn stacks(set: &StackSet<'_>, order: Weight) -> Vec<StackJson> {
         .collect()
 }
 
-/// What `report --leaks` adds to the report: three keys.
+/// What `report --leaks` adds to the report: four keys.
 #[derive(Debug, Serialize)]
 pub struct LeaksJson {
     /// The stacks of blocks live at exit, suppressed ones left out, most
@@ -450,6 +450,9 @@ pub struct LeaksJson {
     /// last write: when not 0, `leaks` holds what was live then, not
     /// necessarily at exit.
     pub leaks_still_running: usize,
+    /// Allocations whose stack could not be recorded: their blocks are in
+    /// no figure of `leaks`.
+    pub leaks_without_stack: u64,
 }
 
 /// A stack of blocks live at exit.
@@ -510,6 +513,7 @@ impl From<&Leaks> for LeaksJson {
                 })
                 .collect(),
             leaks_still_running: l.still_running,
+            leaks_without_stack: l.lost,
         }
     }
 }

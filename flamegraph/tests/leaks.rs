@@ -193,6 +193,7 @@ fn a_leak_is_listed_with_its_blocks_and_bytes() {
         "{frame}"
     );
     assert_eq!(doc["leaks_still_running"], 0);
+    assert_eq!(doc["leaks_without_stack"], 0);
     assert!(doc["leaks_suppressed"].is_array());
     assert!(
         doc.get("top_stacks").is_none(),
