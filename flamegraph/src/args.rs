@@ -22,6 +22,7 @@ use crate::cmd::report::ReportOptions;
 use crate::cmd::run::RunOptions;
 use crate::export::Format;
 use crate::launch::StackRecording;
+use crate::limits::Limit;
 use crate::stacks::Weight;
 
 /// allocmux: how much a program allocates, how long it spends in the
@@ -89,6 +90,18 @@ struct RunArgs {
     /// exact, or sampled with --http]
     #[arg(long, value_parser = record_parser(), value_name = "LEVEL")]
     record: Option<Level>,
+    /// Fail (status 23) when the program succeeds but exceeds a limit: `allocs=N` (allocation
+    /// calls), `peak=SIZE` (peak live bytes), `leaked=SIZE` (bytes live at exit, suppressions
+    /// applied; records every stack). SIZE: 123, 10KiB, 5MiB, 1GiB (K, M, G are binary too).
+    /// Comma-separated or repeated.
+    #[arg(long, value_name = "NAME=VALUE", value_delimiter = ',', value_parser = limit_parser)]
+    limit: Vec<Limit>,
+    /// Leak suppressions (LeakSanitizer's `leak:PATTERN` lines) for `--limit leaked`; repeatable.
+    #[arg(long, value_name = "FILE", requires = "limit")]
+    suppressions: Vec<PathBuf>,
+    /// Count the C and C++ runtimes' own start-up blocks in `--limit leaked` too.
+    #[arg(long, requires = "limit")]
+    no_default_suppressions: bool,
     /// Overwrite the output files if they exist.
     #[arg(long)]
     force: bool,
@@ -229,14 +242,21 @@ struct ReportArgs {
     /// Print JSON instead of the table.
     #[arg(long)]
     json: bool,
-    /// Stacks listed per weight, when the profiles recorded stacks (0: none).
-    #[arg(
-        long,
-        value_name = "N",
-        default_value_t = 5,
-        allow_negative_numbers = true
-    )]
-    top: usize,
+    /// Stacks listed per weight, when the profiles recorded stacks (0: none) [default: 5, or 0
+    /// with --leaks]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    top: Option<usize>,
+    /// List the stacks of blocks live at exit, with their bytes and blocks, largest first (the C
+    /// and C++ runtimes' start-up blocks left out).
+    #[arg(long)]
+    leaks: bool,
+    /// Leave out the leaks matching this file's `leak:PATTERN` lines (LeakSanitizer's format);
+    /// repeatable.
+    #[arg(long, value_name = "FILE", requires = "leaks")]
+    suppressions: Vec<PathBuf>,
+    /// List the C and C++ runtimes' own start-up blocks too.
+    #[arg(long, requires = "leaks")]
+    no_default_suppressions: bool,
     /// Also draw live heap bytes and resident memory over time, per process, as an SVG chart.
     #[arg(long, value_name = "FILE.svg")]
     plot: Option<PathBuf>,
@@ -336,6 +356,24 @@ fn record_parser() -> impl TypedValueParser<Value = Level> {
     })
 }
 
+/// One item of `run --limit`: [`Limit::parse`].
+fn limit_parser(arg: &str) -> Result<Limit, String> {
+    Limit::parse(arg)
+}
+
+/// `run --limit`'s items, each figure limited once.
+fn checked_limits(limits: Vec<Limit>) -> Result<Vec<Limit>> {
+    for (i, l) in limits.iter().enumerate() {
+        if limits[..i].iter().any(|m| m.key == l.key) {
+            return Err(crate::error::usage(format_args!(
+                "--limit gives {} twice: give each figure one limit",
+                l.key.name()
+            )));
+        }
+    }
+    Ok(limits)
+}
+
 /// `--http`'s value: an address the shim can serve on.
 fn http_parser(value: &str) -> Result<String, String> {
     match allocmux_format::settings::parse_http_address(value.as_bytes()) {
@@ -410,6 +448,7 @@ impl Cli {
             (a.stacks.is_some(), "--stacks <MODE>"),
             (a.sample_bytes.is_some(), "--sample-bytes <N>"),
             (a.http.is_some(), "--http <ADDR:PORT>"),
+            (!a.limit.is_empty(), "--limit <NAME=VALUE>"),
         ];
         match given.iter().find(|(g, _)| *g) {
             None => Ok(()),
@@ -433,6 +472,9 @@ impl Cli {
                 http: a.http,
                 record: a.record,
                 force: a.force,
+                limits: checked_limits(a.limit)?,
+                suppressions: a.suppressions,
+                default_suppressions: !a.no_default_suppressions,
                 command: a.command,
             }),
             Cmd::Preload(a) => Command::Preload(PreloadOptions {
@@ -488,10 +530,13 @@ impl Cli {
             Cmd::Report(a) => Command::Report(ReportOptions {
                 profiles: a.profiles,
                 json: a.json,
-                top: a.top,
+                top: a.top.unwrap_or(if a.leaks { 0 } else { 5 }),
                 plot: a.plot,
                 html: a.html,
                 force: a.force,
+                leaks: a.leaks,
+                suppressions: a.suppressions,
+                default_suppressions: !a.no_default_suppressions,
             }),
             Cmd::Export(a) => Command::Export(ExportOptions {
                 profiles: a.profiles,

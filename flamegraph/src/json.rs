@@ -18,9 +18,11 @@ use allocmux_format::{EXACT_TIMING_BYTES, Func, SIZE_BUCKETS, Totals, totals::bu
 use serde::Serialize;
 
 use crate::compare::{Comparison, Figure, Summary, Verdict};
+use crate::leaks::Leaks;
 use crate::report::{ProcessFigures, Report, heap_overhead};
 use crate::stacks::{MergedStack, StackSet, Weight};
 use crate::stats::{Interval, Spread};
+use crate::suppressions::Origin;
 use crate::symbolize::Frame;
 use crate::units::share;
 
@@ -69,6 +71,9 @@ pub struct ReportJson {
     /// leak, else the most allocator time, when it stands out.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub advice: Option<AdviceJson>,
+    /// The stacks of blocks live at exit (`allocmux report --leaks`).
+    #[serde(flatten)]
+    pub leaks: Option<LeaksJson>,
     /// Programs that processes replaced themselves with (`exec`) and that
     /// the shim could not reach (statically linked, setuid): their
     /// allocations are in no figure.
@@ -299,6 +304,7 @@ impl From<&Report> for ReportJson {
             }),
             top_stacks: None,
             advice: None,
+            leaks: None,
             unprofiled: r
                 .unprofiled
                 .iter()
@@ -444,6 +450,87 @@ pub fn stacks(set: &StackSet<'_>, order: Weight) -> Vec<StackJson> {
         .iter()
         .map(|s| StackJson::new(s, set))
         .collect()
+}
+
+/// What `report --leaks` adds to the report: four keys.
+#[derive(Debug, Serialize)]
+pub struct LeaksJson {
+    /// The stacks of blocks live at exit, suppressed ones left out, most
+    /// bytes first.
+    pub leaks: Vec<LeakJson>,
+    /// Per list of suppressions in use (the defaults first, unless turned
+    /// off, then each `--suppressions` file), what it left out.
+    pub leaks_suppressed: Vec<SuppressedJson>,
+    /// Processes still running (or ended without exit handlers) at their
+    /// last write: when not 0, `leaks` holds what was live then, not
+    /// necessarily at exit.
+    pub leaks_still_running: usize,
+    /// Allocations whose stack could not be recorded: their blocks are in
+    /// no figure of `leaks`.
+    pub leaks_without_stack: u64,
+}
+
+/// A stack of blocks live at exit.
+#[derive(Debug, Serialize)]
+pub struct LeakJson {
+    /// Blocks from it live at exit.
+    pub blocks: u64,
+    /// Their requested bytes.
+    pub bytes: u64,
+    /// Whether `blocks` and `bytes` are estimates (sampled stacks).
+    pub estimated: bool,
+    /// Frames, leaf first (see [`Frame`] for the keys).
+    pub frames: Vec<Frame>,
+    /// The program that made the stack, when the stacks come from several
+    /// (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub program: Option<String>,
+}
+
+/// What one list of suppressions left out.
+#[derive(Debug, Serialize)]
+pub struct SuppressedJson {
+    /// The file, as named on the command line; `null` for the defaults.
+    pub file: Option<String>,
+    /// Stacks left out.
+    pub stacks: u64,
+    /// Their blocks live at exit.
+    pub blocks: u64,
+    /// Their requested bytes.
+    pub bytes: u64,
+}
+
+impl From<&Leaks> for LeaksJson {
+    fn from(l: &Leaks) -> LeaksJson {
+        LeaksJson {
+            leaks: l
+                .leaks
+                .iter()
+                .map(|leak| LeakJson {
+                    blocks: leak.blocks,
+                    bytes: leak.bytes,
+                    estimated: l.estimated,
+                    frames: leak.stack.frames.clone(),
+                    program: leak.stack.program.clone(),
+                })
+                .collect(),
+            leaks_suppressed: l
+                .suppressed
+                .iter()
+                .map(|s| SuppressedJson {
+                    file: match &s.origin {
+                        Origin::Defaults => None,
+                        Origin::File(name) => Some(name.clone()),
+                    },
+                    stacks: s.stacks,
+                    blocks: s.blocks,
+                    bytes: s.bytes,
+                })
+                .collect(),
+            leaks_still_running: l.still_running,
+            leaks_without_stack: l.lost,
+        }
+    }
 }
 
 /// A report's `top_stacks`: per weight name, the largest stacks by it.

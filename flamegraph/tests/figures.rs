@@ -1025,6 +1025,26 @@ int main(void) {
     let doc = json_of(&ok(run(allocmux().args(["report", "--json"]).arg(&prof))).stdout);
     assert_eq!(doc["advice"]["weight"], "temporary", "{doc}");
     assert_eq!(doc["advice"]["value"], 2000, "{doc}");
+    // A limit on them, the way a CI job puts one: over it, status 23 and
+    // the stack behind it; at it, status 0.
+    let out = run(allocmux()
+        .args(["run", "--limit", "temporary=2999", "--"])
+        .arg(&exe));
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(23), "{err}");
+    assert!(
+        err.contains("allocmux: limit exceeded: temporary 3,000 > 2,999")
+            && err.contains("churn (temporaries.c:8)"),
+        "{err}"
+    );
+    let out = ok(run(allocmux()
+        .args(["run", "--limit", "temporary=3000", "--"])
+        .arg(&exe)));
+    assert!(
+        text(&out.stderr).contains("allocmux: within limits: temporary 3,000 ≤ 3,000"),
+        "{}",
+        text(&out.stderr)
+    );
     // Sampled stacks do not see every allocation: not counted.
     let out = ok(run(allocmux()
         .args(["run", "--stacks", "sample", "--json", "-", "--"])

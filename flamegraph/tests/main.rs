@@ -18,6 +18,7 @@ mod figures;
 mod fuzz_report;
 mod html_report;
 mod install;
+mod leaks;
 mod live_service;
 mod preload;
 mod stack_languages;

@@ -1,5 +1,6 @@
 //! Reading saved profiles, for the commands that work on them (`report`,
-//! `export`, `diff`).
+//! `export`, `diff`), and suppression files (`report --leaks`, `run
+//! --limit leaked`).
 
 use std::fs;
 use std::path::PathBuf;
@@ -9,6 +10,7 @@ use anyhow::{Context, Result};
 use allocmux_format::profile::ProcessProfile;
 
 use crate::stacks::StackSet;
+use crate::suppressions::{Origin, Suppressions};
 use crate::symbolize::Symbolizer;
 use crate::units::shell_words;
 
@@ -66,3 +68,22 @@ pub(super) fn allocators(profiles: &[ProcessProfile]) -> Vec<&str> {
     allocators.dedup();
     allocators
 }
+
+/// The suppressions in use: the defaults if `defaults`, then each file.
+/// A file that is not a suppression file is a usage error (status 2),
+/// naming the line.
+pub(super) fn suppressions(files: &[PathBuf], defaults: bool) -> Result<Suppressions> {
+    let mut s = Suppressions::new(defaults);
+    for path in files {
+        let text = fs::read_to_string(path)
+            .with_context(|| format!("cannot read suppressions {}", path.display()))?;
+        let patterns = crate::suppressions::parse(&text).map_err(|e| {
+            crate::error::usage(format_args!("suppressions {}: {e}", path.display()))
+        })?;
+        s.add(Origin::File(path.display().to_string()), patterns);
+    }
+    Ok(s)
+}
+
+/// How to record a profile whose leaks can be listed.
+pub(super) const RECORD_LEAKS: &str = "`allocmux run --stacks exact -o PROFILE -- CMD`";

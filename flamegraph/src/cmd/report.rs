@@ -10,7 +10,8 @@ use anyhow::{Context, Result, bail};
 use allocmux_format::profile::ProcessProfile;
 
 use super::profiles;
-use crate::json::ReportJson;
+use crate::json::{LeaksJson, ReportJson};
+use crate::leaks::Leaks;
 use crate::output::OutputFile;
 use crate::report::Report;
 use crate::stacks::{StackSet, Weight};
@@ -32,6 +33,12 @@ pub struct ReportOptions {
     pub html: Option<PathBuf>,
     /// Overwrite the `plot` and `html` files if they exist.
     pub force: bool,
+    /// List the stacks of blocks live at exit.
+    pub leaks: bool,
+    /// Suppression files (LSan's format) for `leaks`.
+    pub suppressions: Vec<PathBuf>,
+    /// Leave out the runtimes' start-up blocks ([`crate::suppressions::DEFAULTS`]).
+    pub default_suppressions: bool,
 }
 
 /// Prints the report (and draws the chart).
@@ -49,6 +56,15 @@ pub fn run(o: &ReportOptions) -> Result<i32> {
             ("HTML report", o.html.as_deref()),
         ],
     )?;
+    // A bad suppression file is refused before any work too.
+    let suppressions = if o.leaks {
+        Some(profiles::suppressions(
+            &o.suppressions,
+            o.default_suppressions,
+        )?)
+    } else {
+        None
+    };
     let plot_out = OutputFile::claim_if(o.plot.as_deref(), o.force, "plot")?;
     let html_out = OutputFile::claim_if(o.html.as_deref(), o.force, "HTML report")?;
     let loaded = profiles::load(&o.profiles)?;
@@ -64,10 +80,19 @@ pub fn run(o: &ReportOptions) -> Result<i32> {
     }
     let report = Report::new(loaded.clone(), None);
     let mut sym = Symbolizer::new();
-    let set = if o.top == 0 && html_out.is_none() {
+    let set = if o.top == 0 && html_out.is_none() && !o.leaks {
         None
     } else {
         StackSet::build(&loaded, &mut sym).ok()
+    };
+    let leaks = match (&suppressions, &set) {
+        (None, _) => None,
+        (Some(s), Some(set)) => Some(Leaks::new(set, s)),
+        (Some(_), None) => bail!(
+            "{} has no call stacks, so its leaks cannot be listed; record them with {}",
+            profiles::paths_words(&o.profiles),
+            profiles::RECORD_LEAKS
+        ),
     };
     if let Some(out) = &html_out {
         let title = format!(
@@ -88,6 +113,7 @@ pub fn run(o: &ReportOptions) -> Result<i32> {
             .as_ref()
             .and_then(crate::advice::advise)
             .map(|a| crate::json::AdviceJson::from(&a));
+        doc.leaks = leaks.as_ref().map(LeaksJson::from);
         std::io::stdout()
             .lock()
             .write_all(crate::json::to_pretty(&doc).as_bytes())
@@ -95,6 +121,9 @@ pub fn run(o: &ReportOptions) -> Result<i32> {
     } else {
         let mut out = std::io::stdout().lock();
         report.write_human(&mut out)?;
+        if let Some(leaks) = &leaks {
+            crate::leak_report::write_human(leaks, &mut out)?;
+        }
         if let Some(set) = set.as_ref().filter(|_| o.top > 0) {
             crate::top::write_human(set, o.top, &mut out)?;
             if let Some(a) = crate::advice::advise(set) {

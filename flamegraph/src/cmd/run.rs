@@ -12,7 +12,10 @@ use allocmux_format::settings::{self as env, Level};
 
 use crate::json::ReportJson;
 use crate::launch::{self, StackRecording};
+use crate::leaks::Leaks;
+use crate::limits::{EXCEEDED_STATUS, Limit, LimitKey};
 use crate::output::{JsonOut, OutputFile};
+use crate::suppressions::Suppressions;
 
 /// What `allocmux run` is told.
 #[derive(Debug)]
@@ -36,6 +39,14 @@ pub struct RunOptions {
     pub record: Option<Level>,
     /// Overwrite the output files if they exist.
     pub force: bool,
+    /// Limits on the run's figures (`--limit`): when the program succeeds
+    /// and one is exceeded, `run` exits with
+    /// [`EXCEEDED_STATUS`](crate::limits::EXCEEDED_STATUS).
+    pub limits: Vec<Limit>,
+    /// Suppression files for the `leaked` limit.
+    pub suppressions: Vec<PathBuf>,
+    /// Leave out the runtimes' start-up blocks from `leaked`.
+    pub default_suppressions: bool,
     /// The command and its arguments.
     pub command: Vec<String>,
 }
@@ -53,6 +64,16 @@ pub fn run(o: &RunOptions) -> Result<i32> {
     if o.record == Some(Level::Off) {
         return run_unrecorded(o);
     }
+    let (stacks, record) = with_limits(o)?;
+    // Read before the program runs, so that a bad file stops it.
+    let suppressions = if o.limits.is_empty() {
+        None
+    } else {
+        Some(super::profiles::suppressions(
+            &o.suppressions,
+            o.default_suppressions,
+        )?)
+    };
     let json = o
         .json
         .as_deref()
@@ -60,18 +81,21 @@ pub fn run(o: &RunOptions) -> Result<i32> {
         .transpose()?;
     let profile_out = OutputFile::claim_if(o.profile.as_deref(), o.force, "profile")?;
     let html_out = OutputFile::claim_if(o.html.as_deref(), o.force, "HTML report")?;
-    if o.stacks.is_some_and(|s| s.mode != StackMode::Off) && o.profile.is_none() && o.html.is_none()
+    if o.stacks.is_some_and(|s| s.mode != StackMode::Off)
+        && o.profile.is_none()
+        && o.html.is_none()
+        && o.limits.is_empty()
     {
         crate::error::say(
             "warning: call stacks are recorded but thrown away: pass -o PROFILE to keep \
              them (for report, export and diff), or draw them with `allocmux flame`",
         );
     }
-    let mut env = o.stacks.map(StackRecording::env).unwrap_or_default();
+    let mut env = stacks.map(StackRecording::env).unwrap_or_default();
     if let Some(http) = &o.http {
         env.push((env::HTTP.to_string(), http.clone()));
     }
-    if let Some(level) = o.record {
+    if let Some(level) = record {
         env.push((env::RECORD.to_string(), level.name().to_string()));
     }
     // `--json -` owns stdout: the program's goes to stderr.
@@ -82,11 +106,88 @@ pub fn run(o: &RunOptions) -> Result<i32> {
     let outcome = launch::in_foreground(&o.command, o.allocator.clone(), env, output)?;
     let status = outcome.exit.shell_status();
     // The program ran, so `run` exits as it did (as `time` would),
-    // whatever becomes of the report.
-    Ok(crate::error::after_run(
-        status,
-        write_report(o, &outcome, json, profile_out, html_out),
-    ))
+    // whatever becomes of the report, unless it succeeded and a limit
+    // says otherwise.
+    let written = write_report(o, &outcome, json, profile_out, html_out);
+    let Some(suppressions) = suppressions else {
+        return Ok(crate::error::after_run(status, written));
+    };
+    if status != 0 {
+        crate::error::say(format_args!(
+            "limits not judged: the program failed ({})",
+            crate::sys::how_it_ended(&outcome.exit)
+        ));
+        return Ok(crate::error::after_run(status, written));
+    }
+    // The report's own trouble is said, and the verdict decides.
+    let _ = crate::error::after_run(status, written);
+    match judge_limits(o, &outcome, &suppressions) {
+        Ok(judged) => Ok(judged),
+        Err(e) => {
+            crate::error::say(format_args!("{e:#}"));
+            Ok(1)
+        }
+    }
+}
+
+/// The stack recording and level a run with `o.limits` needs: every
+/// stack when `leaked` is limited (unless `--stacks` says how), and exact
+/// counts; a usage error for options that cannot judge them.
+fn with_limits(o: &RunOptions) -> Result<(Option<StackRecording>, Option<Level>)> {
+    if o.limits.is_empty() {
+        return Ok((o.stacks, o.record));
+    }
+    if o.record == Some(Level::Sampled) {
+        return Err(crate::error::usage(
+            "--limit judges counted figures, not the estimates of --record sampled: \
+             leave --record out, or use --record exact",
+        ));
+    }
+    let mut stacks = o.stacks;
+    if o.limits.iter().any(|l| l.key.needs_exact_stacks()) {
+        match stacks.map(|s| (s.mode, s.exact_first)) {
+            None => stacks = Some(StackRecording::only(StackMode::Exact)),
+            Some((StackMode::Exact, _)) => {}
+            Some(_) => {
+                return Err(crate::error::usage(
+                    "--limit leaked needs every stack, to apply the suppressions to each \
+                     block (a sample would judge an estimate): leave --stacks out (every \
+                     stack is then recorded) or use --stacks exact",
+                ));
+            }
+        }
+    }
+    // Exact counts even with --http, whose default level is sampled.
+    Ok((stacks, Some(Level::Exact)))
+}
+
+/// The run's figures against `o.limits`, said on stderr; the status `run`
+/// ends with: 0 within them, [`EXCEEDED_STATUS`] over any.
+fn judge_limits(
+    o: &RunOptions,
+    outcome: &launch::Outcome,
+    suppressions: &Suppressions,
+) -> Result<i32> {
+    outcome.check_recorded().context("limits not judged")?;
+    let report = outcome.report(&o.command, o.allocator.name());
+    let total = report.total();
+    let needs_stacks = o.limits.iter().any(|l| l.key == LimitKey::Leaked);
+    let mut sym = crate::symbolize::Symbolizer::new();
+    let mut set = if needs_stacks {
+        crate::stacks::StackSet::build(&outcome.profiles, &mut sym).ok()
+    } else {
+        None
+    };
+    let leaks = set.as_ref().map(|set| Leaks::new(set, suppressions));
+    let judged = crate::limits::judge(&o.limits, &total, leaks.as_ref())?;
+    let exceeded = judged.iter().any(|j| j.exceeded());
+    if exceeded && set.is_none() {
+        set = crate::stacks::StackSet::build(&outcome.profiles, &mut sym).ok();
+    }
+    let mut err = std::io::stderr().lock();
+    // A closed stderr changes nothing of the verdict.
+    let _ = crate::limit_report::write_human(&judged, set.as_ref(), leaks.as_ref(), &mut err);
+    Ok(if exceeded { EXCEEDED_STATUS } else { 0 })
 }
 
 /// The summary on stderr, and the profile and JSON report where asked.

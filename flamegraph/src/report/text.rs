@@ -157,11 +157,8 @@ impl Report {
         if !calls.is_empty() && !sampled {
             writeln!(w, "\n  calls: {}", calls.join(", "))?;
         }
-        if let Some(n) = t
-            .temporary_allocations
-            .filter(|_| !self.processes.is_empty())
-        {
-            let all = t.totals.allocation_calls();
+        let all = t.totals.allocation_calls();
+        if let Some(n) = t.temporary_allocations.filter(|_| all > 0) {
             writeln!(
                 w,
                 "  temporary: {} of {} allocations ({:.1}%) freed before their thread allocated again",
