@@ -74,6 +74,7 @@ macro_rules! for_each_profile_key {
                 stacks_exact_first => StacksExactFirst,
                 stacks_lost => StacksLost,
                 stacks_degraded => StacksDegraded,
+                stacks_temporary_counted => StacksTemporaryCounted,
                 module => Module,
                 stack => Stack,
                 end => End,

@@ -54,6 +54,8 @@
 //! stacks_lost 0               allocations whose stack could not be recorded
 //! stacks_degraded 3           what the recorder dropped for lack of its own memory (stacks,
 //!                             blocks, modules, stack lines, copies); only written when not 0
+//! stacks_temporary_counted 0  exact stacks whose temporary allocations were not counted (a
+//!                             version 1 profile written again); absent: counted
 //! module 5581000 5592000 1000 1000 8e1f… /usr/bin/prog
 //!                             an executable mapping: start, end, file offset and load
 //!                             bias (hex), build id (hex, `-` if none), path (escaped)
@@ -356,8 +358,9 @@ pub struct Stacks {
     /// The stacks, each once.
     pub stacks: Vec<Stack>,
     /// Whether the stacks' temporary allocations were counted: with exact
-    /// stacks, in a profile of format version 2 or later (not written: the
-    /// reader tells it from the version and the mode).
+    /// stacks, in a profile of format version 2 or later, unless a
+    /// `stacks_temporary_counted 0` line says not (a version 1 profile
+    /// written again).
     pub temporary_counted: bool,
 }
 

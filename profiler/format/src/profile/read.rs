@@ -212,6 +212,8 @@ struct Section {
     at_peak: ReadingLines,
     /// How many figures a `stack` line has in the file's format version.
     stack_fields: usize,
+    /// A `stacks_temporary_counted 0` line was read.
+    temporary_uncounted: bool,
 }
 
 impl Section {
@@ -225,6 +227,7 @@ impl Section {
             } else {
                 SiteCounts::FIELDS
             },
+            temporary_uncounted: false,
         }
     }
 
@@ -278,6 +281,10 @@ impl Section {
             Key::StacksExactFirst => stacks_open(&mut p.stacks, l)?.exact_first = l.num()?,
             Key::StacksLost => stacks_open(&mut p.stacks, l)?.lost = l.num()?,
             Key::StacksDegraded => stacks_open(&mut p.stacks, l)?.degraded = l.num()?,
+            Key::StacksTemporaryCounted => {
+                stacks_open(&mut p.stacks, l)?;
+                self.temporary_uncounted = l.num()? == 0;
+            }
             Key::Module => {
                 let m = module(l)?;
                 stacks_open(&mut p.stacks, l)?.modules.push(m);
@@ -293,8 +300,9 @@ impl Section {
     /// The process read, at its `end` line.
     fn finish(self) -> ProcessProfile {
         let mut p = self.p;
-        p.stacks.temporary_counted =
-            self.stack_fields == SiteCounts::FIELDS && p.stacks.mode == StackMode::Exact;
+        p.stacks.temporary_counted = self.stack_fields == SiteCounts::FIELDS
+            && p.stacks.mode == StackMode::Exact
+            && !self.temporary_uncounted;
         if p.timeline.points.is_empty() {
             // A `timeline` line without points is no timeline (the
             // writer writes none): read it as such.

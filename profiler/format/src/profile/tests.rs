@@ -489,9 +489,15 @@ fn version_1_stack_lines_read_without_temporaries() {
     let s = &p.stacks.stacks[0];
     assert_eq!(s.frames, [0x0558_10a3, 0x0558_10f0]);
     assert_eq!((s.counts.live_bytes, s.counts.temporary), (32, 0));
+    assert!(!p.stacks.temporary_counted);
+    // Written again (as version 2), it still says they were not counted.
+    let again = to_string(std::slice::from_ref(&p));
+    assert!(again.contains("\nstacks_temporary_counted 0\n"), "{again}");
+    assert_eq!(parse(&again).unwrap(), vec![p]);
     let v2 = "allocmux-profile 2\nprocess\nstacks exact 1\nstack 3 3 96 120 1 32 1 32 2 55810a3 55810f0\nend\n";
     let p = parse(v2).unwrap().remove(0);
     let s = &p.stacks.stacks[0];
     assert_eq!(s.frames, [0x0558_10a3, 0x0558_10f0]);
     assert_eq!((s.counts.live_bytes, s.counts.temporary), (32, 2));
+    assert!(p.stacks.temporary_counted);
 }

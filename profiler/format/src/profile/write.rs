@@ -156,6 +156,7 @@ pub fn write_stack_mode<W: Write>(
     exact_first: u64,
     lost: u64,
     degraded: u64,
+    temporary_counted: bool,
 ) -> fmt::Result {
     match mode {
         StackMode::Off => return Ok(()),
@@ -170,6 +171,11 @@ pub fn write_stack_mode<W: Write>(
     writeln!(w, "{} {lost}", Key::StacksLost.name())?;
     if degraded > 0 {
         writeln!(w, "{} {degraded}", Key::StacksDegraded.name())?;
+    }
+    // Exact stacks count their temporary allocations unless this says
+    // otherwise (a profile read from format version 1, written again).
+    if mode == StackMode::Exact && !temporary_counted {
+        writeln!(w, "{} 0", Key::StacksTemporaryCounted.name())?;
     }
     Ok(())
 }
@@ -340,7 +346,14 @@ impl ProcessProfile {
         }
         write_timeline(w, self.timeline.interval_ns, &self.timeline.points)?;
         let st = &self.stacks;
-        write_stack_mode(w, st.mode, st.exact_first, st.lost, st.degraded)?;
+        write_stack_mode(
+            w,
+            st.mode,
+            st.exact_first,
+            st.lost,
+            st.degraded,
+            st.temporary_counted,
+        )?;
         for m in &st.modules {
             let build_id = decode_hex(&m.build_id).unwrap_or_default();
             write_module(

@@ -238,6 +238,8 @@ impl Snapshot {
             self.exact_first,
             self.lost,
             self.degraded + left_out,
+            // Exact stacks see every allocation, so count temporaries.
+            true,
         )?;
         for m in &self.modules[..modules] {
             profile::write_module(out, &module_ref(m))?;
