@@ -419,8 +419,10 @@ pub struct StackJson {
     /// (absent otherwise).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub program: Option<String>,
-    /// Per weight name (`count`, `bytes`, `time`, `peak`, `leaked`), the
-    /// stack's value, in allocations, bytes, ns, bytes, bytes.
+    /// Per weight name (`count`, `bytes`, `time`, `peak`, `leaked`,
+    /// `temporary`), the stack's value, in allocations, bytes, ns, bytes,
+    /// bytes, allocations; a weight the profiles do not measure
+    /// (`temporary` without exact stacks) is left out.
     pub values: BTreeMap<&'static str, u64>,
 }
 
@@ -430,13 +432,14 @@ impl StackJson {
         StackJson {
             estimated: Weight::ALL
                 .iter()
-                .filter(|&&w| set.estimates(w))
+                .filter(|&&w| set.measures(w) && set.estimates(w))
                 .map(|w| w.name())
                 .collect(),
             frames: s.frames.clone(),
             program: s.program.clone(),
             values: Weight::ALL
                 .iter()
+                .filter(|&&w| set.measures(w))
                 .map(|w| (w.name(), w.of(&s.values)))
                 .collect(),
         }

@@ -10,6 +10,7 @@
 //! claim left behind), and the command given to `run`, `flame` or
 //! `compare` never ran (it would have created a marker file).
 
+use allocmux_format::profile::FORMAT_VERSION;
 use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -66,8 +67,12 @@ fn populate(dir: &Path) {
     w("cut.prof", &good.as_bytes()[..good.len() / 2]);
     w(
         "newer.prof",
-        good.replacen("allocmux-profile 1", "allocmux-profile 2", 1)
-            .as_bytes(),
+        good.replacen(
+            &format!("allocmux-profile {FORMAT_VERSION}"),
+            &format!("allocmux-profile {}", FORMAT_VERSION + 1),
+            1,
+        )
+        .as_bytes(),
     );
     w("locked.prof", good.as_bytes());
     fs::set_permissions(dir.join("locked.prof"), fs::Permissions::from_mode(0o000)).unwrap();

@@ -263,9 +263,8 @@ fn cargo_install_from_the_packaged_crates_gives_an_allocmux_that_works_anywhere(
         .map(|e| e.unwrap().path())
         .collect();
     // The embedded shim for mimalloc, the direct shims of glibc and
-    // jemalloc for stacks off and glibc's for sampled stacks (the demo's
-    // stacks run), and the forwarders of jemalloc and mimalloc (the
-    // comparison's timing runs).
+    // jemalloc (glibc's also records the demo's exact stacks), and the
+    // forwarders of jemalloc and mimalloc (the comparison's timing runs).
     let mut names: Vec<String> = cached
         .iter()
         .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
@@ -288,8 +287,7 @@ fn cargo_install_from_the_packaged_crates_gives_an_allocmux_that_works_anywhere(
             "jemalloc",
             "jemalloc_forward",
             "mimalloc_forward",
-            "system",
-            "system_sampled"
+            "system"
         ],
         "the shims in the cache: {names:?}"
     );

@@ -340,7 +340,7 @@ fn json_export_lists_frames_leaf_first_with_files_lines_and_every_weight() {
     assert_eq!(leaf["module"], fixture().bin.display().to_string());
     assert_eq!(
         first["values"],
-        serde_json::json!({"count": 3, "bytes": 96, "time": 1000, "peak": 64, "leaked": 32})
+        serde_json::json!({"count": 3, "bytes": 96, "time": 1000, "peak": 64, "leaked": 32, "temporary": 0})
     );
     let inlined: Vec<bool> = stacks[1]["frames"]
         .as_array()
