@@ -239,10 +239,11 @@ fn snapshots_write_whole_or_what_fits() {
     let snap = snapshot_of(&mut sites, vec![module("/bin/a"), module("/lib/b.so")]);
     let section = |stack_lines: &str| {
         format!(
-            "allocmux-profile 1
+            "allocmux-profile {}
 process
 {stack_lines}end
-"
+",
+            profile::FORMAT_VERSION
         )
     };
     let mut whole = String::new();
@@ -378,7 +379,10 @@ fn calls_charged_the_mean_are_priced_when_written() {
     // Written as priced.
     let mut text = String::new();
     snap.write(&mut text).unwrap();
-    let section = format!("allocmux-profile 1\nprocess\n{text}end\n");
+    let section = format!(
+        "allocmux-profile {}\nprocess\n{text}end\n",
+        profile::FORMAT_VERSION
+    );
     let p = &profile::parse(&section).unwrap()[0];
     let written: Vec<u64> = p.stacks.stacks.iter().map(|s| s.counts.ticks).collect();
     assert_eq!(written, [ticks_a, ticks_b]);
