@@ -291,9 +291,9 @@ impl Sites {
             // The allocator handed out a block we thought live: its free
             // was not seen (freed before recording began, or by a path
             // around the hooks). Forget the stale one.
-            self.forget(old, Charge::Ticks(0));
+            self.forget(old, Charge::Ticks(0), false);
             if let Some(also) = also {
-                self.forget(also, Charge::Ticks(0));
+                self.forget(also, Charge::Ticks(0), false);
             }
         } else if MODE.load(Relaxed) == MODE_SAMPLE {
             let slot = filter_slot(addr);
@@ -321,9 +321,6 @@ impl Sites {
         let Some(b) = self.blocks.remove(addr) else {
             return; // a filter false positive, or an untracked block
         };
-        if temporary {
-            self.touch(b.site).temporary += f64::from(b.weight);
-        }
         let ticks = ticks(b.size).into();
         if MODE.load(Relaxed) == MODE_SAMPLE {
             let slot = filter_slot(addr);
@@ -332,12 +329,18 @@ impl Sites {
                 slot.store(v - 1, Relaxed);
             }
         }
-        self.forget(b, ticks);
+        self.forget(b, ticks, temporary);
     }
 
-    pub(super) fn forget(&mut self, b: Block, charge: Charge) {
+    /// Takes tracked block `b` out of its site's live figures, charging
+    /// `charge`; counts it among the site's temporary allocations when
+    /// `temporary`.
+    pub(super) fn forget(&mut self, b: Block, charge: Charge, temporary: bool) {
         let w = f64::from(b.weight);
         let s = self.touch(b.site);
+        if temporary {
+            s.temporary += w;
+        }
         s.live_allocs -= w;
         s.live_bytes -= w * b.size as f64;
         s.charge(w, charge);
