@@ -106,7 +106,9 @@
       // No process timed its calls at the sampled level: nothing to sum.
       untimed ? "-" : totalKnown(fmtNs(t.allocator_ns)),
       untimed ? "-" : totalKnown(pct(t.allocator_time_share)),
-      totalKnown(fmtBytes(t.max_rss_bytes)),
+      // A run's is the kernel's, of the whole tree: known whatever the
+      // processes wrote; from saved profiles it is the largest process's.
+      r.command ? fmtBytes(t.max_rss_bytes) : totalKnown(fmtBytes(t.max_rss_bytes)),
     ]);
     root.append(el("h2", {}, "Processes"));
     root.append(
