@@ -1,11 +1,15 @@
 //! What to change, from the data: the one stack where a change would
 //! matter most, with its figure. First the stack with the most temporary
 //! allocations (blocks made and freed at once, which a reused buffer
-//! removes), then the largest leak, then the stack with the most time in
-//! the allocator; each only when it is a real share of its total.
+//! removes), then the largest leak once the default suppressions have
+//! left out the runtimes' own start-up blocks (as `report --leaks` does),
+//! then the stack with the most time in the allocator; each only when it
+//! is a real share of its total.
 
+use crate::leaks::Leaks;
 use crate::stack_line::stack_line;
 use crate::stacks::{MergedStack, StackSet, Weight};
+use crate::suppressions::Suppressions;
 use crate::units::{Bytes, Count, share};
 
 /// The share of its total a stack must reach to be named.
@@ -60,23 +64,25 @@ pub fn advise(set: &StackSet<'_>) -> Option<Advice> {
             });
         }
     }
-    if set.running() == 0
-        && let Some((s, v, sh)) = top(Weight::Leaked)
-        && v >= MIN_LEAK_BYTES
-        && sh >= MIN_SHARE
-    {
-        let line = stack_line(&s);
-        return Some(Advice {
-            weight: Weight::Leaked,
-            value: v,
-            share: sh,
-            text: format!(
-                "the largest leak is {} in {} blocks still live at exit, from {line}",
-                Bytes(v),
-                Count(s.values.live_allocs)
-            ),
-            stack: line,
-        });
+    if set.running() == 0 {
+        let leaks = Leaks::new(set, &Suppressions::new(true));
+        if let Some(l) = leaks.leaks.first() {
+            let sh = share(l.bytes, total.live_bytes);
+            if l.bytes >= MIN_LEAK_BYTES && sh >= MIN_SHARE {
+                let line = stack_line(&l.stack);
+                return Some(Advice {
+                    weight: Weight::Leaked,
+                    value: l.bytes,
+                    share: sh,
+                    text: format!(
+                        "the largest leak is {} in {} blocks still live at exit, from {line}",
+                        Bytes(l.bytes),
+                        Count(l.blocks)
+                    ),
+                    stack: line,
+                });
+            }
+        }
     }
     let (s, v, sh) = top(Weight::Time)?;
     (sh >= MIN_SHARE).then(|| {
