@@ -97,6 +97,7 @@ fn process(pid: u32, argv: &str, modules: Vec<Module>, stacks: Vec<Stack>) -> Pr
         modules,
         stacks,
         temporary_counted: true,
+        lifetime_ticks_per_us: 0,
     };
     p
 }
@@ -105,6 +106,7 @@ fn stack(frames: &[u64], c: SiteCounts) -> Stack {
     Stack {
         frames: frames.to_vec(),
         counts: c,
+        lifetimes: Default::default(),
     }
 }
 

@@ -18,7 +18,7 @@
 //! indexed by the address itself, as tcmalloc's and jemalloc's own page
 //! maps are, where a block's entry sits next to its neighbours' and is
 //! found in three dependent loads with no hashing, probing or tombstones.
-//! Its leaves cost 8 bytes per 32 bytes of the address range they cover,
+//! Its leaves cost 16 bytes per 32 bytes of the address range they cover,
 //! which is why the blocks it takes are bounded in size ([`SMALL_MAX`])
 //! and why sampled recording, which tracks one block in thousands, keeps
 //! every block in the hash map instead. Every other block (larger, not
@@ -27,7 +27,7 @@
 //!
 //! Both grow only in small fallible steps, as the recorder's tables must
 //! (see [`tables`](super::tables)): the largest is a page-map node, 512
-//! KiB, or a hash-map shard, 3.1 MiB.
+//! KiB, or a hash-map shard, 4.1 MiB.
 
 use super::tables::{Sharded, Zeroable, zeroed_box};
 
@@ -40,6 +40,8 @@ pub struct Block {
     /// after `site`, so a block stays 16 bytes.
     pub weight: f32,
     pub size: u64,
+    /// The TSC when it was handed out, for its lifetime.
+    pub born: u64,
 }
 
 /// The largest block the page map takes, in bytes: larger ones are fewer,
@@ -169,8 +171,10 @@ impl BlockMap {
 
 /// A page map's entry, for the 32 bytes of addresses from a multiple of
 /// 32: a block's site plus one (0: no block), its size (at most
-/// [`SMALL_MAX`]), and which of the two 16-byte boundaries it starts at.
-/// All zero is empty, so nodes are allocated zeroed.
+/// [`SMALL_MAX`]), which of the two 16-byte boundaries it starts at, and
+/// the TSC when it was handed out (its lifetime's start: half the entry,
+/// which doubled the map's size, 8 bytes of map per 32 bytes of address
+/// range to 16). All zero is empty, so nodes are allocated zeroed.
 ///
 /// A slot per 32 bytes rather than 16 halves the map: glibc's blocks
 /// start at least 32 bytes apart (its smallest chunk), so each has a slot
@@ -183,6 +187,7 @@ struct Slot {
     size: u16,
     /// Bit 4 of the block's address.
     upper: u16,
+    born: u64,
 }
 
 const _: () = assert!(SMALL_MAX <= u16::MAX as u64);
@@ -194,6 +199,7 @@ impl Slot {
             site_plus_one: b.site + 1,
             size: b.size as u16,
             upper: Self::upper(addr),
+            born: b.born,
         }
     }
 
@@ -218,12 +224,13 @@ impl Slot {
             site: s.site_plus_one - 1,
             weight: 1.0, // exact mode
             size: s.size as u64,
+            born: s.born,
         }))
     }
 }
 
 /// Bits of an address a page map covers, and how they are split: a slot
-/// per 32 bytes, a leaf per MiB (32,768 slots, 256 KiB), a middle node per
+/// per 32 bytes, a leaf per MiB (32,768 slots, 512 KiB), a middle node per
 /// 4 GiB (4,096 leaves, 32 KiB), a root of 65,536 middle nodes (512 KiB).
 /// Blocks start at 16-byte boundaries under every allocator the shim runs
 /// except for 8-byte requests under jemalloc and mimalloc, which go to the
@@ -234,7 +241,7 @@ impl Slot {
 /// shares with the program under glibc, and smaller leaves (32 KiB, one
 /// per 128 KiB) broke up the program's heap finely enough that, in a
 /// process at its limit of mappings, the exit profile's text found no
-/// room in it. At 256 KiB they are also above glibc's default threshold
+/// room in it. At 512 KiB they are also above glibc's default threshold
 /// for mapping a request on its own, where pages never written (a leaf
 /// over a sparse range) cost no memory.
 const SLOT_SHIFT: u32 = 5;
@@ -355,6 +362,8 @@ mod tests {
             site,
             weight: 1.0,
             size,
+            // Told apart by block, so that a round trip shows it is kept.
+            born: 1_000 + u64::from(site),
         }
     }
 
@@ -416,6 +425,7 @@ mod tests {
             site: 2,
             weight: 41.5,
             size: 64,
+            born: 77,
         };
         assert_eq!(m.insert(new, sampled, true), Inserted::New);
         assert_eq!((m.pages.len(), m.others.len()), (1, 1));
@@ -533,7 +543,7 @@ mod tests {
             Inserted::NoRoom
         );
         let (r, largest) = largest_allocation(|| m.insert(far, block(0, 16), true));
-        assert_eq!((r, largest), (Inserted::New, 256 << 10));
+        assert_eq!((r, largest), (Inserted::New, 512 << 10));
         assert_eq!(m.len(), 3);
         assert_eq!(m.remove(far), Some(block(0, 16)));
     }

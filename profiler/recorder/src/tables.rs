@@ -11,7 +11,7 @@
 //! - [`Sharded`] is a hash map split into `S` small `HashMap`s by a hash of
 //!   the key, each holding at most [`SHARD_MAX_ITEMS`] entries, so a
 //!   shard's doubling moves at most one `S`-th of the table and never
-//!   allocates more than [`max_shard_bytes`] (3.1 MiB for the 24-byte
+//!   allocates more than [`max_shard_bytes`] (4.1 MiB for the 32-byte
 //!   entries of the block map). A full shard refuses new keys.
 //!
 //! Every step is taken with `try_reserve`, before the insert that needs it:
@@ -275,7 +275,7 @@ pub const fn max_shard_bytes<K, V>() -> usize {
 /// A hash map split into `S` shards (a power of two) by the top bits of
 /// the key's [`Spread`], each a small `HashMap` of at most
 /// [`SHARD_MAX_ITEMS`] entries: a growth step allocates at most
-/// [`max_shard_bytes`] (3.1 MiB for the block map's 24-byte entries, 2.1
+/// [`max_shard_bytes`] (4.1 MiB for the block map's 32-byte entries, 2.1
 /// MiB for the stack index's 16), and the map holds at most `S *
 /// SHARD_MAX_ITEMS` entries. The shards themselves, 32 bytes each, are
 /// allocated at the first insert.

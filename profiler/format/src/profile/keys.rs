@@ -75,8 +75,10 @@ macro_rules! for_each_profile_key {
                 stacks_lost => StacksLost,
                 stacks_degraded => StacksDegraded,
                 stacks_temporary_counted => StacksTemporaryCounted,
+                stacks_lifetimes => StacksLifetimes,
                 module => Module,
                 stack => Stack,
+                lifetimes => Lifetimes,
                 end => End,
             }
             per_function {

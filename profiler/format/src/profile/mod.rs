@@ -56,6 +56,8 @@
 //!                             blocks, modules, stack lines, copies); only written when not 0
 //! stacks_temporary_counted 0  exact stacks whose temporary allocations were not counted (a
 //!                             version 1 profile written again); absent: counted
+//! stacks_lifetimes 2400       the stacks' blocks' lifetimes were recorded, in decades measured
+//!                             with this many TSC ticks a µs; absent: not recorded
 //! module 5581000 5592000 1000 1000 8e1f… /usr/bin/prog
 //!                             an executable mapping: start, end, file offset and load
 //!                             bias (hex), build id (hex, `-` if none), path (escaped)
@@ -65,6 +67,11 @@
 //!                             at the peak, allocations and bytes live now (at exit),
 //!                             temporary allocations (exact stacks only; absent in version 1),
 //!                             then the return addresses (hex), the allocating call site first
+//! lifetimes 3 0 0 0 0 0 0 0 0 4200
+//!                             the lifetimes of the blocks of the stack just above that were
+//!                             freed (see `crate::lifetimes`): how many in each decade, under
+//!                             1 µs to 10 s or more, then the sum of the lifetimes in TSC
+//!                             ticks; absent: none freed, or not recorded
 //! timeline 10000000           memory timeline: the sampling interval (ns) when written
 //! tl 0 0 2940928              one sample: ns since start-up (`clock_start`), live heap
 //! tl 10023511 67239936 70361088   bytes (allocated minus freed), resident bytes (0: unknown);
@@ -116,6 +123,7 @@
 use core::fmt;
 
 use crate::AllocatorStats;
+use crate::lifetimes::Lifetimes;
 use crate::site_counts::SiteCounts;
 use crate::timeline::Timeline;
 use crate::totals::Totals;
@@ -336,6 +344,8 @@ pub struct Stack {
     pub frames: Vec<u64>,
     /// What the allocations from this stack did (estimates in `sample` mode).
     pub counts: SiteCounts,
+    /// How long its freed blocks lived (empty when not recorded).
+    pub lifetimes: Lifetimes,
 }
 
 /// The call stacks of one process.
@@ -362,6 +372,9 @@ pub struct Stacks {
     /// `stacks_temporary_counted 0` line says not (a version 1 profile
     /// written again).
     pub temporary_counted: bool,
+    /// The TSC ticks a µs the stacks' lifetimes were measured with; 0 when
+    /// lifetimes were not recorded (a profile written before they were).
+    pub lifetime_ticks_per_us: u64,
 }
 
 impl Stacks {

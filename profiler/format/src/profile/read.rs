@@ -10,6 +10,7 @@ use super::{
     StackMode, Stacks, State,
 };
 use crate::func::Func;
+use crate::lifetimes::{DECADES, Lifetimes};
 use crate::site_counts::SiteCounts;
 use crate::timeline::{Timeline, TimelinePoint};
 use crate::totals::{SIZE_BUCKETS, Totals};
@@ -293,6 +294,15 @@ impl Section {
                 let s = stack(l, self.stack_fields)?;
                 stacks_open(&mut p.stacks, l)?.stacks.push(s);
             }
+            Key::StacksLifetimes => {
+                stacks_open(&mut p.stacks, l)?.lifetime_ticks_per_us = l.num()?;
+            }
+            Key::Lifetimes => {
+                let Some(s) = stacks_open(&mut p.stacks, l)?.stacks.last_mut() else {
+                    return Err(l.err("a `lifetimes` line before any `stack` line"));
+                };
+                s.lifetimes = lifetimes(l)?;
+            }
         }
         Ok(false)
     }
@@ -413,6 +423,26 @@ fn stack(l: &Line<'_>, fields: usize) -> Result<Stack, ParseError> {
     Ok(Stack {
         frames,
         counts: SiteCounts::from_fields(c),
+        lifetimes: Lifetimes::default(),
+    })
+}
+
+/// `lifetimes FREED_PER_DECADE... TICKS`.
+fn lifetimes(l: &Line<'_>) -> Result<Lifetimes, ParseError> {
+    const NEEDS: &str = "`lifetimes` needs a count per decade (9) and the sum of ticks";
+    let mut f = l.rest.split(' ').filter(|w| !w.is_empty());
+    let mut v = [0u64; DECADES + 1];
+    for x in &mut v {
+        *x = l.num_of(f.next().ok_or_else(|| l.err(NEEDS))?)?;
+    }
+    if f.next().is_some() {
+        return Err(l.err(NEEDS));
+    }
+    let mut freed = [0u64; DECADES];
+    freed.copy_from_slice(&v[..DECADES]);
+    Ok(Lifetimes {
+        freed,
+        ticks: v[DECADES],
     })
 }
 

@@ -4,6 +4,7 @@ use super::read::hex_words;
 use super::*;
 use crate::clock::ClockPair;
 use crate::func::Func;
+use crate::lifetimes::Lifetimes;
 use crate::timeline::TimelinePoint;
 
 fn sample() -> ProcessProfile {
@@ -82,8 +83,13 @@ fn with_stacks() -> ProcessProfile {
                 live_bytes: 32,
                 temporary: 7,
             },
+            lifetimes: Lifetimes {
+                freed: [20, 4, 0, 0, 0, 0, 3, 0, 1],
+                ticks: 987_654_321,
+            },
         }],
         temporary_counted: false,
+        lifetime_ticks_per_us: 2_400,
     };
     p
 }
@@ -94,12 +100,16 @@ fn stacks_round_trip() {
     let text = to_string(std::slice::from_ref(&p));
     assert!(
         text.contains(
-            "stacks sample 4096\nstacks_exact_first 1000\nstacks_lost 2\nstacks_degraded 5\nmodule "
+            "stacks sample 4096\nstacks_exact_first 1000\nstacks_lost 2\nstacks_degraded 5\n\
+             stacks_lifetimes 2400\nmodule "
         ),
         "{text}"
     );
     assert!(text.contains("module 55810000 55920000 1000 5580f000 8e1f00aa /usr/bin/my%20prog\n"));
-    assert!(text.contains("stack 3 30 960 1200 10 320 1 32 7 558100a3 558100f0\nend\n"));
+    assert!(text.contains(
+        "stack 3 30 960 1200 10 320 1 32 7 558100a3 558100f0\n\
+         lifetimes 20 4 0 0 0 0 3 0 1 987654321\nend\n"
+    ));
     let back = parse(&text).unwrap();
     assert_eq!(back, vec![p.clone()]);
     assert_eq!(
@@ -112,8 +122,40 @@ fn stacks_round_trip() {
     let mut whole = p.clone();
     whole.stacks.degraded = 0;
     let text = to_string(std::slice::from_ref(&whole));
-    assert!(text.contains("stacks_lost 2\nmodule "), "{text}");
+    assert!(
+        text.contains("stacks_lost 2\nstacks_lifetimes 2400\nmodule "),
+        "{text}"
+    );
     assert_eq!(parse(&text).unwrap(), vec![whole]);
+    // Without lifetimes (none recorded, none freed), no such lines.
+    let mut unrecorded = p.clone();
+    unrecorded.stacks.lifetime_ticks_per_us = 0;
+    unrecorded.stacks.stacks[0].lifetimes = Lifetimes::default();
+    let text = to_string(std::slice::from_ref(&unrecorded));
+    assert!(!text.contains("lifetimes"), "{text}");
+    assert_eq!(parse(&text).unwrap(), vec![unrecorded]);
+}
+
+#[test]
+fn rejects_bad_lifetimes_lines() {
+    let base = "allocmux-profile 2\nprocess\nstacks exact 1\nstack 1 1 8 0 0 0 0 0 0 10\n";
+    for line in [
+        "lifetimes 1 2 3",
+        "lifetimes 1 2 3 4 5 6 7 8 9",
+        "lifetimes 1 2 3 4 5 6 7 8 9 10 11",
+        "lifetimes 1 2 3 4 5 6 7 8 9 x",
+    ] {
+        let e = parse(&format!("{base}{line}\nend\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("lifetimes") || e.contains("number"),
+            "{line}: {e}"
+        );
+    }
+    let ok = parse(&format!("{base}lifetimes 1 0 0 0 0 0 0 0 2 90\nend\n")).unwrap();
+    let l = ok[0].stacks.stacks[0].lifetimes;
+    assert_eq!((l.freed[0], l.freed[8], l.ticks), (1, 2, 90));
 }
 
 #[test]
@@ -149,6 +191,7 @@ fn rejects_bad_stack_lines() {
             "bad stack address \"10000000000000000\"",
         ),
         ("stacks_degraded many", "needs a number"),
+        ("lifetimes 1 2 3 4 5 6 7 8 9 10", "before any `stack`"),
     ];
     for line in ["stack 1 2 3 4 5 6 7 8 9", "stacks_degraded 1"] {
         let unstacked = parse(&format!("allocmux-profile 1\nprocess\n{line}\nend\n"));

@@ -11,6 +11,7 @@ use super::{
     StackMode,
 };
 use crate::func::Func;
+use crate::lifetimes::Lifetimes;
 use crate::site_counts::SiteCounts;
 use crate::timeline::TimelinePoint;
 use crate::totals::Totals;
@@ -157,6 +158,7 @@ pub fn write_stack_mode<W: Write>(
     lost: u64,
     degraded: u64,
     temporary_counted: bool,
+    lifetime_ticks_per_us: u64,
 ) -> fmt::Result {
     match mode {
         StackMode::Off => return Ok(()),
@@ -176,6 +178,9 @@ pub fn write_stack_mode<W: Write>(
     // otherwise (a profile read from format version 1, written again).
     if mode == StackMode::Exact && !temporary_counted {
         writeln!(w, "{} 0", Key::StacksTemporaryCounted.name())?;
+    }
+    if lifetime_ticks_per_us > 0 {
+        writeln!(w, "{} {lifetime_ticks_per_us}", Key::StacksLifetimes.name())?;
     }
     Ok(())
 }
@@ -203,9 +208,15 @@ pub fn write_module<W: Write>(w: &mut W, m: &ModuleRef<'_>) -> fmt::Result {
 }
 
 /// Writes one stack line: its figures, then its return addresses, the
-/// allocating call site first. Formats the numbers itself: the shim writes
-/// every stack on every flush, and `core::fmt` costs several times more.
-pub fn write_stack<W: Write>(w: &mut W, c: &SiteCounts, frames: &[u64]) -> fmt::Result {
+/// allocating call site first; then its `lifetimes` line, unless none is
+/// counted. Formats the numbers itself: the shim writes every stack on
+/// every flush, and `core::fmt` costs several times more.
+pub fn write_stack<W: Write>(
+    w: &mut W,
+    c: &SiteCounts,
+    lifetimes: &Lifetimes,
+    frames: &[u64],
+) -> fmt::Result {
     let mut line = LineBuf::default();
     line.push_str(w, Key::Stack.name())?;
     for v in c.fields() {
@@ -215,6 +226,14 @@ pub fn write_stack<W: Write>(w: &mut W, c: &SiteCounts, frames: &[u64]) -> fmt::
         line.number::<16, _>(w, f)?;
     }
     line.push_str(w, "\n")?;
+    if !lifetimes.is_empty() {
+        line.push_str(w, Key::Lifetimes.name())?;
+        for v in lifetimes.freed {
+            line.number::<10, _>(w, v)?;
+        }
+        line.number::<10, _>(w, lifetimes.ticks)?;
+        line.push_str(w, "\n")?;
+    }
     line.flush(w)
 }
 
@@ -353,6 +372,7 @@ impl ProcessProfile {
             st.lost,
             st.degraded,
             st.temporary_counted,
+            st.lifetime_ticks_per_us,
         )?;
         for m in &st.modules {
             let build_id = decode_hex(&m.build_id).unwrap_or_default();
@@ -369,7 +389,7 @@ impl ProcessProfile {
             )?;
         }
         for s in &st.stacks {
-            write_stack(w, &s.counts, &s.frames)?;
+            write_stack(w, &s.counts, &s.lifetimes, &s.frames)?;
         }
         write_end(w)
     }

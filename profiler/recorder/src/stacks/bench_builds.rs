@@ -19,18 +19,22 @@ impl State {
         size: u64,
         starved: bool,
         repeat: Option<Repeat>,
+        temporary: bool,
+        now: u64,
         charge: impl Fn(u64) -> Charge,
     ) {
         #[cfg(allocmux_bench = "stack_table_only")]
         if new != 0 && !frames.is_empty() {
             core::hint::black_box(self.sites.site(frames));
         }
-        core::hint::black_box((self, released, new, frames, size, starved, repeat, &charge));
+        core::hint::black_box((
+            self, released, new, frames, size, starved, repeat, temporary, now, &charge,
+        ));
     }
 
     /// Releases nothing.
     #[inline(always)]
-    pub(super) fn enter_release(&mut self, ptr: usize, charge: impl Fn(u64) -> Charge) {
-        core::hint::black_box((self, ptr, &charge));
+    pub(super) fn enter_release(&mut self, ptr: usize, now: u64, charge: impl Fn(u64) -> Charge) {
+        core::hint::black_box((self, ptr, now, &charge));
     }
 }

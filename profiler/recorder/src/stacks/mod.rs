@@ -51,8 +51,9 @@ use super::tables::{Chunks, Sharded, StackHash, max_shard_bytes};
 use super::thread::TlsBlock;
 use super::thread::{Body, OwnState, Scope, ThreadState, enter};
 use super::unwind::{self, StackUnwinder};
+use allocmux_format::lifetimes::{self, DECADES};
 use allocmux_format::profile::{self, ModuleRef, StackMode};
-use allocmux_format::{Func, SiteCounts, Totals};
+use allocmux_format::{Func, Lifetimes, SiteCounts, Totals};
 
 #[cfg(any(allocmux_bench = "no_tables", allocmux_bench = "stack_table_only"))]
 mod bench_builds;

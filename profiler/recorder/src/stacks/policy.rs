@@ -131,6 +131,11 @@ pub fn configure(mode: StackMode, skip_own_module: bool, exact_first: u64) {
         return;
     }
     SKIP_OWN_MODULE.store(skip_own_module, Relaxed);
+    // Measured before the lock is taken: it spins for 50 µs.
+    let ticks_per_us = match mode {
+        StackMode::Off => 0,
+        StackMode::Exact | StackMode::Sample { .. } => crate::clock::ticks_per_us(),
+    };
     let mut st = STATE.lock();
     st.unwinder = StackUnwinder::new(skip_own_module);
     let mode = match mode {
@@ -158,7 +163,13 @@ pub fn configure(mode: StackMode, skip_own_module: bool, exact_first: u64) {
             MODE.store(MODE_EXACT, Relaxed);
         }
     }
+    LIFETIME_TICKS_PER_US.store(ticks_per_us, Relaxed);
+    st.sites.set_lifetime_clock(ticks_per_us);
 }
+
+/// The TSC ticks a µs blocks' lifetimes are bucketed with (0 until
+/// [`configure`]): kept for the tables a fork child starts afresh.
+pub(super) static LIFETIME_TICKS_PER_US: AtomicU64 = AtomicU64::new(0);
 
 /// At the sampled level, where nothing is counted per call, the process's
 /// totals as the stack samples estimate them, in the profile's form (see

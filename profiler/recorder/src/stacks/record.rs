@@ -158,6 +158,8 @@ pub(super) fn record_call(
     if released == 0 && new == 0 {
         return;
     }
+    // The call's time: the new block's birth, the released one's death.
+    let now = Tsc::now_unordered();
     // The stack is taken after the call (the frames above this one are the
     // same), under the lock the tables are updated under: one acquisition.
     // Short of memory, no new stack is taken (it may allocate): dropped.
@@ -190,7 +192,7 @@ pub(super) fn record_call(
         count_exact_prefix(&mut s);
     }
     s.enter_call(
-        released, new, frames, size, starved, repeat, temporary, charge,
+        released, new, frames, size, starved, repeat, temporary, now, charge,
     );
 }
 

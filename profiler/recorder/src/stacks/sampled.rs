@@ -649,14 +649,15 @@ pub(super) extern "C" fn release_large<S: Scope, R, F: FnOnce() -> R>(
     st.busy.set(true);
     let start = Tsc::now();
     let out = s.release(ptr, usable, op);
-    let ticks = Tsc::now()
+    let end = Tsc::now();
+    let ticks = end
         .wrapping_sub(start)
         .saturating_sub(crate::thread::tsc_overhead())
         .min(crate::thread::MAX_SAMPLED_TICKS);
     // Not recorded if the lock is held too long, as in `stacked`: the
     // block stays in the table until its address is handed out again.
     if let Some(mut s) = STATE.lock_within(WAIT_YIELDS) {
-        s.enter_release(ptr, |size| promoted_call_ticks(size, ticks));
+        s.enter_release(ptr, end, |size| promoted_call_ticks(size, ticks));
     }
     st.busy.set(false);
     out

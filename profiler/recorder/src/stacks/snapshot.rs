@@ -12,6 +12,8 @@ pub(super) struct Copied {
     /// Its weighted calls charged the process's mean time per timed call
     /// ([`Charge::Mean`]).
     pub(super) mean_calls: f64,
+    /// Its freed blocks' lifetimes.
+    pub(super) lifetimes: Lifetimes,
     pub(super) frames_at: u64,
     pub(super) depth: u32,
 }
@@ -32,14 +34,17 @@ pub struct Snapshot {
     /// taken (0 if none was timed): what a call charged
     /// [`Charge::Mean`] counts for.
     pub(super) call_ticks: f64,
+    /// The TSC ticks a µs lifetimes were bucketed with (0: not counted).
+    pub(super) lifetime_ticks_per_us: u64,
     pub(super) modules: Vec<unwind::ModuleInfo>,
     pub(super) stacks: Chunks<Copied, COPY_CHUNK>,
     pub(super) frames: Chunks<u64, FRAME_CHUNK>,
 }
 
-/// Room for the `stacks`, `stacks_lost` and `stacks_degraded` lines and
-/// the section's `end`, which are written even when nothing else fits.
-pub(super) const HEAD_ROOM: usize = 128;
+/// Room for the `stacks`, `stacks_exact_first`, `stacks_lost`,
+/// `stacks_degraded` and `stacks_lifetimes` lines and the section's `end`,
+/// which are written even when nothing else fits.
+pub(super) const HEAD_ROOM: usize = 192;
 
 impl Snapshot {
     /// An empty copy.
@@ -50,6 +55,7 @@ impl Snapshot {
             lost: 0,
             degraded: 0,
             call_ticks: 0.0,
+            lifetime_ticks_per_us: 0,
             modules: Vec::new(),
             stacks: Chunks::new(),
             frames: Chunks::new(),
@@ -87,6 +93,7 @@ impl Snapshot {
         // prefix: the mode and the prefix agree.
         self.mode = mode();
         self.exact_first = exact_first();
+        self.lifetime_ticks_per_us = s.sites.ticks_per_us;
         let mut modules = None;
         let mut room = true;
         if self.modules.len() != s.modules.len() {
@@ -117,6 +124,7 @@ impl Snapshot {
             self.stacks.push(Copied {
                 counts: s.sites.counts(i),
                 mean_calls: site.mean_calls,
+                lifetimes: s.sites.lifetimes(i),
                 frames_at: site.frames_at,
                 depth: site.depth,
             });
@@ -178,7 +186,7 @@ impl Snapshot {
     /// The length of `c`'s line.
     pub(super) fn line_len(&self, c: &Copied) -> usize {
         let (a, b) = self.frames.slices(c.frames_at as usize, c.depth as usize);
-        stack_line_len(&self.resolved(c), a.iter().chain(b))
+        stack_line_len(&self.resolved(c), &c.lifetimes, a.iter().chain(b))
     }
 
     /// The return addresses of `c`, gathered into `buf`.
@@ -240,6 +248,7 @@ impl Snapshot {
             self.degraded + left_out,
             // Exact stacks see every allocation, so count temporaries.
             true,
+            self.lifetime_ticks_per_us,
         )?;
         for m in &self.modules[..modules] {
             profile::write_module(out, &module_ref(m))?;
@@ -247,7 +256,8 @@ impl Snapshot {
         let mut buf = [0u64; unwind::MAX_FRAMES];
         for i in 0..stacks {
             let c = self.stacks.get(i);
-            profile::write_stack(out, &self.resolved(c), self.frames_of(c, &mut buf))?;
+            let frames = self.frames_of(c, &mut buf);
+            profile::write_stack(out, &self.resolved(c), &c.lifetimes, frames)?;
         }
         Ok(())
     }
@@ -289,15 +299,30 @@ pub(super) fn module_line_len(m: &unwind::ModuleInfo) -> usize {
     n.0
 }
 
-/// The length of a stack's line, as [`profile::write_stack`] writes it:
-/// `stack`, its figures in decimal and its addresses in hex, each after a
-/// space, and the newline.
-pub(super) fn stack_line_len<'f>(c: &SiteCounts, frames: impl Iterator<Item = &'f u64>) -> usize {
+/// The length of a stack's lines, as [`profile::write_stack`] writes
+/// them: `stack`, its figures in decimal and its addresses in hex, each
+/// after a space, and the newline; then, if any lifetime is counted,
+/// `lifetimes` and its figures likewise.
+pub(super) fn stack_line_len<'f>(
+    c: &SiteCounts,
+    lifetimes: &Lifetimes,
+    frames: impl Iterator<Item = &'f u64>,
+) -> usize {
     let dec = |v: u64| v.checked_ilog10().map_or(1, |l| l as usize + 1);
     let hex = |v: u64| (64 - v.leading_zeros() as usize).div_ceil(4).max(1);
-    5 + c.fields().iter().map(|&v| 1 + dec(v)).sum::<usize>()
+    let stack = 5
+        + c.fields().iter().map(|&v| 1 + dec(v)).sum::<usize>()
         + frames.map(|&f| 1 + hex(f)).sum::<usize>()
-        + 1
+        + 1;
+    let lifetimes = if lifetimes.is_empty() {
+        0
+    } else {
+        9 + lifetimes.freed.iter().map(|&v| 1 + dec(v)).sum::<usize>()
+            + 1
+            + dec(lifetimes.ticks)
+            + 1
+    };
+    stack + lifetimes
 }
 
 /// `fork` child handler of a recorder whose child keeps its parent's
@@ -311,11 +336,18 @@ pub fn after_fork_child_keeping_stacks() {
     }
 }
 
+/// Empty tables for the mode and lifetime clock configured.
+fn fresh_sites() -> Sites {
+    let mut sites = Sites::with_mean(MEAN_BYTES.load(Relaxed));
+    sites.set_lifetime_clock(LIFETIME_TICKS_PER_US.load(Relaxed));
+    sites
+}
+
 /// Replaces a stack table that a thread gone with the fork was changing.
 pub(super) fn rebuild_orphaned_state() {
     let fresh = State {
         unwinder: StackUnwinder::new(SKIP_OWN_MODULE.load(Relaxed)),
-        sites: Sites::with_mean(MEAN_BYTES.load(Relaxed)),
+        sites: fresh_sites(),
         modules: Vec::new(),
         exact_left: 0,
         filter_counts: [0; 1 << FILTER_BITS],
@@ -343,7 +375,7 @@ pub fn after_fork_child() {
     UNSTACKED.store(0, Relaxed);
     UNRECORDED.store(0, Relaxed);
     let mut s = STATE.lock();
-    let fresh = Sites::with_mean(MEAN_BYTES.load(Relaxed));
+    let fresh = fresh_sites();
     // Forgotten, not freed: a fork from a signal handler may have
     // interrupted the heap this memory came from in the middle of a change.
     core::mem::forget(core::mem::replace(&mut s.sites, fresh));

@@ -3,19 +3,19 @@
 
 use super::*;
 
-/// A growth step of the site table is one chunk of 4,096 sites (416 KiB),
+/// A growth step of the site table is one chunk of 2,048 sites (368 KiB),
 /// of the frame store one of 65,536 return addresses (512 KiB).
-pub(super) const SITE_CHUNK: usize = 4096;
+pub(super) const SITE_CHUNK: usize = 2048;
 pub(super) const FRAME_CHUNK: usize = 65_536;
-/// A snapshot's stacks, 4,096 (352 KiB) a chunk.
-pub(super) const COPY_CHUNK: usize = 4096;
+/// A snapshot's stacks, 2,048 (352 KiB) a chunk.
+pub(super) const COPY_CHUNK: usize = 2048;
 /// Shards of the stack index (see [`Sharded`]): at most 14.7 million
 /// distinct stacks.
 pub(super) const INDEX_SHARDS: usize = 256;
 /// The end of a chain of sites whose stacks have the same hash.
 pub(super) const NO_SITE: u32 = u32::MAX;
 /// No growth step of the recorder's tables may allocate more than this.
-pub(super) const MAX_STEP_BYTES: usize = 4 << 20;
+pub(super) const MAX_STEP_BYTES: usize = 5 << 20;
 const _: () = assert!(
     max_shard_bytes::<usize, Block>() <= MAX_STEP_BYTES
         && max_shard_bytes::<u64, u32>() <= MAX_STEP_BYTES
@@ -44,6 +44,10 @@ pub(super) struct Site {
     pub(super) peak_bytes: f64,
     /// Blocks freed as temporary allocations (see [`SiteCounts::temporary`]).
     pub(super) temporary: f64,
+    /// Blocks freed, by the decade of their lifetime (see
+    /// [`Lifetimes`]), and the sum of those lifetimes in TSC ticks.
+    pub(super) lifetimes: [f64; DECADES],
+    pub(super) lifetime_ticks: f64,
     /// The operation number of this site's last change (see `Sites::touch`).
     pub(super) stamp: u64,
     /// Where its return addresses start in `Sites::frames`, and how many.
@@ -68,6 +72,8 @@ impl Site {
             peak_allocs: 0.0,
             peak_bytes: 0.0,
             temporary: 0.0,
+            lifetimes: [0.0; DECADES],
+            lifetime_ticks: 0.0,
             stamp: 0,
             frames_at,
             depth,
@@ -84,10 +90,10 @@ impl Site {
 /// lack of it: what cannot be stored is dropped and counted in `degraded`
 /// (a new stack also in `lost`). The largest single allocation, at any
 /// size the tables can reach, is a block-map shard at its bound,
-/// `max_shard_bytes::<usize, Block>()` = 3,276,816 bytes (3.1 MiB); then
-/// a stack-index shard (2.1 MiB), a frame chunk or the block map's
-/// page-map root (512 KiB), a site chunk (416 KiB), a page-map leaf (256
-/// KiB) and the block map's 2,048 shard headers (64 KiB). The
+/// `max_shard_bytes::<usize, Block>()` = 4,325,392 bytes (4.1 MiB); then
+/// a stack-index shard (2.1 MiB), a frame chunk, the block map's page-map
+/// root or a page-map leaf (512 KiB), a site chunk (368 KiB), a copy chunk
+/// (352 KiB) and the block map's 2,048 shard headers (64 KiB). The
 /// `sites_never_allocate_more_than_a_shard_at_once` test holds them to it.
 ///
 /// Each stack's return addresses are stored once, in the frame store; the
@@ -122,6 +128,11 @@ pub(super) struct Sites {
     /// last-stack slots (see [`StackUnwinder::repeat`]), `NO_SITE` if none:
     /// kept here so that a new table starts with none.
     pub(super) last_site: [u32; last_stack::SLOTS],
+    /// The TSC ticks a µs lifetimes are bucketed with, and the decades'
+    /// bounds in ticks; 0 until [`set_lifetime_clock`](Self::set_lifetime_clock):
+    /// no lifetime is counted.
+    pub(super) ticks_per_us: u64,
+    pub(super) decade_bounds: [u64; DECADES - 1],
 }
 
 impl Default for Sites {
@@ -149,7 +160,16 @@ impl Sites {
             var_allocs: 0.0,
             var_bytes: 0.0,
             last_site: [NO_SITE; last_stack::SLOTS],
+            ticks_per_us: 0,
+            decade_bounds: [0; DECADES - 1],
         }
+    }
+
+    /// Counts the lifetimes of the blocks freed from now on, bucketed in
+    /// decades for a TSC of `ticks_per_us` ticks a µs (0: none counted).
+    pub(super) fn set_lifetime_clock(&mut self, ticks_per_us: u64) {
+        self.ticks_per_us = ticks_per_us;
+        self.decade_bounds = lifetimes::decade_bounds_ticks(ticks_per_us);
     }
 
     /// The site of `frames` (at most `MAX_FRAMES`), added if it is new;
@@ -225,6 +245,9 @@ impl Sites {
         s
     }
 
+    /// Enters the block at `addr` of `size` requested bytes, handed out
+    /// at TSC `now` by a call from `frames`, which charges its stack
+    /// `charge`.
     pub(super) fn alloc(
         &mut self,
         addr: usize,
@@ -232,6 +255,7 @@ impl Sites {
         frames: &[u64],
         charge: impl Into<Charge>,
         repeat: Option<Repeat>,
+        now: u64,
     ) {
         // (Slots are below `SLOTS`, a power of two: the mask only spares a
         // bounds check.)
@@ -265,6 +289,7 @@ impl Sites {
                 site: i,
                 weight: w,
                 size,
+                born: now,
             },
             may_grow(),
         );
@@ -291,9 +316,9 @@ impl Sites {
             // The allocator handed out a block we thought live: its free
             // was not seen (freed before recording began, or by a path
             // around the hooks). Forget the stale one.
-            self.forget(old, Charge::Ticks(0), false);
+            self.forget(old, Charge::Ticks(0), None);
             if let Some(also) = also {
-                self.forget(also, Charge::Ticks(0), false);
+                self.forget(also, Charge::Ticks(0), None);
             }
         } else if MODE.load(Relaxed) == MODE_SAMPLE {
             let slot = filter_slot(addr);
@@ -304,18 +329,29 @@ impl Sites {
         }
     }
 
-    /// The release of the block at `addr`, if tracked, whose call charges
-    /// its stack `ticks(requested size)`.
-    pub(super) fn free<C: Into<Charge>>(&mut self, addr: usize, ticks: impl FnOnce(u64) -> C) {
-        self.free_noting(addr, false, ticks);
+    /// The release of the block at `addr`, if tracked, at TSC `now`, whose
+    /// call charges its stack `ticks(requested size)`.
+    pub(super) fn free<C: Into<Charge>>(
+        &mut self,
+        addr: usize,
+        now: u64,
+        ticks: impl FnOnce(u64) -> C,
+    ) {
+        self.free_noting(
+            addr,
+            Freed {
+                at: now,
+                temporary: false,
+            },
+            ticks,
+        );
     }
 
-    /// [`free`](Self::free), counting the block as a temporary allocation
-    /// of its stack when `temporary`.
+    /// [`free`](Self::free), with what is known of the release.
     pub(super) fn free_noting<C: Into<Charge>>(
         &mut self,
         addr: usize,
-        temporary: bool,
+        freed: Freed,
         ticks: impl FnOnce(u64) -> C,
     ) {
         let Some(b) = self.blocks.remove(addr) else {
@@ -329,17 +365,33 @@ impl Sites {
                 slot.store(v - 1, Relaxed);
             }
         }
-        self.forget(b, ticks, temporary);
+        self.forget(b, ticks, Some(freed));
     }
 
     /// Takes tracked block `b` out of its site's live figures, charging
-    /// `charge`; counts it among the site's temporary allocations when
-    /// `temporary`.
-    pub(super) fn forget(&mut self, b: Block, charge: Charge, temporary: bool) {
+    /// `charge`; with `freed`, the release seen (not a block found stale),
+    /// counts its lifetime and, if so, its temporary allocation.
+    pub(super) fn forget(&mut self, b: Block, charge: Charge, freed: Option<Freed>) {
         let w = f64::from(b.weight);
+        // The lifetime and its decade, before the site is borrowed.
+        let lived = match freed {
+            Some(f) if self.ticks_per_us != 0 => {
+                let ticks = f.at.saturating_sub(b.born);
+                Some((ticks, lifetimes::decade_of(ticks, &self.decade_bounds)))
+            }
+            Some(_) | None => None,
+        };
         let s = self.touch(b.site);
-        if temporary {
+        if freed.is_some_and(|f| f.temporary) {
             s.temporary += w;
+        }
+        if let Some((ticks, decade)) = lived {
+            if let Some(n) = s.lifetimes.get_mut(decade) {
+                *n += w;
+            }
+            // Through i64, one instruction (a lifetime is under 2^63
+            // ticks); from u64 it takes several.
+            s.lifetime_ticks += w * (ticks as i64) as f64;
         }
         s.live_allocs -= w;
         s.live_bytes -= w * b.size as f64;
@@ -370,6 +422,25 @@ impl Sites {
             temporary: n(s.temporary),
         }
     }
+
+    /// The lifetimes of site `i`'s freed blocks.
+    pub(super) fn lifetimes(&self, i: usize) -> Lifetimes {
+        let s = self.sites.get(i);
+        let n = |x: f64| x.max(0.0).round() as u64;
+        Lifetimes {
+            freed: s.lifetimes.map(n),
+            ticks: n(s.lifetime_ticks),
+        }
+    }
+}
+
+/// What is known of the release of a tracked block.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Freed {
+    /// The TSC at the release.
+    pub(super) at: u64,
+    /// Whether it was a temporary allocation (see [`SiteCounts::temporary`]).
+    pub(super) temporary: bool,
 }
 
 impl Site {
@@ -491,9 +562,10 @@ pub fn is_short_of_memory() -> bool {
 impl State {
     /// Enters a call that released the tracked block at `released` and
     /// handed out `new` (of `size` requested bytes) with the stack
-    /// `frames`; either may be 0 (none). `charge(size)` is what a block's
-    /// stack is charged for the call: the new block's when there is one
-    /// (the call is an allocation), else the freed block's.
+    /// `frames`, at TSC `now`; either may be 0 (none). The release was a
+    /// temporary allocation when `temporary`. `charge(size)` is what a
+    /// block's stack is charged for the call: the new block's when there
+    /// is one (the call is an allocation), else the freed block's.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     pub(super) fn enter_call(
@@ -505,10 +577,12 @@ impl State {
         starved: bool,
         repeat: Option<Repeat>,
         temporary: bool,
+        now: u64,
         charge: impl Fn(u64) -> Charge,
     ) {
         if released != 0 {
-            self.sites.free_noting(released, temporary, |size| {
+            let freed = Freed { at: now, temporary };
+            self.sites.free_noting(released, freed, |size| {
                 if new != 0 {
                     Charge::Ticks(0)
                 } else {
@@ -521,15 +595,16 @@ impl State {
                 self.sites.lost += 1;
                 self.sites.degraded += starved as u64;
             } else {
-                self.sites.alloc(new, size, frames, charge(size), repeat);
+                self.sites
+                    .alloc(new, size, frames, charge(size), repeat, now);
             }
         }
     }
 
-    /// Enters the release of the tracked block at `ptr`, its stack
-    /// charged `charge(size)`.
+    /// Enters the release of the tracked block at `ptr` at TSC `now`, its
+    /// stack charged `charge(size)`.
     #[inline(always)]
-    pub(super) fn enter_release(&mut self, ptr: usize, charge: impl Fn(u64) -> Charge) {
-        self.sites.free(ptr, charge);
+    pub(super) fn enter_release(&mut self, ptr: usize, now: u64, charge: impl Fn(u64) -> Charge) {
+        self.sites.free(ptr, now, charge);
     }
 }

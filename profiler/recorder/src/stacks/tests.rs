@@ -18,13 +18,13 @@ fn weights_undo_the_sampling_probability() {
 fn sites_keep_exact_figures_at_the_peak() {
     let mut s = Sites::default();
     let (a, b) = ([1u64, 2][..].to_vec(), [3u64][..].to_vec());
-    s.alloc(0x100, 10, &a, 5, None);
-    s.alloc(0x200, 20, &b, 5, None);
-    s.alloc(0x300, 30, &a, 5, None); // peak: a 40 (2 blocks), b 20
-    s.free(0x300, |_| 7);
-    s.free(0x200, |_| 1);
-    s.alloc(0x400, 15, &b, 2, None); // live 25 < 60: no new peak
-    s.free(0x999, |_| 1); // unknown: ignored
+    s.alloc(0x100, 10, &a, 5, None, 0);
+    s.alloc(0x200, 20, &b, 5, None, 0);
+    s.alloc(0x300, 30, &a, 5, None, 0); // peak: a 40 (2 blocks), b 20
+    s.free(0x300, 0, |_| 7);
+    s.free(0x200, 0, |_| 1);
+    s.alloc(0x400, 15, &b, 2, None, 0); // live 25 < 60: no new peak
+    s.free(0x999, 0, |_| 1); // unknown: ignored
     let (ca, cb) = (s.counts(0), s.counts(1));
     assert_eq!((ca.allocs, ca.bytes, ca.ticks), (2, 40, 17));
     assert_eq!((ca.peak_allocs, ca.peak_bytes), (2, 40));
@@ -73,7 +73,7 @@ fn stacks_are_found_again_and_kept_once() {
 }
 
 /// The tables' largest single allocation stays within a shard's bound
-/// (3.1 MiB) however many blocks and stacks there are; one doubling
+/// (4.1 MiB) however many blocks and stacks there are; one doubling
 /// table of 300,000 blocks would ask for 13 MB at once.
 #[test]
 fn sites_never_allocate_more_than_a_shard_at_once() {
@@ -81,10 +81,17 @@ fn sites_never_allocate_more_than_a_shard_at_once() {
     let stacks: Vec<Vec<u64>> = (0..5000).map(|i| stack(i, 40)).collect();
     let ((), largest) = test_alloc::largest_allocation(|| {
         for b in 0..300_000usize {
-            s.alloc(0x7f00_0000_0000 + b * 32, 24, &stacks[b % 5000], 10, None);
+            s.alloc(
+                0x7f00_0000_0000 + b * 32,
+                24,
+                &stacks[b % 5000],
+                10,
+                None,
+                0,
+            );
         }
         for b in (0..300_000usize).step_by(2) {
-            s.free(0x7f00_0000_0000 + b * 32, |_| 10);
+            s.free(0x7f00_0000_0000 + b * 32, 0, |_| 10);
         }
     });
     assert!(largest <= MAX_STEP_BYTES, "{largest}");
@@ -114,6 +121,7 @@ fn ten_million_blocks() {
                 &stacks[b % stacks.len()],
                 10,
                 None,
+                0,
             );
         }
     });
@@ -132,7 +140,7 @@ fn ten_million_blocks() {
 fn without_memory_stacks_and_blocks_are_dropped_and_counted() {
     let mut s = Sites::default();
     let (a, b) = (stack(1, 5), stack(2, 5));
-    s.alloc(0x1000, 100, &a, 1, None);
+    s.alloc(0x1000, 100, &a, 1, None, 0);
     // Four blocks under the page-map leaf of the first, which need no
     // room, and four in the next leaf (a MiB on), which does.
     let same: Vec<usize> = (1..=4)
@@ -140,9 +148,9 @@ fn without_memory_stacks_and_blocks_are_dropped_and_counted() {
         .chain((0..4).map(|i| 0x1000 + (1 << 20) + i * 32))
         .collect();
     test_alloc::without_memory(|| {
-        s.alloc(0x2000, 100, &b, 1, None); // a new stack: no room
+        s.alloc(0x2000, 100, &b, 1, None, 0); // a new stack: no room
         for &addr in &same {
-            s.alloc(addr, 10, &a, 1, None);
+            s.alloc(addr, 10, &a, 1, None, 0);
         }
     });
     assert_eq!(s.sites.len(), 1);
@@ -152,7 +160,7 @@ fn without_memory_stacks_and_blocks_are_dropped_and_counted() {
     assert_eq!((c.live_allocs, c.live_bytes), (5, 140));
     // Freeing them all leaves only the first block live.
     for &addr in &same {
-        s.free(addr, |_| 0);
+        s.free(addr, 0, |_| 0);
     }
     let c = s.counts(0);
     assert_eq!((c.live_allocs, c.live_bytes), (1, 100));
@@ -175,6 +183,7 @@ fn snapshot_of(sites: &mut Sites, modules: Vec<unwind::ModuleInfo>) -> Snapshot 
         snap.stacks.push(Copied {
             counts: sites.counts(i),
             mean_calls: site.mean_calls,
+            lifetimes: sites.lifetimes(i),
             frames_at: site.frames_at,
             depth: site.depth,
         });
@@ -211,9 +220,21 @@ fn line_lengths_are_exact() {
             vec![0xf, 0x10, u64::MAX, 0x5555_0000_1234],
         ),
     ] {
-        let mut text = String::new();
-        profile::write_stack(&mut text, &counts, &frames).unwrap();
-        assert_eq!(stack_line_len(&counts, frames.iter()), text.len(), "{text}");
+        for lifetimes in [
+            Lifetimes::default(),
+            Lifetimes {
+                freed: [1, 0, 22, 333, 0, 0, 0, 0, u64::MAX],
+                ticks: 9_876_543_210,
+            },
+        ] {
+            let mut text = String::new();
+            profile::write_stack(&mut text, &counts, &lifetimes, &frames).unwrap();
+            assert_eq!(
+                stack_line_len(&counts, &lifetimes, frames.iter()),
+                text.len(),
+                "{text}"
+            );
+        }
     }
     let m = module("/usr/lib/with space/%odd\n");
     let mut text = String::new();
@@ -234,6 +255,7 @@ fn snapshots_write_whole_or_what_fits() {
             &stack(i as u64, 20 + i),
             1,
             None,
+            0,
         );
     }
     let snap = snapshot_of(&mut sites, vec![module("/bin/a"), module("/lib/b.so")]);
@@ -318,16 +340,16 @@ fn a_repeated_stack_goes_to_the_site_it_went_to_last() {
     let b = [0x11, 0x21];
     let first = |slot| Some(Repeat { slot, same: false });
     let again = |slot| Some(Repeat { slot, same: true });
-    s.alloc(0x1000, 8, &a, 1, first(3));
-    s.alloc(0x2000, 8, &b, 1, first(4));
+    s.alloc(0x1000, 8, &a, 1, first(3), 0);
+    s.alloc(0x2000, 8, &b, 1, first(4), 0);
     // Slot 3's stack again: its site, without a lookup; slot 4's too.
-    s.alloc(0x3000, 8, &a, 1, again(3));
-    s.alloc(0x4000, 8, &b, 1, again(4));
+    s.alloc(0x3000, 8, &a, 1, again(3), 0);
+    s.alloc(0x4000, 8, &b, 1, again(4), 0);
     let counts = |s: &Sites, i: u32| s.sites.get(i as usize).allocs;
     assert_eq!((counts(&s, 0), counts(&s, 1)), (2.0, 2.0));
     // A new table knows no slot's site: it looks the stack up.
     let mut fresh = Sites::default();
-    fresh.alloc(0x1000, 8, &b, 1, again(3));
+    fresh.alloc(0x1000, 8, &b, 1, again(3), 0);
     assert_eq!(fresh.sites.len(), 1);
     assert_eq!(fresh.last_site[3], 0);
 }
@@ -354,11 +376,11 @@ fn calls_charged_the_mean_are_priced_when_written() {
     let (a, b) = (stack(1, 3), stack(2, 4));
     // Two sampled blocks on `a` (weights w(100), w(300)), one freed; one on
     // `b` charged 70 ticks of its own, freed at the mean.
-    sites.alloc(0x1000, 100, &a, Charge::Mean, None);
-    sites.alloc(0x2000, 300, &a, Charge::Mean, None);
-    sites.free(0x1000, |_| Charge::Mean);
-    sites.alloc(0x3000, 200_000, &b, Charge::Ticks(70), None);
-    sites.free(0x3000, |_| Charge::Mean);
+    sites.alloc(0x1000, 100, &a, Charge::Mean, None, 0);
+    sites.alloc(0x2000, 300, &a, Charge::Mean, None, 0);
+    sites.free(0x1000, 0, |_| Charge::Mean);
+    sites.alloc(0x3000, 200_000, &b, Charge::Ticks(70), None, 0);
+    sites.free(0x3000, 0, |_| Charge::Mean);
     // As the table keeps them (a block's weight is an f32).
     let w = |size| f64::from(weight(size, 1000) as f32);
     let (w1, w3, wb) = (w(100), w(300), w(200_000));
@@ -394,4 +416,31 @@ fn calls_charged_the_mean_are_priced_when_written() {
         then.ticks + snap.mean_ticks(calls),
         ((2.0 * w1 + w3) * 1000.0).round() as u64
     );
+}
+
+/// A freed block's lifetime is counted in its decade, with the sum of
+/// lifetimes; a block still live, or one found stale when its address is
+/// handed out again (its free unseen), is not.
+#[test]
+fn freed_blocks_are_counted_by_the_decade_of_their_lifetime() {
+    let mut s = Sites::default();
+    let a = stack(1, 5);
+    // 1,000 ticks a µs.
+    s.set_lifetime_clock(1_000);
+    s.alloc(0x1000, 16, &a, 1, None, 10_000);
+    s.alloc(0x2000, 16, &a, 1, None, 10_000);
+    s.alloc(0x3000, 16, &a, 1, None, 10_000);
+    s.alloc(0x4000, 16, &a, 1, None, 10_000);
+    s.free(0x1000, 10_500, |_| 1); // 0.5 µs
+    s.free(0x2000, 10_000 + 5_000_000, |_| 1); // 5 ms
+    s.alloc(0x3000, 16, &a, 1, None, 99_000_000); // 0x3000's free unseen
+    let l = s.lifetimes(0);
+    assert_eq!(l.freed, [1, 0, 0, 0, 1, 0, 0, 0, 0]);
+    assert_eq!(l.ticks, 500 + 5_000_000);
+    assert_eq!(s.counts(0).live_allocs, 2, "0x3000 (again) and 0x4000");
+    // Before the clock is set, nothing is counted.
+    let mut off = Sites::default();
+    off.alloc(0x1000, 16, &a, 1, None, 0);
+    off.free(0x1000, 500, |_| 1);
+    assert!(off.lifetimes(0).is_empty());
 }
