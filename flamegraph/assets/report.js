@@ -40,6 +40,21 @@
     return t;
   }
 
+  // ---- lifetimes: blocks freed per decade of lifetime -------------------
+  const DECADES = ["<1µs", "<10µs", "<100µs", "<1ms", "<10ms", "<100ms", "<1s", "<10s", "≥10s"];
+  // The first four decades are "short-lived": freed within 1 ms.
+  const SHORT_LIVED = 4;
+  const sumOf = (a) => a.reduce((x, y) => x + y, 0);
+  // A histogram table: one row per decade (and blocks never freed), with
+  // its count, share and a bar.
+  function lifetimeHistogram(freed, neverFreed, id) {
+    const all = sumOf(freed) + neverFreed || 1;
+    const row = (label, n) => [label, fmtCount(n), pct(n / all), el("div", { class: "bar", style: "width:" + (200 * n / all).toFixed(1) + "px" })];
+    const rows = freed.map((n, i) => row(DECADES[i], n));
+    rows.push(row("never freed", neverFreed));
+    return table(["lifetime", "blocks", "share", ""], rows, "figures lifetimes " + id);
+  }
+
   // ---- tabs ------------------------------------------------------------
   const views = [];
   function addView(id, label, build) {
@@ -121,6 +136,14 @@
     if (t.temporary_allocations != null) {
       root.append(el("p", { class: "hint", id: "temporaries" }, "temporary: " + fmtCount(t.temporary_allocations) + " of " + fmtCount(t.allocation_calls) + " allocations (" + pct(t.temporary_allocations / Math.max(1, t.allocation_calls)) + ") freed before their thread allocated again"));
     }
+    if (t.lifetimes && t.lifetimes.freed + t.lifetimes.never_freed > 0) {
+      const l = t.lifetimes;
+      root.append(el("h2", {}, "Lifetimes"));
+      // Sampled stacks' lifetimes are estimates, as their counts are.
+      const ltEst = data.flame && data.flame.weights[0].estimated ? "≈" : "";
+      root.append(el("p", { class: "hint", id: "lifetimes-line" }, ltEst + fmtCount(l.freed) + " blocks freed, " + pct(l.short_lived / Math.max(1, l.freed)) + " within 1 ms" + (l.mean_ns == null ? "" : ", mean " + fmtNs(l.mean_ns)) + "; " + fmtCount(l.never_freed) + " never freed"));
+      root.append(lifetimeHistogram(l.decades.map((d) => d.freed), l.never_freed, "lifetimes-all"));
+    }
     if (unknown.length) {
       root.append(el("p", { class: "hint", id: "unknown-figures" }, "?: " + unknown.map((p) => "pid " + p.pid + " " + program(p)).join(", ") + " ended before its first periodic write (killed early, or its output cut off): what it allocated is unknown, not zero"));
     }
@@ -177,6 +200,9 @@
   function topDown(f) {
     const nodes = f.tree.name.map((i) => ({ n: f.tree.names[i], s: f.weights.map(() => 0), c: [] }));
     for (const s of f.tree.selfs) nodes[s[0]].s = s.slice(1);
+    // `lt`: blocks freed per decade of lifetime, the lifetimes' sum in
+    // ticks, blocks never freed (of the node's own stacks).
+    for (const l of f.tree.lifetimes) nodes[l[0]].lt = l.slice(1);
     for (let i = 1; i < nodes.length; i++) nodes[f.tree.parent[i]].c.push(nodes[i]);
     return nodes;
   }
@@ -337,7 +363,7 @@
     const head = el("div", { class: "controls" });
     const select = el("select", { id: "fn-weight" }, ...f.weights.map(weightOption));
     head.append(el("label", {}, "weight ", select));
-    root.append(head, el("p", { class: "hint" }, "Click a column to sort, a function to see its callers and callees. Total counts a recursive function once per stack."));
+    root.append(head, el("p", { class: "hint" }, "Click a column to sort, a function to see its callers and callees. Total counts a recursive function once per stack." + (f.lifetimes_measured ? " Short-lived: the share of the blocks allocated under the function that were freed within 1 ms." : "")));
     const split = el("div", { class: "split" });
     const left = el("div", { class: "fn-table" });
     const right = el("div", { id: "fn-peek", class: "peek" }, "Click a function.");
@@ -347,6 +373,23 @@
     let sortDesc = true;
     let stats = null;
     let totalAll = 1;
+    // Lifetimes, where recorded: each node's subtree total (`ltT`), each
+    // function's over the stacks through it (counted once per stack).
+    const lifetimes = f.lifetimes_measured;
+    const LT = 11;
+    if (lifetimes) {
+      for (let i = nodes.length - 1; i >= 0; i--) {
+        const t = (nodes[i].lt || new Array(LT).fill(0)).slice();
+        for (const c of nodes[i].c) for (let k = 0; k < LT; k++) t[k] += c.ltT[k];
+        nodes[i].ltT = t;
+      }
+    }
+    // Sampled stacks' lifetimes are estimates, as their counts are.
+    const ltEst = f.weights[0].estimated ? "≈" : "";
+    const meanNs = (lt) => {
+      const n = sumOf(lt.slice(0, 9));
+      return n && f.ticks_per_ns ? lt[9] / f.ticks_per_ns / n : null;
+    };
     function compute() {
       const w = weight;
       for (let i = nodes.length - 1; i >= 0; i--) {
@@ -358,7 +401,7 @@
       const byName = new Map();
       const get = (n) => {
         let s = byName.get(n);
-        if (!s) byName.set(n, (s = { name: n, self: 0, total: 0, callers: new Map(), callees: new Map() }));
+        if (!s) byName.set(n, (s = { name: n, self: 0, total: 0, callers: new Map(), callees: new Map(), lt: new Array(LT).fill(0) }));
         return s;
       };
       // Depth first with the names on the path, so that a recursive
@@ -366,6 +409,10 @@
       const onPath = new Map();
       (function walk(i) {
         const node = nodes[i];
+        if (i > 0 && lifetimes && !onPath.get(node.n) && node.ltT.some((v) => v > 0)) {
+          const s = get(node.n);
+          for (let k = 0; k < LT; k++) s.lt[k] += node.ltT[k];
+        }
         if (i > 0 && node.t > 0) {
           const s = get(node.n);
           s.self += node.s[w];
@@ -381,12 +428,23 @@
         for (const c of node.c) walk(c.i);
         onPath.set(node.n, onPath.get(node.n) - 1);
       })(0);
+      // A function with lifetimes but none of this weight is listed too,
+      // so that sorting by lifetime sees every one.
       stats = [...byName.values()];
+      for (const s of stats) {
+        const freed = sumOf(s.lt.slice(0, 9));
+        s.shortLived = freed ? sumOf(s.lt.slice(0, SHORT_LIVED)) / freed : -1;
+        const m = meanNs(s.lt);
+        s.meanLifetime = m == null ? -1 : m;
+      }
     }
     nodes.forEach((n, i) => (n.i = i));
     const LIMIT = 1000;
     function render() {
       stats.sort((a, b) => {
+        // A function none of whose blocks was freed has no lifetime
+        // figure (-1): last, whichever way the column is sorted.
+        if ((a[sortKey] < 0) !== (b[sortKey] < 0)) return a[sortKey] < 0 ? 1 : -1;
         const d = sortKey === "name" ? a.name.localeCompare(b.name) : a[sortKey] - b[sortKey];
         return sortDesc ? -d : d;
       });
@@ -397,6 +455,7 @@
         ["total", "total"],
         ["total", "total %"],
       ];
+      if (lifetimes) head.push(["shortLived", "short-lived"], ["meanLifetime", "mean lifetime"]);
       const t = el("table", { id: "functions", class: "figures sortable" });
       t.append(
         el(
@@ -425,7 +484,9 @@
             el("td", {}, fmtWeight(weight, s.self)),
             el("td", {}, pct(s.self / totalAll)),
             el("td", {}, fmtWeight(weight, s.total)),
-            el("td", {}, pct(s.total / totalAll))
+            el("td", {}, pct(s.total / totalAll)),
+            lifetimes ? el("td", { class: "short-lived" }, s.shortLived < 0 ? "-" : ltEst + pct(s.shortLived)) : null,
+            lifetimes ? el("td", {}, s.meanLifetime < 0 ? "-" : ltEst + fmtNs(s.meanLifetime)) : null
           )
         );
       }
@@ -447,6 +508,9 @@
       right.replaceChildren(
         el("h2", {}, s.name),
         el("p", {}, "self " + fmtWeight(weight, s.self) + ", total " + fmtWeight(weight, s.total) + " (" + pct(s.total / totalAll) + ")"),
+        ...(lifetimes && s.lt.some((v) => v > 0)
+          ? [el("h3", {}, "Lifetimes of the blocks allocated under it"), lifetimeHistogram(s.lt.slice(0, 9), s.lt[10], "fn-lifetimes")]
+          : []),
         ...part("Callers (who calls it)", "callers", s.callers),
         ...part("Callees (whom it calls)", "callees", s.callees)
       );

@@ -13,13 +13,14 @@
 
 use std::collections::BTreeMap;
 
+use allocmux_format::lifetimes::DECADE_BOUNDS_NS;
 use allocmux_format::profile::{AllocatorReading, State};
 use allocmux_format::{EXACT_TIMING_BYTES, Func, SIZE_BUCKETS, Totals, totals::bucket_floor};
 use serde::Serialize;
 
 use crate::compare::{Comparison, Figure, Summary, Verdict};
 use crate::leaks::Leaks;
-use crate::report::{ProcessFigures, Report, heap_overhead};
+use crate::report::{LifetimeFigures, ProcessFigures, Report, heap_overhead};
 use crate::stacks::{MergedStack, StackSet, Weight};
 use crate::stats::{Interval, Spread};
 use crate::suppressions::Origin;
@@ -201,6 +202,9 @@ pub struct ProcessJson {
     /// them before it allocated anything else (null unless exact stacks
     /// were recorded).
     pub temporary_allocations: Option<u64>,
+    /// How long its freed blocks lived, summed over its stacks (null
+    /// unless stacks were recorded with lifetimes).
+    pub lifetimes: Option<LifetimesJson>,
     /// Mean calls between two timed calls.
     pub time_sample_mean: u32,
     /// The allocator's own statistics as last read (at the end, for a
@@ -273,6 +277,8 @@ pub struct TotalJson {
     /// Temporary allocations summed (null unless every process recorded
     /// exact stacks).
     pub temporary_allocations: Option<u64>,
+    /// Lifetimes summed (null unless every process recorded them).
+    pub lifetimes: Option<LifetimesJson>,
 }
 
 impl From<&Report> for ReportJson {
@@ -293,6 +299,7 @@ impl From<&Report> for ReportJson {
                 max_rss_bytes: t.max_rss_bytes,
                 threads: t.threads,
                 temporary_allocations: t.temporary_allocations,
+                lifetimes: t.lifetimes.as_ref().map(LifetimesJson::from),
             },
             run: r.run.as_ref().map(|run| RunJson {
                 command: run.command.clone(),
@@ -386,6 +393,7 @@ impl From<&ProcessFigures> for ProcessJson {
             max_rss_bytes: pr.max_rss_bytes,
             threads: pr.threads,
             temporary_allocations: p.temporary_allocations(),
+            lifetimes: p.lifetimes().as_ref().map(LifetimesJson::from),
             time_sample_mean: pr.time_sample_mean,
             allocator_stats: pr.allocator_stats.as_ref().map(allocator_stats),
             allocator_stats_at_peak: pr.reading_nearest_peak().map(allocator_stats),
@@ -405,6 +413,54 @@ fn allocator_stats(r: &AllocatorReading) -> AllocatorStatsJson {
     }
 }
 
+/// How long blocks lived: per decade of lifetime, how many were freed.
+/// Keys in sorted order (see [`to_pretty_declared`]).
+#[derive(Debug, Serialize)]
+pub struct LifetimesJson {
+    /// The decades, shortest first: each with its upper bound in ns
+    /// (`null` for the last, 10 s or more) and the blocks freed in it.
+    pub decades: Vec<DecadeJson>,
+    /// Blocks freed.
+    pub freed: u64,
+    /// Their mean lifetime in ns (null when none was freed, or the TSC's
+    /// rate is unknown).
+    pub mean_ns: Option<f64>,
+    /// Blocks never freed (live at exit).
+    pub never_freed: u64,
+    /// Blocks freed within 1 ms.
+    pub short_lived: u64,
+}
+
+/// One decade of [`LifetimesJson`].
+#[derive(Debug, Serialize)]
+pub struct DecadeJson {
+    /// Lifetimes below this many ns (and at least the previous decade's
+    /// bound); `null` for the last decade.
+    pub below_ns: Option<u64>,
+    /// Blocks freed after such a lifetime.
+    pub freed: u64,
+}
+
+impl From<&LifetimeFigures> for LifetimesJson {
+    fn from(l: &LifetimeFigures) -> LifetimesJson {
+        LifetimesJson {
+            decades: l
+                .freed
+                .iter()
+                .enumerate()
+                .map(|(i, &freed)| DecadeJson {
+                    below_ns: DECADE_BOUNDS_NS.get(i).copied(),
+                    freed,
+                })
+                .collect(),
+            freed: l.count(),
+            mean_ns: l.mean_ns(),
+            never_freed: l.never_freed,
+            short_lived: l.short_lived(),
+        }
+    }
+}
+
 /// A call stack: its frames, leaf (the allocating call site) first, and
 /// its value for every weight. Its keys and [`Frame`]'s are declared in
 /// sorted order (see [`to_pretty_declared`]).
@@ -415,6 +471,10 @@ pub struct StackJson {
     pub estimated: Vec<&'static str>,
     /// Frames, leaf first (see [`Frame`] for the keys).
     pub frames: Vec<Frame>,
+    /// How long its freed blocks lived (absent when the profiles did not
+    /// record lifetimes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lifetimes: Option<LifetimesJson>,
     /// The program that made the stack, when the stacks come from several
     /// (absent otherwise).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -436,6 +496,9 @@ impl StackJson {
                 .map(|w| w.name())
                 .collect(),
             frames: s.frames.clone(),
+            lifetimes: set
+                .measures_lifetimes()
+                .then(|| LifetimesJson::from(&s.values.lifetime_figures(set.ticks_per_ns))),
             program: s.program.clone(),
             values: Weight::ALL
                 .iter()
@@ -770,6 +833,11 @@ mod tests {
                 line: Some(3),
                 module: Some("/lib/m.so".into()),
             }],
+            lifetimes: Some(LifetimesJson::from(&LifetimeFigures {
+                freed: [1; 9],
+                sum_ns: Some(5.0),
+                never_freed: 2,
+            })),
             program: Some("cc1".into()),
             values: Weight::ALL.iter().map(|w| (w.name(), 1)).collect(),
         }];

@@ -18,11 +18,12 @@ use std::cmp::Ordering;
 use std::fmt::Write as _;
 use std::rc::Rc;
 
+use allocmux_format::lifetimes::DECADES;
 use allocmux_format::profile::{ProcessProfile, StackMode, State};
-use allocmux_format::{SIZE_BUCKETS, SiteCounts, Totals, totals::bucket_floor};
+use allocmux_format::{Lifetimes, SIZE_BUCKETS, SiteCounts, Totals, totals::bucket_floor};
 use rustc_hash::FxHashMap;
 
-use crate::report::program_name;
+use crate::report::{LifetimeFigures, program_name};
 use crate::symbolize::{Frame, Resolved, Symbolizer};
 use crate::units::{Bytes, Count, Dur};
 
@@ -122,10 +123,15 @@ pub struct Values {
     pub live_bytes: u64,
     /// Temporary allocations among them.
     pub temporary: u64,
+    /// Blocks freed, by the decade of their lifetime.
+    pub freed_by_decade: [u64; DECADES],
+    /// The sum of their lifetimes, in TSC ticks (converted to ns only when
+    /// shown: [`lifetime_figures`](Self::lifetime_figures)).
+    pub lifetime_ticks: u64,
 }
 
 impl Values {
-    fn from_counts(c: &SiteCounts, ticks_per_ns: Option<f64>) -> Values {
+    fn from_counts(c: &SiteCounts, l: &Lifetimes, ticks_per_ns: Option<f64>) -> Values {
         Values {
             allocs: c.allocs,
             bytes: c.bytes,
@@ -138,6 +144,17 @@ impl Values {
             live_allocs: c.live_allocs,
             live_bytes: c.live_bytes,
             temporary: c.temporary,
+            freed_by_decade: l.freed,
+            lifetime_ticks: l.ticks,
+        }
+    }
+
+    /// Its blocks' lifetimes, converted at `ticks_per_ns`.
+    pub fn lifetime_figures(&self, ticks_per_ns: Option<f64>) -> LifetimeFigures {
+        LifetimeFigures {
+            freed: self.freed_by_decade,
+            sum_ns: ticks_per_ns.map(|r| self.lifetime_ticks as f64 / r),
+            never_freed: self.live_allocs,
         }
     }
 
@@ -151,6 +168,10 @@ impl Values {
         self.live_allocs += o.live_allocs;
         self.live_bytes += o.live_bytes;
         self.temporary += o.temporary;
+        for (a, b) in self.freed_by_decade.iter_mut().zip(o.freed_by_decade) {
+            *a += b;
+        }
+        self.lifetime_ticks += o.lifetime_ticks;
     }
 
     /// Whether every figure is zero.
@@ -268,7 +289,7 @@ impl<'a> StackSet<'a> {
                 // This stack's frames' indices: the next `depth` of them.
                 let indices = &frame_index[at..at + s.frames.len()];
                 at += s.frames.len();
-                let values = Values::from_counts(&s.counts, ticks_per_ns);
+                let values = Values::from_counts(&s.counts, &s.lifetimes, ticks_per_ns);
                 if values.is_zero() {
                     continue;
                 }
@@ -632,6 +653,13 @@ impl<'a> StackSet<'a> {
         w != Weight::Temporary || self.profiles.iter().all(|p| p.stacks.temporary_counted)
     }
 
+    /// Whether every profile recorded its blocks' lifetimes.
+    pub fn measures_lifetimes(&self) -> bool {
+        self.profiles
+            .iter()
+            .all(|p| p.stacks.lifetime_ticks_per_us > 0)
+    }
+
     /// An error saying why `w` cannot be drawn or exported, if the
     /// profiles do not measure it ([`measures`](Self::measures)).
     pub fn check_measures(&self, w: Weight) -> Result<(), String> {
@@ -991,6 +1019,8 @@ mod tests {
             live_allocs: 6,
             live_bytes: 7,
             temporary: 8,
+            freed_by_decade: [9; DECADES],
+            lifetime_ticks: 10,
         };
         let got: Vec<u64> = Weight::ALL.iter().map(|w| w.of(&v)).collect();
         assert_eq!(got, [1, 2, 3, 5, 7, 8]);

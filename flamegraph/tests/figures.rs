@@ -1057,6 +1057,109 @@ int main(void) {
     assert!(!text(&out.stderr).contains("temporary:"));
 }
 
+/// Lifetimes by decade, on a C fixture, asserting only what holds on any
+/// schedule: every freed block is counted once, in some decade; a block
+/// held across a 300 ms sleep lands at 100 ms or more (a lifetime has a
+/// floor the sleep sets, not a ceiling: preemption only lengthens it); a
+/// block never freed is in no decade but counted as never freed.
+#[test]
+fn lifetimes_are_counted_by_decade_on_any_schedule() {
+    const SOURCE: &str = r#"
+#include <stdlib.h>
+#include <unistd.h>
+static void *volatile keep;
+__attribute__((noinline)) void brief(int n) {
+    for (int i = 0; i < n; i++) { keep = malloc(40); free(keep); }
+}
+__attribute__((noinline)) void *held(void) { return malloc(56); }
+__attribute__((noinline)) void *forever(void) { return malloc(72); }
+int main(void) {
+    void *h[5];
+    for (int i = 0; i < 5; i++) h[i] = held();
+    brief(2000);
+    keep = forever();
+    usleep(300 * 1000);
+    for (int i = 0; i < 5; i++) free(h[i]);
+    return 0;
+}
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let exe = c_program(dir.path(), "lifetimes", SOURCE, &["-O1", "-g"]);
+    let prof = dir.path().join("l.prof");
+    let out = ok(run(allocmux()
+        .args(["run", "--stacks", "exact", "-o"])
+        .arg(&prof)
+        .arg("--")
+        .arg(&exe)));
+    assert!(
+        text(&out.stderr).contains("  lifetimes: "),
+        "the summary has a line: {}",
+        text(&out.stderr)
+    );
+    let stacks = json_of(
+        &ok(run(allocmux()
+            .arg("export")
+            .arg(&prof)
+            .args(["--format", "json", "-o", "-"])))
+        .stdout,
+    );
+    let of = |name: &str| -> &serde_json::Value {
+        let s = stacks
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["frames"][0]["function"] == name)
+            .unwrap_or_else(|| panic!("no stack from {name}: {stacks}"));
+        &s["lifetimes"]
+    };
+    let freed = |l: &serde_json::Value, from: usize| -> u64 {
+        l["decades"].as_array().unwrap()[from..]
+            .iter()
+            .map(|d| d["freed"].as_u64().unwrap())
+            .sum()
+    };
+    let brief = of("brief");
+    assert_eq!(brief["freed"], 2000, "{brief}");
+    assert_eq!(freed(brief, 0), 2000, "{brief}");
+    assert_eq!(brief["never_freed"], 0, "{brief}");
+    let held = of("held");
+    assert_eq!(held["freed"], 5, "{held}");
+    // 300 ms or more: the decades from 100 ms on (the seventh and after).
+    assert_eq!(freed(held, 6), 5, "{held}");
+    assert!(held["mean_ns"].as_f64().unwrap() >= 3e8, "{held}");
+    assert_eq!(held["short_lived"], 0, "{held}");
+    let forever = of("forever");
+    assert_eq!(forever["freed"], 0, "{forever}");
+    assert_eq!(forever["never_freed"], 1, "{forever}");
+    assert!(forever["mean_ns"].is_null(), "{forever}");
+    // The decades' bounds, as documented: 1 µs to 10 s, then none.
+    let bounds: Vec<serde_json::Value> = brief["decades"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["below_ns"].clone())
+        .collect();
+    assert_eq!(bounds.len(), 9);
+    assert_eq!(bounds[0], 1000);
+    assert_eq!(bounds[7], 10_000_000_000u64);
+    assert!(bounds[8].is_null());
+    // The report's JSON has the process's and the total's.
+    let doc = json_of(&ok(run(allocmux().args(["report", "--json"]).arg(&prof))).stdout);
+    let total = &doc["total"]["lifetimes"];
+    assert!(total["freed"].as_u64().unwrap() >= 2005, "{total}");
+    assert_eq!(total, &doc["processes"][0]["lifetimes"]);
+    // Sampled stacks weigh the sampled blocks' lifetimes: estimates,
+    // marked so in the summary.
+    let out = ok(run(allocmux()
+        .args(["run", "--stacks", "sample", "--sample-bytes", "64", "--"])
+        .arg(&exe)));
+    assert!(
+        text(&out.stderr).contains("  lifetimes: ≈"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
 /// Temporary allocations in a real interpreter: each `bytearray(1000)`
 /// made and dropped as a statement mallocs the object, then its buffer,
 /// and frees the buffer first: one temporary allocation per iteration

@@ -54,11 +54,21 @@ __attribute__((noinline)) void outer(int n, size_t size)
     big_block(size);
 }
 
+__attribute__((noinline)) void *long_lived(void)
+{
+    return malloc(32);
+}
+
 int main(int argc, char **argv)
 {
     int n = argc > 1 ? atoi(argv[1]) : 5000;
+    void *held[4];
     outer(n, 8u << 20);
+    for (int i = 0; i < 4; i++)
+        held[i] = long_lived();
     usleep(600 * 1000); /* a timeline point or two with the block live */
+    for (int i = 0; i < 4; i++)
+        free(held[i]); /* after 0.6 s: in the 100 ms to 1 s decade */
     return 0;
 }
 "#;
@@ -260,6 +270,31 @@ fn report_html_views_work_in_a_browser() {
     assert_eq!(names(&fns["by_self"])[0], big, "{fns}");
     assert_eq!(names(&fns["callers"]), ["outer"], "{fns}");
     assert_eq!(names(&fns["callees"]), Vec::<String>::new(), "{fns}");
+    // Lifetimes: small_blocks frees every block at once (100% short-lived,
+    // first); long_lived's four blocks live 0.6 s (0%, first the other way
+    // round); big_block frees nothing (no figure, last either way).
+    assert_eq!(names(&fns["by_short_lived"])[0], small, "{fns}");
+    let cells = fns["short_lived_cells"].as_array().unwrap();
+    let cell = |name: &str| {
+        cells
+            .iter()
+            .find(|c| c[0] == name)
+            .map(|c| c[1].as_str().unwrap().to_string())
+    };
+    assert_eq!(cell(small).as_deref(), Some("100.0%"), "{fns}");
+    assert_eq!(names(&fns["by_short_lived_asc"])[0], "long_lived", "{fns}");
+    assert_eq!(cell(big).as_deref(), Some("-"), "{fns}");
+    let histogram: Vec<Vec<String>> = fns["long_lived_histogram"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(names)
+        .collect();
+    assert_eq!(histogram.len(), 10, "nine decades and never freed: {fns}");
+    for row in &histogram {
+        let want = if row[0] == "<1s" { "4" } else { "0" };
+        assert_eq!(row[1], want, "{histogram:?}");
+    }
 
     let t = &seen["timeline"];
     let peaks = t["peaks"].as_array().unwrap();
@@ -275,6 +310,31 @@ fn report_html_views_work_in_a_browser() {
         temporaries.len() == 1 && temporaries[0].starts_with("temporary: 5,000 of 5,00"),
         "{temporaries:?}"
     );
+    // 5,000 blocks freed at once, 4 after 0.6 s, the large one never.
+    let line = names(&seen["summary"]["lifetimes_line"]);
+    assert!(
+        line.len() == 1 && line[0].contains("5,004 blocks freed, 99.9% within 1 ms"),
+        "{line:?}"
+    );
+    let all: Vec<Vec<String>> = seen["summary"]["lifetimes_histogram"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(names)
+        .collect();
+    let row = |label: &str| all.iter().find(|r| r[0] == label).map(|r| r[1].clone());
+    assert_eq!(row("<1s").as_deref(), Some("4"), "{all:?}");
+    let short: u64 = ["<1µs", "<10µs", "<100µs", "<1ms"]
+        .iter()
+        .map(|l| row(l).unwrap().replace(',', "").parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(short, 5_000, "{all:?}");
+    let never: u64 = row("never freed")
+        .unwrap()
+        .replace(',', "")
+        .parse()
+        .unwrap();
+    assert!(never >= 1, "the large block at least: {all:?}");
     let total = names(&rows[1]);
     assert_eq!(total[0], "total");
     // 5,000 small blocks and one large one.

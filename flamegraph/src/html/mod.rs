@@ -57,6 +57,10 @@ pub struct FlameData {
     pub weights: Vec<WeightData>,
     /// The weight the page opens with, as an index into `weights`.
     pub initial: usize,
+    /// Whether the tree's `lifetimes` were recorded (every profile's).
+    pub lifetimes_measured: bool,
+    /// TSC ticks per ns, for the lifetimes' sums (null: unknown).
+    pub ticks_per_ns: Option<f64>,
 }
 
 /// One weight of the flamegraph.
@@ -184,6 +188,8 @@ pub fn profile_data(
             tree,
             weights,
             initial,
+            lifetimes_measured: set.measures_lifetimes(),
+            ticks_per_ns: set.ticks_per_ns,
         }
     });
     if profiles

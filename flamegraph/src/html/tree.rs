@@ -40,6 +40,11 @@ pub struct FlameTree {
     /// The nodes with a non-zero self value: `[node, count, bytes, time,
     /// peak, leaked, temporary]` (the weights in [`Weight::ALL`]'s order).
     pub selfs: Vec<[u64; 7]>,
+    /// The nodes whose own stacks freed or kept blocks: `[node, freed in
+    /// each of the 9 decades of lifetime..., the sum of those lifetimes in
+    /// TSC ticks, blocks never freed]` (all zero when lifetimes were not
+    /// recorded).
+    pub lifetimes: Vec<[u64; 12]>,
     /// What pruning left out, if the tree was pruned.
     pub pruned: Option<Pruned>,
 }
@@ -169,7 +174,7 @@ impl FlameTree {
             let me = out.name.len() as i64;
             out.name.push(nodes[n].name);
             out.parent.push(parent);
-            push_self(&mut out.selfs, me as usize, &nodes[n].own);
+            push_self(&mut out, me as usize, &nodes[n].own);
             let mut children: Vec<usize> = nodes[n].children.values().copied().collect();
             children.sort_by(|&a, &b| {
                 out.names[nodes[b].name as usize].cmp(&out.names[nodes[a].name as usize])
@@ -186,7 +191,7 @@ impl FlameTree {
                 let id = out.name.len();
                 out.name.push(pruned_name);
                 out.parent.push(me);
-                push_self(&mut out.selfs, id, &below);
+                push_self(&mut out, id, &below);
             }
         }
         out.pruned = pruned.map(|threshold| Pruned {
@@ -198,10 +203,19 @@ impl FlameTree {
     }
 }
 
-fn push_self(selfs: &mut Vec<[u64; 7]>, node: usize, v: &Values) {
+/// Enters `node`'s own figures `v` in `out`'s self values and lifetimes.
+fn push_self(out: &mut FlameTree, node: usize, v: &Values) {
     if !v.is_zero() {
         let [c, b, t, p, l, tmp] = Weight::ALL.map(|w| w.of(v));
-        selfs.push([node as u64, c, b, t, p, l, tmp]);
+        out.selfs.push([node as u64, c, b, t, p, l, tmp]);
+    }
+    if v.freed_by_decade.iter().any(|&n| n > 0) || v.live_allocs > 0 {
+        let mut row = [0u64; 12];
+        row[0] = node as u64;
+        row[1..10].copy_from_slice(&v.freed_by_decade);
+        row[10] = v.lifetime_ticks;
+        row[11] = v.live_allocs;
+        out.lifetimes.push(row);
     }
 }
 

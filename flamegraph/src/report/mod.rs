@@ -5,8 +5,9 @@
 
 mod text;
 
-use allocmux_format::Totals;
+use allocmux_format::lifetimes::{DECADES, SHORT_LIVED_DECADES};
 use allocmux_format::profile::{AllocatorReading, ProcessProfile, Recording, State};
+use allocmux_format::{Lifetimes, Totals};
 
 use crate::sys::ChildExit;
 use crate::units::share;
@@ -21,6 +22,8 @@ pub struct ProcessFigures {
     /// Half the width of its 95% confidence interval, if the profile
     /// carries what it needs.
     pub allocator_ns_margin: Option<u64>,
+    /// TSC ticks per ns its times were converted with, if known.
+    pub ticks_per_ns: Option<f64>,
 }
 
 impl ProcessFigures {
@@ -60,6 +63,63 @@ impl ProcessFigures {
         stacks
             .temporary_counted
             .then(|| stacks.stacks.iter().map(|s| s.counts.temporary).sum())
+    }
+
+    /// The lifetimes of its freed blocks, summed over its stacks: `None`
+    /// when they were not recorded.
+    pub fn lifetimes(&self) -> Option<LifetimeFigures> {
+        let stacks = &self.profile.stacks;
+        if stacks.lifetime_ticks_per_us == 0 {
+            return None;
+        }
+        let mut sum = Lifetimes::default();
+        for s in &stacks.stacks {
+            sum.add(&s.lifetimes);
+        }
+        Some(LifetimeFigures {
+            freed: sum.freed,
+            sum_ns: self.ticks_per_ns.map(|r| sum.ticks as f64 / r),
+            never_freed: stacks.stacks.iter().map(|s| s.counts.live_allocs).sum(),
+        })
+    }
+}
+
+/// How long freed blocks lived (see [`allocmux_format::lifetimes`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LifetimeFigures {
+    /// Blocks freed in each decade, under 1 µs to 10 s or more.
+    pub freed: [u64; DECADES],
+    /// The sum of their lifetimes in ns (`None`: the TSC's rate is unknown).
+    pub sum_ns: Option<f64>,
+    /// Blocks never freed: live at exit (or when a running process's
+    /// profile was written).
+    pub never_freed: u64,
+}
+
+impl LifetimeFigures {
+    /// Freed blocks counted.
+    pub fn count(&self) -> u64 {
+        self.freed.iter().sum()
+    }
+
+    /// Those that lived under 1 ms.
+    pub fn short_lived(&self) -> u64 {
+        self.freed[..SHORT_LIVED_DECADES].iter().sum()
+    }
+
+    /// Their mean lifetime in ns, if any was counted and the rate is known.
+    pub fn mean_ns(&self) -> Option<f64> {
+        let n = self.count();
+        self.sum_ns.filter(|_| n > 0).map(|s| s / n as f64)
+    }
+
+    /// Adds `o`'s.
+    pub fn add(&mut self, o: &LifetimeFigures) {
+        for (a, b) in self.freed.iter_mut().zip(o.freed) {
+            *a += b;
+        }
+        self.sum_ns = self.sum_ns.zip(o.sum_ns).map(|(a, b)| a + b);
+        self.never_freed += o.never_freed;
     }
 }
 
@@ -171,6 +231,8 @@ pub struct TotalFigures {
     pub threads: u64,
     /// Temporary allocations summed, if every process counted them.
     pub temporary_allocations: Option<u64>,
+    /// Freed blocks' lifetimes summed, if every process recorded them.
+    pub lifetimes: Option<LifetimeFigures>,
 }
 
 impl Report {
@@ -209,6 +271,7 @@ impl Report {
                     profile: p,
                     allocator_ns,
                     allocator_ns_margin,
+                    ticks_per_ns: rate,
                 }
             })
             .collect();
@@ -249,6 +312,16 @@ impl Report {
             temporary_allocations: procs()
                 .map(ProcessFigures::temporary_allocations)
                 .sum::<Option<u64>>(),
+            lifetimes: procs().map(ProcessFigures::lifetimes).try_fold(
+                LifetimeFigures {
+                    sum_ns: Some(0.0),
+                    ..LifetimeFigures::default()
+                },
+                |mut sum, l| {
+                    sum.add(&l?);
+                    Some(sum)
+                },
+            ),
         }
     }
 

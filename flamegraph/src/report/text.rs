@@ -6,9 +6,12 @@ use std::io::{self, Write};
 
 use allocmux_format::Backend;
 use allocmux_format::Func;
-use allocmux_format::profile::{AllocatorReading, ProcessProfile, State};
+use allocmux_format::lifetimes::DECADE_LABELS;
+use allocmux_format::profile::{AllocatorReading, ProcessProfile, StackMode, State};
 
-use super::{HeapOverhead, MIN_MEASURED_LIVE, ProcessFigures, Report, heap_overhead};
+use super::{
+    HeapOverhead, LifetimeFigures, MIN_MEASURED_LIVE, ProcessFigures, Report, heap_overhead,
+};
 use crate::sys::how_it_ended;
 use crate::units::{Bytes, Count, Dur, share, shell_words, truncate};
 
@@ -166,6 +169,16 @@ impl Report {
                 Count(all),
                 100.0 * share(n, all)
             )?;
+        }
+        if let Some(l) = t.lifetimes.filter(|l| l.count() > 0) {
+            // Sampled stacks' lifetimes are those of the sampled blocks,
+            // weighted: estimates.
+            let sampled_stacks = self
+                .processes
+                .iter()
+                .any(|p| matches!(p.profile.stacks.mode, StackMode::Sample { .. }));
+            let mark = if sampled_stacks { "≈" } else { "" };
+            writeln!(w, "  lifetimes: {mark}{}", lifetime_line(&l))?;
         }
         if t.totals.null_frees > 0 {
             writeln!(
@@ -347,4 +360,25 @@ fn write_allocator_stats(
         ),
         HeapOverhead::Unknown(_) => Ok(()),
     }
+}
+
+/// How long freed blocks lived, in one line: how many, the share under
+/// 1 ms, the mean, and the decades that hold any.
+pub(crate) fn lifetime_line(l: &LifetimeFigures) -> String {
+    let n = l.count();
+    let mean = l.mean_ns().map_or(String::new(), |m| {
+        format!(", mean {}", Dur(m.round() as u64))
+    });
+    let decades: Vec<String> = DECADE_LABELS
+        .iter()
+        .zip(l.freed)
+        .filter(|&(_, c)| c > 0)
+        .map(|(label, c)| format!("{label} {}", Count(c)))
+        .collect();
+    format!(
+        "{} blocks freed, {:.1}% within 1 ms{mean} ({})",
+        Count(n),
+        100.0 * share(l.short_lived(), n),
+        decades.join(" · ")
+    )
 }

@@ -157,6 +157,21 @@ async function profile(page, out) {
   fns.callers = await page.$$eval("#fn-peek table.callers tbody tr td:first-child", (t) => t.map((x) => x.textContent));
   fns.callees = await page.$$eval("#fn-peek table.callees tbody tr td:first-child", (t) => t.map((x) => x.textContent));
   await shot(page, "functions");
+  // Lifetimes, where recorded: sortable by the share of short-lived
+  // blocks, and a function's histogram in its peek.
+  if (await page.$('#functions th[data-sort="shortLived"]')) {
+    await page.click('#functions th[data-sort="shortLived"]');
+    fns.by_short_lived = await firstRows();
+    fns.short_lived_cells = await page.$$eval("#functions tbody tr", (r) => r.slice(0, 8).map((x) => [x.dataset.name, x.querySelector("td.short-lived").textContent]));
+    await page.click('#functions th[data-sort="shortLived"]');
+    fns.by_short_lived_asc = await firstRows();
+    // (Sampled stacks rarely catch its four small blocks.)
+    if (await page.$('#functions tr.fn-row[data-name="long_lived"]')) {
+      await page.click('#functions tr.fn-row[data-name="long_lived"]');
+      fns.long_lived_histogram = await page.$$eval("#fn-peek table.fn-lifetimes tbody tr", (r) => r.map((x) => [...x.children].slice(0, 2).map((c) => c.textContent)));
+      await shot(page, "functions-lifetimes");
+    }
+  }
 
   await page.click("#tab-timeline");
   const t = (out.timeline = {});
@@ -171,6 +186,8 @@ async function profile(page, out) {
   s.rows = await page.$$eval("table.summary tbody tr", (r) => r.map((x) => [...x.children].map((c) => c.textContent)));
   s.calls = await page.$$eval("table.calls tbody tr td:first-child", (r) => r.map((x) => x.textContent));
   s.temporaries = await page.$$eval("#temporaries", (p) => p.map((x) => x.textContent));
+  s.lifetimes_line = await page.$$eval("#lifetimes-line", (p) => p.map((x) => x.textContent));
+  s.lifetimes_histogram = await page.$$eval("table.lifetimes-all tbody tr", (r) => r.map((x) => [...x.children].slice(0, 2).map((c) => c.textContent)));
   await shot(page, "summary");
 }
 
