@@ -247,11 +247,13 @@ pub fn sample_timeline(w: &mut Writer) -> u64 {
     let t_ns = recorder::monotonic_ns().saturating_sub(w.process.clock_start.mono_ns);
     let (live_bytes, peak) = live_and_peak();
     let rss_bytes = procfs::rss_bytes();
+    let temporary = recorder::stacks::temporaries_so_far().unwrap_or(0);
     w.timeline.push_sample(
         TimelinePoint {
             t_ns,
             live_bytes,
             rss_bytes,
+            temporary,
         },
         peak,
     );
@@ -335,6 +337,7 @@ pub fn write_profile(w: &mut Writer, state: State, exiting_thread: bool) {
                     .saturating_sub(w.process.clock_start.mono_ns),
                 live_bytes: totals.live_bytes(),
                 rss_bytes: procfs::rss_bytes(),
+                temporary: recorder::stacks::temporaries_so_far().unwrap_or(0),
             },
             totals.peak_live_bytes,
         );
@@ -433,7 +436,9 @@ pub fn unchanged_since_exit_profile(w: &Writer) -> bool {
 /// Writes the timeline's lines to `file`, staged through `buf`.
 fn write_timeline(file: &Temporary, buf: &mut [u8], t: &TimelineBuffer) -> bool {
     let mut out = FdWriter { file, buf, len: 0 };
-    profile::write_timeline(&mut out, t.interval_ns(), t.points()).is_ok() && out.flush()
+    let temporary_counted = recorder::stacks::temporaries_so_far().is_some();
+    profile::write_timeline(&mut out, t.interval_ns(), t.points(), temporary_counted).is_ok()
+        && out.flush()
 }
 
 /// The summary line on stderr, if it is still the stderr of start-up.

@@ -560,6 +560,7 @@
         legend.append(el("li", { style: "color:" + colour(i) }, p.label + ": peak live " + fmtBytes(peak[1]) + ", peak resident " + fmtBytes(d3.max(p.points, (q) => q[2]))));
       });
       root.append(legend);
+      buildTemporaryTimeline(root, tl.filter((p) => p.temporary_counted), x, W, m, colour);
     }
     const hist = data.report.total.size_histogram || [];
     const filled = hist.filter((b) => b.count > 0);
@@ -579,6 +580,27 @@
     ]), "figures histogram");
     t.id = "size-histogram";
     root.append(t);
+  }
+
+  // Temporary allocations over time (exact stacks): each process's count
+  // so far, on the memory chart's time axis, as heaptrack draws them.
+  function buildTemporaryTimeline(root, tl, x, W, m, colour) {
+    if (!tl.length) return;
+    root.append(el("h2", {}, "Temporary allocations over time (so far)"));
+    const H = 220;
+    const ymax = d3.max(tl, (p) => d3.max(p.points, (q) => q[3])) || 1;
+    const y = d3.scaleLinear().domain([0, ymax * 1.1]).range([H - m.b, m.t]);
+    const svg = d3.select(root).append("svg").attr("id", "temporary-timeline").attr("width", W).attr("height", H);
+    svg.append("g").attr("transform", "translate(0," + (H - m.b) + ")").call(d3.axisBottom(x).ticks(8).tickFormat((s) => s + " s"));
+    svg.append("g").attr("transform", "translate(" + m.l + ",0)").call(d3.axisLeft(y).ticks(4).tickFormat(fmtCount));
+    // Straight between samples: each point is the count so far, and when
+    // between two samples the count grew is not known.
+    const line = d3.line().x((q) => x(q[0] / 1e9)).y((q) => y(q[3]));
+    tl.forEach((p) => {
+      const last = p.points[p.points.length - 1];
+      svg.append("path").attr("class", "temporary").attr("data-last", String(last[3])).attr("fill", "none")
+        .attr("stroke", colour(data.timelines.indexOf(p))).attr("stroke-width", 2).attr("d", line(p.points));
+    });
   }
 
   // ---- compare and diff ------------------------------------------------

@@ -371,8 +371,10 @@ mod tests {
                     t_ns,
                     live_bytes,
                     rss_bytes,
+                    temporary: 0,
                 })
                 .collect(),
+            temporary_counted: false,
         }
     }
 

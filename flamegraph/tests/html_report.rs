@@ -302,6 +302,12 @@ fn report_html_views_work_in_a_browser() {
     assert!(peaks[0].as_u64().unwrap() >= 8 << 20, "{t}");
     assert!(names(&t["peak_labels"])[0].starts_with("peak 8."), "{t}");
     assert!(t["histogram_rows"].as_u64().unwrap() >= 2, "{t}");
+    // Temporaries over time: the one process's count so far ends at the
+    // 5,000 small blocks (and any of the C runtime's own).
+    let temporary_lines = t["temporary_lines"].as_array().unwrap();
+    assert_eq!(temporary_lines.len(), 1, "{t}");
+    let last = temporary_lines[0].as_u64().unwrap();
+    assert!((5_000..5_010).contains(&last), "{t}");
 
     let rows = seen["summary"]["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 2, "one process and the total");
@@ -385,6 +391,12 @@ fn sampled_profiles_say_so_and_mark_estimates() {
     assert!(notes.contains("estimates, marked ≈"), "{notes}");
     assert!(
         seen["flame"]["total"].as_str().unwrap().contains("≈"),
+        "{seen}"
+    );
+    // Nor over time: no chart of them.
+    assert_eq!(
+        seen["timeline"]["temporary_lines"],
+        serde_json::json!([]),
         "{seen}"
     );
 

@@ -86,8 +86,11 @@ pub struct WeightData {
 pub struct TimelineData {
     /// `pid 4242 python3`.
     pub label: String,
-    /// `[ns since the run's start, live bytes, resident bytes]`.
-    pub points: Vec<[u64; 3]>,
+    /// `[ns since the run's start, live bytes, resident bytes, temporary
+    /// allocations so far]`.
+    pub points: Vec<[u64; 4]>,
+    /// Whether the points count temporary allocations (exact stacks).
+    pub temporary_counted: bool,
 }
 
 /// `compare`'s results for the page.
@@ -229,8 +232,9 @@ fn timelines(profiles: &[ProcessProfile]) -> Vec<TimelineData> {
                         .timeline
                         .points
                         .iter()
-                        .map(|q| [q.t_ns + offset, q.live_bytes, q.rss_bytes])
+                        .map(|q| [q.t_ns + offset, q.live_bytes, q.rss_bytes, q.temporary])
                         .collect(),
+                    temporary_counted: p.timeline.temporary_counted,
                 },
             )
         })

@@ -178,6 +178,7 @@ async function profile(page, out) {
   t.peaks = await page.$$eval("#timeline .peak-marker", (g) => g.map((x) => Number(x.dataset.bytes)));
   t.peak_labels = await page.$$eval("#timeline .peak-marker text", (g) => g.map((x) => x.textContent));
   t.lines = await page.$$eval("#timeline path.live", (p) => p.length);
+  t.temporary_lines = await page.$$eval("#temporary-timeline path.temporary", (p) => p.map((x) => Number(x.dataset.last)));
   t.histogram_rows = await page.$$eval("#size-histogram tbody tr", (r) => r.length);
   await shot(page, "timeline");
 

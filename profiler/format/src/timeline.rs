@@ -34,6 +34,10 @@ pub struct TimelinePoint {
     pub live_bytes: u64,
     /// Resident set size in bytes (0 if it could not be read).
     pub rss_bytes: u64,
+    /// Temporary allocations so far (see
+    /// [`SiteCounts::temporary`](crate::SiteCounts::temporary)); 0 where
+    /// they are not counted ([`Timeline::temporary_counted`]).
+    pub temporary: u64,
 }
 
 impl TimelinePoint {
@@ -44,6 +48,7 @@ impl TimelinePoint {
             t_ns: self.t_ns.min(later.t_ns),
             live_bytes: self.live_bytes.max(later.live_bytes),
             rss_bytes: self.rss_bytes.max(later.rss_bytes),
+            temporary: self.temporary.max(later.temporary),
         }
     }
 }
@@ -57,6 +62,9 @@ pub struct Timeline {
     /// The samples in time order: the first at start-up, the last at exit
     /// (or at the last periodic write of a process that did not exit).
     pub points: Vec<TimelinePoint>,
+    /// Whether the points count temporary allocations (exact stacks, and a
+    /// profile written since they were put on the timeline).
+    pub temporary_counted: bool,
 }
 
 impl Timeline {
@@ -110,6 +118,7 @@ impl<const N: usize> TimelineBuffer<N> {
                 t_ns: 0,
                 live_bytes: 0,
                 rss_bytes: 0,
+                temporary: 0,
             }; N],
             len: 0,
             interval_ns: BASE_INTERVAL_NS,
@@ -139,6 +148,7 @@ impl<const N: usize> TimelineBuffer<N> {
                 t_ns: before + p.t_ns.saturating_sub(before) / 2,
                 live_bytes: peak_live,
                 rss_bytes: p.rss_bytes,
+                temporary: p.temporary,
             });
         }
         self.push(p);
@@ -191,6 +201,7 @@ mod tests {
             t_ns: t,
             live_bytes: live,
             rss_bytes: rss,
+            temporary: 0,
         }
     }
 
@@ -260,6 +271,7 @@ mod tests {
         let t = Timeline {
             interval_ns: 10,
             points: vec![pt(0, 5, 7), pt(10, 9, 3), pt(25, 1, 8)],
+            temporary_counted: false,
         };
         assert!(!t.is_empty());
         assert_eq!(

@@ -70,6 +70,7 @@ macro_rules! for_each_profile_key {
                 unprofiled_child => UnprofiledChild,
                 timeline => Timeline,
                 tl => Tl,
+                timeline_temporary => TimelineTemporary,
                 stacks => Stacks,
                 stacks_exact_first => StacksExactFirst,
                 stacks_lost => StacksLost,

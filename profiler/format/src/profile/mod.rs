@@ -76,6 +76,8 @@
 //! tl 0 0 2940928              one sample: ns since start-up (`clock_start`), live heap
 //! tl 10023511 67239936 70361088   bytes (allocated minus freed), resident bytes (0: unknown);
 //!                             in time order, the first at start-up, the last at exit
+//! timeline_temporary 0 3000   temporary allocations so far at each `tl` point, in order (exact
+//!                             stacks only; absent: not counted)
 //! end                         closes the section; a section without it is truncated
 //! ```
 //!

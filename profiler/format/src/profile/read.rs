@@ -278,6 +278,7 @@ impl Section {
             Key::AllocatorStatAtPeak => self.at_peak.field(l, Key::AllocatorStatsAtPeak)?,
             Key::Timeline => p.timeline.interval_ns = l.num()?,
             Key::Tl => p.timeline.points.push(timeline_point(&p.timeline, l)?),
+            Key::TimelineTemporary => timeline_temporary(&mut p.timeline, l)?,
             Key::Stacks => p.stacks.mode = stack_mode(l)?,
             Key::StacksExactFirst => stacks_open(&mut p.stacks, l)?.exact_first = l.num()?,
             Key::StacksLost => stacks_open(&mut p.stacks, l)?.lost = l.num()?,
@@ -467,7 +468,30 @@ fn timeline_point(timeline: &Timeline, l: &Line<'_>) -> Result<TimelinePoint, Pa
         t_ns,
         live_bytes,
         rss_bytes,
+        temporary: 0,
     })
+}
+
+/// `timeline_temporary N...`: one count per `tl` point read, in order.
+fn timeline_temporary(timeline: &mut Timeline, l: &Line<'_>) -> Result<(), ParseError> {
+    let counts = l
+        .rest
+        .split(' ')
+        .filter(|w| !w.is_empty())
+        .map(|w| l.num_of(w))
+        .collect::<Result<Vec<u64>, _>>()?;
+    if counts.len() != timeline.points.len() {
+        return Err(l.err(format!(
+            "`timeline_temporary` has {} counts for {} timeline points",
+            counts.len(),
+            timeline.points.len()
+        )));
+    }
+    for (p, n) in timeline.points.iter_mut().zip(counts) {
+        p.temporary = n;
+    }
+    timeline.temporary_counted = true;
+    Ok(())
 }
 
 /// One allocator reading's lines as parsed so far: its header line's time

@@ -217,6 +217,7 @@ fn with_timeline() -> ProcessProfile {
         t_ns,
         live_bytes,
         rss_bytes,
+        temporary: 0,
     };
     p.timeline = Timeline {
         interval_ns: 20_000_000,
@@ -226,8 +227,38 @@ fn with_timeline() -> ProcessProfile {
             pt(20_000_000, 67_239_936, 0),
             pt(u64::MAX, 96, u64::MAX),
         ],
+        temporary_counted: false,
     };
     p
+}
+
+/// Temporary allocations on the timeline: one count per point on a line
+/// of their own, which an older reader skips; a count per point or none.
+#[test]
+fn timeline_temporaries_round_trip() {
+    let mut p = with_timeline();
+    for (i, q) in p.timeline.points.iter_mut().enumerate() {
+        q.temporary = 1000 * i as u64;
+    }
+    p.timeline.temporary_counted = true;
+    let text = to_string(std::slice::from_ref(&p));
+    assert!(
+        text.contains(
+            "tl 18446744073709551615 96 18446744073709551615
+timeline_temporary 0 1000 2000 3000
+"
+        ),
+        "{text}"
+    );
+    assert_eq!(parse(&text).unwrap(), vec![p]);
+    let base = "allocmux-profile 2\nprocess\ntimeline 10\ntl 0 1 2\ntl 10 1 2\n";
+    for bad in [
+        "timeline_temporary 5",
+        "timeline_temporary 1 2 3",
+        "timeline_temporary 1 x",
+    ] {
+        assert!(parse(&format!("{base}{bad}\nend\n")).is_err(), "{bad}");
+    }
 }
 
 #[test]

@@ -238,13 +238,15 @@ pub fn write_stack<W: Write>(
 }
 
 /// Writes a memory timeline: the `timeline` line with the sampling
-/// interval, then one `tl` line per point (nothing for no points). Formats
-/// the numbers itself, as [`write_stack`] does: the shim writes up to
+/// interval, then one `tl` line per point (nothing for no points), then,
+/// when `temporary_counted`, the `timeline_temporary` line. Formats the
+/// numbers itself, as [`write_stack`] does: the shim writes up to
 /// [`crate::timeline::CAPACITY`] points on every flush.
 pub fn write_timeline<W: Write>(
     w: &mut W,
     interval_ns: u64,
     points: &[TimelinePoint],
+    temporary_counted: bool,
 ) -> fmt::Result {
     if points.is_empty() {
         return Ok(());
@@ -258,6 +260,13 @@ pub fn write_timeline<W: Write>(
         line.number::<10, _>(w, p.t_ns)?;
         line.number::<10, _>(w, p.live_bytes)?;
         line.number::<10, _>(w, p.rss_bytes)?;
+        line.push_str(w, "\n")?;
+    }
+    if temporary_counted {
+        line.push_str(w, Key::TimelineTemporary.name())?;
+        for p in points {
+            line.number::<10, _>(w, p.temporary)?;
+        }
         line.push_str(w, "\n")?;
     }
     line.flush(w)
@@ -363,7 +372,12 @@ impl ProcessProfile {
         for (child, program) in &self.unprofiled_children {
             write_unprofiled_child(w, *child, program.as_bytes())?;
         }
-        write_timeline(w, self.timeline.interval_ns, &self.timeline.points)?;
+        write_timeline(
+            w,
+            self.timeline.interval_ns,
+            &self.timeline.points,
+            self.timeline.temporary_counted,
+        )?;
         let st = &self.stacks;
         write_stack_mode(
             w,

@@ -167,6 +167,17 @@ pub fn configure(mode: StackMode, skip_own_module: bool, exact_first: u64) {
     st.sites.set_lifetime_clock(ticks_per_us);
 }
 
+/// Temporary allocations counted so far in the process, for the
+/// timeline: changed only under the stack lock (one writer at a time),
+/// read by the timeline's sampler without it.
+pub(super) static TEMPORARIES: AtomicU64 = AtomicU64::new(0);
+
+/// Temporary allocations so far, when they are counted (exact stacks);
+/// `None` otherwise. Lock-free: for the timeline's sampler.
+pub fn temporaries_so_far() -> Option<u64> {
+    (mode() == StackMode::Exact).then(|| TEMPORARIES.load(Relaxed))
+}
+
 /// The TSC ticks a µs blocks' lifetimes are bucketed with (0 until
 /// [`configure`]): kept for the tables a fork child starts afresh.
 pub(super) static LIFETIME_TICKS_PER_US: AtomicU64 = AtomicU64::new(0);

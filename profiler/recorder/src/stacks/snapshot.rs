@@ -374,6 +374,7 @@ pub fn after_fork_child() {
     }
     UNSTACKED.store(0, Relaxed);
     UNRECORDED.store(0, Relaxed);
+    TEMPORARIES.store(0, Relaxed);
     let mut s = STATE.lock();
     let fresh = fresh_sites();
     // Forgotten, not freed: a fork from a signal handler may have

@@ -384,6 +384,8 @@ impl Sites {
         let s = self.touch(b.site);
         if freed.is_some_and(|f| f.temporary) {
             s.temporary += w;
+            // Under the stack lock: no other writer, no atomic add needed.
+            TEMPORARIES.store(TEMPORARIES.load(Relaxed) + 1, Relaxed);
         }
         if let Some((ticks, decade)) = lived {
             if let Some(n) = s.lifetimes.get_mut(decade) {
