@@ -73,10 +73,6 @@ fn run_json(command: &[&str]) -> (std::process::Output, Value) {
     (out, doc)
 }
 
-fn json_of(bytes: &[u8]) -> Value {
-    serde_json::from_slice(bytes).unwrap_or_else(|e| panic!("not JSON ({e}): {}", text(bytes)))
-}
-
 /// The program's self-measured peak (KiB) is the one `run` reports, within
 /// a page or two when recorded (the JSON's bytes) and within the printed
 /// precision when not, under every allocator. A program that maps

@@ -23,3 +23,4 @@ mod live_service;
 mod preload;
 mod stack_languages;
 mod stacks;
+mod what_to_change;

@@ -32,6 +32,12 @@ pub fn run(cmd: &mut Command) -> Output {
     cmd.output().expect("allocmux runs")
 }
 
+/// Parses a command's JSON output, failing the test with the text if it
+/// is not JSON.
+pub fn json_of(bytes: &[u8]) -> serde_json::Value {
+    serde_json::from_slice(bytes).unwrap_or_else(|e| panic!("not JSON ({e}): {}", text(bytes)))
+}
+
 /// A statically linked program built in `dir` (LD_PRELOAD cannot reach it).
 pub fn static_binary(dir: &Path) -> PathBuf {
     static_program(dir, "static", "int main(void) { return 0; }\n")
