@@ -71,6 +71,7 @@ pub mod pprof;
 pub mod process;
 pub mod profile_file;
 pub mod program_read;
+mod protobuf;
 mod random;
 pub mod readout;
 pub mod stacks;

@@ -26,6 +26,9 @@ use crate::unwind::{MAX_FRAMES, ModuleInfo};
 use allocmux_format::SiteCounts;
 use allocmux_format::profile::StackMode;
 
+pub use crate::protobuf::NoMemory;
+use crate::protobuf::Pb;
+
 /// Which of Go's two heap endpoints: the same samples, a different
 /// default sample type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,10 +38,6 @@ pub enum Kind {
     /// `/debug/pprof/allocs`: opens on `alloc_space`.
     Allocs,
 }
-
-/// There was no memory for the profile.
-#[derive(Debug, PartialEq, Eq)]
-pub struct NoMemory;
 
 /// The stacks' figures at the start of a delta profile (`?seconds=N`),
 /// by stack index, unresolved ([`Snapshot::unresolved`]): the calls
@@ -286,64 +285,4 @@ fn mapping(pb: &mut Pb<'_>, id: u64, m: &ModuleInfo) -> Result<(), NoMemory> {
         pb.varint_field(6, strings + 1)?;
     }
     Ok(())
-}
-
-/// The protobuf wire format, into a buffer that grows fallibly.
-struct Pb<'a> {
-    out: &'a mut Vec<u8>,
-}
-
-impl Pb<'_> {
-    fn clear(&mut self) {
-        self.out.clear();
-    }
-
-    fn bytes(&self) -> &[u8] {
-        self.out
-    }
-
-    fn raw(&mut self, b: &[u8]) -> Result<(), NoMemory> {
-        self.out.try_reserve(b.len()).map_err(|_| NoMemory)?;
-        self.out.extend_from_slice(b);
-        Ok(())
-    }
-
-    fn varint(&mut self, mut v: u64) -> Result<(), NoMemory> {
-        let mut b = [0u8; 10];
-        let mut n = 0;
-        loop {
-            let low = (v & 0x7f) as u8;
-            v >>= 7;
-            if v == 0 {
-                b[n] = low;
-                n += 1;
-                break;
-            }
-            b[n] = low | 0x80;
-            n += 1;
-        }
-        self.raw(&b[..n])
-    }
-
-    /// A varint field (wire type 0); a zero value is left out, as
-    /// proto3 does.
-    fn varint_field(&mut self, field: u64, v: u64) -> Result<(), NoMemory> {
-        if v == 0 {
-            return Ok(());
-        }
-        self.varint(field << 3)?;
-        self.varint(v)
-    }
-
-    /// A length-delimited field (wire type 2), written even if empty
-    /// (an empty string table entry is one).
-    fn bytes_field(&mut self, field: u64, b: &[u8]) -> Result<(), NoMemory> {
-        self.varint(field << 3 | 2)?;
-        self.varint(b.len() as u64)?;
-        self.raw(b)
-    }
-
-    fn message(&mut self, field: u64, b: &[u8]) -> Result<(), NoMemory> {
-        self.bytes_field(field, b)
-    }
 }
