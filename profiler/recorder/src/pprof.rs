@@ -173,26 +173,16 @@ pub fn encode(
     // Mappings, ids from 1 in the snapshot's order; the locations find
     // theirs by start address.
     let modules = snap.modules();
-    let mut by_start: Vec<(u64, u64, u64)> = Vec::new();
-    by_start.try_reserve(modules.len()).map_err(|_| NoMemory)?;
     for (k, m) in modules.iter().enumerate() {
         scratch.clear();
         mapping(&mut scratch, k as u64 + 1, m)?;
         pb.message(3, scratch.bytes())?;
-        by_start.push((m.range.start, m.range.end, k as u64 + 1));
     }
-    by_start.sort_unstable();
-    let mapping_id = |a: u64| {
-        let k = by_start.partition_point(|&(start, _, _)| start <= a);
-        match k.checked_sub(1).map(|k| by_start[k]) {
-            Some((_, end, id)) if a < end => id,
-            _ => 0,
-        }
-    };
+    let ranges = ModuleRanges::new(modules)?;
     for (k, &a) in addresses.iter().enumerate() {
         scratch.clear();
         scratch.varint_field(1, k as u64 + 1)?;
-        scratch.varint_field(2, mapping_id(a))?;
+        scratch.varint_field(2, ranges.index_of(a))?;
         scratch.varint_field(3, a)?;
         pb.message(4, scratch.bytes())?;
     }
@@ -235,7 +225,7 @@ pub fn encode(
 }
 
 /// The call instruction of a return address: the location pprof wants.
-fn call_address(return_address: u64) -> u64 {
+pub(crate) fn call_address(return_address: u64) -> u64 {
     return_address.saturating_sub(1)
 }
 
@@ -271,18 +261,57 @@ const PAGE: u64 = 4096;
 /// A `Mapping` message.
 fn mapping(pb: &mut Pb<'_>, id: u64, m: &ModuleInfo) -> Result<(), NoMemory> {
     let strings = S_MAPPINGS + 2 * (id - 1);
-    // As `/proc/self/maps` shows it, page-aligned: pprof matches a
-    // mapping to the file's program headers by its page offset (a segment
-    // need not start on a page in the file, and lld's do not). The start
-    // minus the offset, which places the file, stays the same.
-    let slack = m.range.start % PAGE;
+    let (start, limit, offset) = page_aligned(m);
     pb.varint_field(1, id)?;
-    pb.varint_field(2, m.range.start - slack)?;
-    pb.varint_field(3, m.range.end)?;
-    pb.varint_field(4, m.file_offset.saturating_sub(slack))?;
+    pb.varint_field(2, start)?;
+    pb.varint_field(3, limit)?;
+    pb.varint_field(4, offset)?;
     pb.varint_field(5, strings)?;
     if !m.build_id.is_empty() {
         pb.varint_field(6, strings + 1)?;
     }
     Ok(())
+}
+
+/// A module's start, limit and file offset as `/proc/self/maps` shows
+/// them, page-aligned: pprof matches a mapping to the file's program
+/// headers by its page offset (a segment need not start on a page in the
+/// file, and lld's do not). The start minus the offset, which places the
+/// file, stays the same.
+pub(crate) fn page_aligned(m: &ModuleInfo) -> (u64, u64, u64) {
+    let slack = m.range.start % PAGE;
+    (
+        m.range.start - slack,
+        m.range.end,
+        m.file_offset.saturating_sub(slack),
+    )
+}
+
+/// The modules' ranges by start address, to find the module of an
+/// address.
+pub(crate) struct ModuleRanges {
+    /// Start, end and index from 1 in the snapshot's order.
+    by_start: Vec<(u64, u64, u64)>,
+}
+
+impl ModuleRanges {
+    pub(crate) fn new(modules: &[ModuleInfo]) -> Result<Self, NoMemory> {
+        let mut by_start = Vec::new();
+        by_start.try_reserve(modules.len()).map_err(|_| NoMemory)?;
+        by_start.extend(
+            (modules.iter().enumerate()).map(|(k, m)| (m.range.start, m.range.end, k as u64 + 1)),
+        );
+        by_start.sort_unstable();
+        Ok(ModuleRanges { by_start })
+    }
+
+    /// The index from 1 of the module `a` is in (of the last to start
+    /// at or before it), 0 if none.
+    pub(crate) fn index_of(&self, a: u64) -> u64 {
+        let k = self.by_start.partition_point(|&(start, _, _)| start <= a);
+        match k.checked_sub(1).map(|k| self.by_start[k]) {
+            Some((_, end, id)) if a < end => id,
+            _ => 0,
+        }
+    }
 }
