@@ -67,6 +67,7 @@ mod last_stack;
 pub mod loader;
 mod lock;
 mod marks;
+pub mod otlp;
 pub mod pprof;
 pub mod process;
 pub mod profile_file;

@@ -62,6 +62,12 @@ impl Baseline {
             .extend((0..snap.len()).map(|i| snap.unresolved(i)));
         Ok(())
     }
+
+    /// The figures stack `i` had, unresolved ([`Snapshot::unresolved`]),
+    /// `None` if it did not exist yet.
+    pub(crate) fn unresolved(&self, i: usize) -> Option<(SiteCounts, f64)> {
+        self.counts.get(i).copied()
+    }
 }
 
 /// What the profile covers besides its stacks.

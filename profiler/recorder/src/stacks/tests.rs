@@ -444,3 +444,31 @@ fn freed_blocks_are_counted_by_the_decade_of_their_lifetime() {
     off.free(0x1000, 500, |_| 1);
     assert!(off.lifetimes(0).is_empty());
 }
+
+impl Snapshot {
+    /// A copy holding `stacks` (figures, and return addresses innermost
+    /// first) and `modules`, for the encoders' tests.
+    pub(crate) fn of_stacks(
+        mode: StackMode,
+        modules: Vec<unwind::ModuleInfo>,
+        stacks: &[(SiteCounts, &[u64])],
+    ) -> Snapshot {
+        let mut snap = Snapshot::new();
+        snap.mode = mode;
+        snap.modules = modules;
+        assert!(snap.stacks.try_reserve_total(stacks.len()));
+        let depth: usize = stacks.iter().map(|(_, f)| f.len()).sum();
+        assert!(snap.frames.try_reserve_total(depth));
+        for &(counts, frames) in stacks {
+            snap.stacks.push(Copied {
+                counts,
+                mean_calls: 0.0,
+                lifetimes: Lifetimes::default(),
+                frames_at: snap.frames.len() as u64,
+                depth: frames.len() as u32,
+            });
+            snap.frames.extend_from_slice(frames);
+        }
+        snap
+    }
+}
