@@ -20,6 +20,22 @@ pub struct Config {
     pub output: Option<&'static [u8]>,
     /// Where to serve the live `/debug/pprof` endpoint, if anywhere.
     pub http: Option<&'static [u8]>,
+    /// Whether and where to push OTLP profiles.
+    pub otlp: Option<OtlpSettings>,
+}
+
+/// `ALLOCMUX_OTLP` and what it reads with it (see `otlp`).
+#[derive(Debug, Clone, Copy)]
+pub struct OtlpSettings {
+    /// `ALLOCMUX_OTLP`: a URL, or `on`.
+    pub asked: &'static [u8],
+    /// `ALLOCMUX_OTLP_INTERVAL`, in seconds.
+    pub interval_s: u64,
+    /// The OpenTelemetry SDKs' variables.
+    pub profiles_endpoint: Option<&'static [u8]>,
+    pub endpoint: Option<&'static [u8]>,
+    pub service_name: Option<&'static [u8]>,
+    pub resource_attributes: Option<&'static [u8]>,
 }
 
 /// Whether the process runs in secure-execution mode (setuid, setgid or
@@ -111,9 +127,18 @@ pub fn read(envp: *const *const c_char) -> Config {
         }
         ok
     });
+    let var = |name: &str| lookup(env, name.as_bytes()).filter(|v| !v.is_empty());
     Config {
         output,
         http: settings.http,
+        otlp: settings.otlp.map(|asked| OtlpSettings {
+            asked,
+            interval_s: settings.otlp_interval_s,
+            profiles_endpoint: var("OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT"),
+            endpoint: var("OTEL_EXPORTER_OTLP_ENDPOINT"),
+            service_name: var("OTEL_SERVICE_NAME"),
+            resource_attributes: var("OTEL_RESOURCE_ATTRIBUTES"),
+        }),
     }
 }
 

@@ -2,9 +2,10 @@
 //! running profile periodically, so a process killed by SIGKILL still
 //! leaves most of its recording.
 //!
-//! It is started only when a profile is written or the `/debug/pprof`
-//! endpoint is open (`endpoint`), which it serves between its writes:
-//! it sleeps in `poll` on the endpoint's socket then. Under every backend
+//! It is started only when a profile is written, the `/debug/pprof`
+//! endpoint is open (`endpoint`), which it serves between its writes (it
+//! sleeps in `poll` on the endpoint's socket then), or OTLP profiles are
+//! pushed (`otlp`), which it pushes when due. Under every backend
 //! it is a thread glibc does not know of (`raw_thread`), so a program that
 //! starts no thread of its own stays single-threaded to glibc, whose `fork`
 //! then takes neither `atfork_lock` nor an allocator lock: a signal handler
@@ -31,7 +32,7 @@ use allocmux_format::profile::State;
 use allocmux_recorder as recorder;
 
 use crate::writer::{self, WRITER};
-use crate::{choice, endpoint, procfs, raw_thread, threading, tls};
+use crate::{choice, endpoint, otlp, procfs, raw_thread, threading, tls};
 
 /// Periodic flush interval: a process killed by SIGKILL loses at most this
 /// much of its recording.
@@ -253,7 +254,9 @@ extern "C" fn thread_main(_: *mut c_void) -> *mut c_void {
     let mut last_live = 0;
     let mut read_again_at = GROWTH_FLOOR;
     loop {
-        let due = next_flush.min(next_sample);
+        let due = next_flush
+            .min(next_sample)
+            .min(otlp::due_ns().unwrap_or(u64::MAX));
         match &mut server {
             // A request can delay a write by at most its time limits
             // (`allocmux_recorder::http`), and one is served per wake-up.
@@ -272,6 +275,8 @@ extern "C" fn thread_main(_: *mut c_void) -> *mut c_void {
             s.finish_due(ticks_per_ns());
             endpoint::note_pending(s);
         }
+        // Before taking `WRITER`: a push may wait on the Collector.
+        otlp::push_if_due();
         // A `pthread` flusher counts among glibc's threads: once every
         // thread of the program has ended (`main` left through
         // `pthread_exit`, the others returned), glibc's exit waits for

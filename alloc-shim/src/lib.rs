@@ -11,7 +11,8 @@
 //! `posix_spawn` that the shim cannot reach), `writer` (the process's record and the profile
 //! written from it), `output` (the profile file), `flusher` (the periodic
 //! timeline samples and profile rewrites), `endpoint` (the live
-//! `/debug/pprof` socket the flusher serves), `raw_thread` (the flusher's
+//! `/debug/pprof` socket the flusher serves), `otlp` (the OTLP pushes the
+//! flusher makes to an OpenTelemetry Collector), `raw_thread` (the flusher's
 //! thread under glibc's allocator, which glibc does not count),
 //! `threading` (whether the program is single-threaded), `procfs`, `fd`
 //! and `fmt` (allocation-free helpers), `tls` (the per-thread state),
@@ -47,6 +48,7 @@ mod fmt;
 mod heap;
 mod hooks;
 mod lifecycle;
+mod otlp;
 mod output;
 mod page_blocks;
 mod posix;

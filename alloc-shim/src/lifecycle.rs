@@ -11,7 +11,7 @@ use allocmux_format::profile::State;
 use allocmux_recorder::{self as recorder, AtFork, read_clocks};
 
 use crate::writer::{self, WRITER};
-use crate::{backend, choice, config, endpoint, fd, flusher, procfs, threading, tls};
+use crate::{backend, choice, config, endpoint, fd, flusher, otlp, procfs, threading, tls};
 
 /// Set by the first start-up of this process image.
 static STARTED: AtomicBool = AtomicBool::new(false);
@@ -77,8 +77,11 @@ pub fn init(envp: *const *const c_char) {
         }
         writer::start_process(&mut w);
     }
+    if let Some(o) = &cfg.otlp {
+        otlp::configure(o);
+    }
     register_fork_handlers();
-    if WRITER.lock().has_output || endpoint::is_open() {
+    if WRITER.lock().has_output || endpoint::is_open() || otlp::is_on() {
         flusher::start();
     }
 }
@@ -100,6 +103,9 @@ pub fn finish() {
         return;
     }
     flusher::stop();
+    // The last interval, before anything else: the exit profile may take
+    // a while to write, and a Collector waits for nobody.
+    otlp::push_at_exit();
     let last_word = !LAST_WORD.swap(true, Relaxed)
         // SAFETY: a plain function of this library that never unwinds; no
         // DSO handle, so no `dlclose` runs it early. Registering may
@@ -337,6 +343,7 @@ extern "C" fn fork_child() {
     recorder::stacks::after_fork_child();
     recorder::after_fork_child(&tls::current().state);
     endpoint::after_fork_child();
+    otlp::after_fork_child();
     // SAFETY: this is the child of a fork, still with one thread.
     match unsafe { WRITER.after_fork_in_child() } {
         // A write this thread's signal handler interrupted: the child
@@ -355,7 +362,7 @@ extern "C" fn fork_child() {
         w.has_output
     };
     // The parent's flusher thread does not exist here.
-    if has_output {
+    if has_output || otlp::is_on() {
         flusher::start();
     }
 }

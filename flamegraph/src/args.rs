@@ -6,7 +6,9 @@ use std::path::PathBuf;
 
 use crate::allocator::Allocator;
 use allocmux_format::profile::StackMode;
-use allocmux_format::settings::{DEFAULT_SAMPLE_BYTES, Level, MAX_SAMPLE_BYTES};
+use allocmux_format::settings::{
+    DEFAULT_SAMPLE_BYTES, Level, MAX_OTLP_INTERVAL_S, MAX_SAMPLE_BYTES,
+};
 use anyhow::Result;
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::{Parser, Subcommand};
@@ -84,6 +86,15 @@ struct RunArgs {
     /// port 0 picks a free one, said on stderr. Keep it on 127.0.0.1.
     #[arg(long, value_name = "ADDR:PORT", value_parser = http_parser)]
     http: Option<String>,
+    /// Push OTLP profiles to an OpenTelemetry Collector every --otlp-interval seconds and at
+    /// exit: to URL (http://ADDR:PORT[/PATH], numeric or localhost), or without one, where the
+    /// OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT variables say
+    /// (default http://localhost:4318). Records at the sampled level unless --record says.
+    #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "on", value_parser = otlp_parser)]
+    otlp: Option<String>,
+    /// Seconds between two OTLP pushes [default: 60]
+    #[arg(long, value_name = "SECONDS", requires = "otlp", allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(1..=MAX_OTLP_INTERVAL_S))]
+    otlp_interval: Option<u64>,
     /// How much to record: every call counted (`exact`), only a sample of stacks with every
     /// figure estimated from it (`sampled`, the default with --http: cheap enough to leave on), or
     /// nothing (`off`: only switch the allocator; no counts, no profile, no thread) [default:
@@ -120,6 +131,15 @@ struct PreloadArgs {
     /// one, said on the program's stderr. Keep it on 127.0.0.1.
     #[arg(long, value_name = "ADDR:PORT", value_parser = http_parser)]
     http: Option<String>,
+    /// Push OTLP profiles to an OpenTelemetry Collector every --otlp-interval seconds and at
+    /// exit: to URL (http://ADDR:PORT[/PATH], numeric or localhost), or without one, where the
+    /// OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT variables say
+    /// (default http://localhost:4318). Records at the sampled level unless --record says.
+    #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "on", value_parser = otlp_parser)]
+    otlp: Option<String>,
+    /// Seconds between two OTLP pushes [default: 60]
+    #[arg(long, value_name = "SECONDS", requires = "otlp", allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(1..=MAX_OTLP_INTERVAL_S))]
+    otlp_interval: Option<u64>,
     /// Record the call stack of allocations: none, a sample weighted by bytes, every one, or
     /// every one and then a sample [default: off, or sample with --http].
     #[arg(long, value_parser = stacks_parser(), value_name = "MODE")]
@@ -374,6 +394,36 @@ fn checked_limits(limits: Vec<Limit>) -> Result<Vec<Limit>> {
     Ok(limits)
 }
 
+/// `--otlp`'s value: `on` (where the OTEL_* variables say) or a URL the
+/// shim can push to (plain http, a numeric address or localhost).
+fn otlp_parser(value: &str) -> Result<String, String> {
+    if value == "on" {
+        return Ok(value.to_string());
+    }
+    let authority = value
+        .strip_prefix("http://")
+        .ok_or("expected an http:// URL (the shim speaks no TLS), such as http://127.0.0.1:4318")?
+        .split('/')
+        .next()
+        .unwrap_or("");
+    let with_port = if authority
+        .rsplit_once(':')
+        .is_some_and(|(h, _)| !h.is_empty() && (!h.starts_with('[') || h.ends_with(']')))
+    {
+        authority.to_string()
+    } else {
+        format!("{authority}:4318")
+    };
+    match allocmux_format::settings::parse_http_address(with_port.as_bytes()) {
+        Some(_) => Ok(value.to_string()),
+        None => Err(
+            "expected http://ADDR[:PORT][/PATH] with a numeric address or localhost (the shim \
+             looks up no names), such as http://127.0.0.1:4318"
+                .into(),
+        ),
+    }
+}
+
 /// `--http`'s value: an address the shim can serve on.
 fn http_parser(value: &str) -> Result<String, String> {
     match allocmux_format::settings::parse_http_address(value.as_bytes()) {
@@ -448,6 +498,7 @@ impl Cli {
             (a.stacks.is_some(), "--stacks <MODE>"),
             (a.sample_bytes.is_some(), "--sample-bytes <N>"),
             (a.http.is_some(), "--http <ADDR:PORT>"),
+            (a.otlp.is_some(), "--otlp [<URL>]"),
             (!a.limit.is_empty(), "--limit <NAME=VALUE>"),
         ];
         match given.iter().find(|(g, _)| *g) {
@@ -470,6 +521,7 @@ impl Cli {
                 html: a.html,
                 stacks: with_sample_bytes(a.stacks, a.sample_bytes)?,
                 http: a.http,
+                otlp: a.otlp.map(|url| (url, a.otlp_interval)),
                 record: a.record,
                 force: a.force,
                 limits: checked_limits(a.limit)?,
@@ -480,6 +532,7 @@ impl Cli {
             Cmd::Preload(a) => Command::Preload(PreloadOptions {
                 allocator: a.allocator,
                 http: a.http,
+                otlp: a.otlp.map(|url| (url, a.otlp_interval)),
                 stacks: with_sample_bytes(a.stacks, a.sample_bytes)?,
                 profile: a.output,
                 record: a.record,

@@ -92,6 +92,7 @@ pub fn shim_hooks(overrides: &[(String, String)]) -> (env::Level, StackMode) {
         env::STACKS,
         env::SAMPLE_BYTES,
         env::HTTP,
+        env::OTLP,
         env::EXACT_FIRST,
         env::RECORD,
     ];
@@ -445,16 +446,17 @@ fn check_records_itself(program: &Path, in_code: InCode, env: &[(String, String)
     }
     let program = program.display();
     let (level, _) = shim_hooks(env);
-    // As the shim reads it: an empty value is no endpoint.
-    let http = match env.iter().rev().find(|(k, _)| k == env::HTTP) {
+    // As the shim reads them: an empty value is no endpoint, no push.
+    let set = |name: &str| match env.iter().rev().find(|(k, _)| k == name) {
         Some((_, v)) => !v.is_empty(),
-        None => std::env::var_os(env::HTTP).is_some_and(|v| !v.is_empty()),
+        None => std::env::var_os(name).is_some_and(|v| !v.is_empty()),
     };
-    if level != env::Level::Exact || http {
+    if level != env::Level::Exact || set(env::HTTP) || set(env::OTLP) {
         bail!(
             "{program} switches its allocator in code and records itself (allocmux::Counting), \
-             which counts every call and serves no live endpoint: leave out --record sampled \
-             and --http, or serve /debug/pprof from the program with allocmux::Profiler"
+             which counts every call, serves no live endpoint and pushes nothing: leave out \
+             --record sampled, --http and --otlp, or serve /debug/pprof from the program with \
+             allocmux::Profiler"
         );
     }
     Ok(())

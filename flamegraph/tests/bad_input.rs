@@ -163,6 +163,30 @@ fn cases() -> Vec<Case> {
         let expected = "expected system, jemalloc, mimalloc, or NAME=PATH";
         v.push(case(&marked(&["compare", "-a", a]), 2, expected));
     }
+    // OTLP destinations the shim cannot push to, and intervals out of range.
+    for url in [
+        "https://127.0.0.1:4318",
+        "collector.example:4318",
+        "http://collector.example:4318",
+        "http://127.0.0.1:99999",
+        "",
+    ] {
+        v.push(case(&marked(&["run", "--otlp", url]), 2, "expected"));
+        v.push(case(&["preload", "--otlp", url], 2, "expected"));
+    }
+    for secs in ["0", "86401", "-1", "soon"] {
+        v.push(case(
+            &marked(&["run", "--otlp", "--otlp-interval", secs]),
+            2,
+            "--otlp-interval",
+        ));
+    }
+    v.push(case(&marked(&["run", "--otlp-interval", "5"]), 2, "--otlp"));
+    v.push(case(
+        &marked(&["run", "--record", "off", "--otlp"]),
+        2,
+        "cannot be used with '--otlp",
+    ));
     // Bad weights, formats, modes and numbers.
     for w in ["heavy", "", "Bytes", "count,bytes"] {
         v.push(case(

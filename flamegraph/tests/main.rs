@@ -20,6 +20,7 @@ mod html_report;
 mod install;
 mod leaks;
 mod live_service;
+mod otlp_collector;
 mod preload;
 mod stack_languages;
 mod stacks;

@@ -21,6 +21,9 @@ pub struct PreloadOptions {
     pub allocator: Allocator,
     /// Where the program serves `/debug/pprof`, if anywhere.
     pub http: Option<String>,
+    /// Push OTLP profiles: the URL (or `on`), and the seconds between
+    /// pushes if given.
+    pub otlp: Option<(String, Option<u64>)>,
     /// How to record call stacks; `None` leaves the shim's default (off,
     /// or sampled when serving).
     pub stacks: Option<StackRecording>,
@@ -50,6 +53,7 @@ pub fn environment(o: &PreloadOptions) -> Result<Vec<(String, String)>> {
     if let Some(http) = &o.http {
         vars.push((env::HTTP.to_string(), http.clone()));
     }
+    vars.extend(super::run::otlp_env(o.otlp.as_ref()));
     vars.extend(o.stacks.map(StackRecording::env).unwrap_or_default());
     if let Some(level) = o.record {
         vars.push((env::RECORD.to_string(), level.name().to_string()));

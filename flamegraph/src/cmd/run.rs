@@ -33,6 +33,9 @@ pub struct RunOptions {
     pub stacks: Option<StackRecording>,
     /// Where the program serves `/debug/pprof` while it runs, if anywhere.
     pub http: Option<String>,
+    /// Push OTLP profiles: the URL (or `on`), and the seconds between
+    /// pushes if given.
+    pub otlp: Option<(String, Option<u64>)>,
     /// How much to record (`None`: the shim's default, exact, or sampled
     /// when serving); at `Off` the program only runs under the allocator
     /// (its forwarder), and `run` says how long it took.
@@ -85,6 +88,8 @@ pub fn run(o: &RunOptions) -> Result<i32> {
         && o.profile.is_none()
         && o.html.is_none()
         && o.limits.is_empty()
+        && o.http.is_none()
+        && o.otlp.is_none()
     {
         crate::error::say(
             "warning: call stacks are recorded but thrown away: pass -o PROFILE to keep \
@@ -95,6 +100,7 @@ pub fn run(o: &RunOptions) -> Result<i32> {
     if let Some(http) = &o.http {
         env.push((env::HTTP.to_string(), http.clone()));
     }
+    env.extend(otlp_env(o.otlp.as_ref()));
     if let Some(level) = record {
         env.push((env::RECORD.to_string(), level.name().to_string()));
     }
@@ -280,4 +286,16 @@ fn write_times(o: &RunOptions, outcome: &launch::Outcome) -> Result<()> {
         crate::units::Bytes(e.max_rss_bytes),
     )?;
     Ok(())
+}
+
+/// The shim's variables for `--otlp` and `--otlp-interval`.
+pub fn otlp_env(otlp: Option<&(String, Option<u64>)>) -> Vec<(String, String)> {
+    let Some((url, interval)) = otlp else {
+        return Vec::new();
+    };
+    let mut vars = vec![(env::OTLP.to_string(), url.clone())];
+    if let Some(s) = interval {
+        vars.push((env::OTLP_INTERVAL.to_string(), s.to_string()));
+    }
+    vars
 }

@@ -12,7 +12,7 @@
 //!
 //! | setting | shim | `Profiler` |
 //! |---|---|---|
-//! | `ALLOCMUX_STACKS` unset | off, or sample when `ALLOCMUX_HTTP` is set (the endpoint serves stacks) | sample (a profiler exists to record stacks) |
+//! | `ALLOCMUX_STACKS` unset | off, or sample when `ALLOCMUX_HTTP` or `ALLOCMUX_OTLP` is set (the endpoint serves stacks, pushes carry them) | sample (a profiler exists to record stacks) |
 //! | `ALLOCMUX_SAMPLE_BYTES` | 1 to [`MAX_SAMPLE_BYTES`] | any positive number |
 //!
 //! The shim sits under every program of a run, where stacks cost, so it
@@ -47,6 +47,17 @@ pub const HTTP: &str = "ALLOCMUX_HTTP";
 /// The recording level: `exact` (or `on`), `sampled`, or `off` (the shim
 /// only forwards to the allocator, recording nothing).
 pub const RECORD: &str = "ALLOCMUX_RECORD";
+/// Push OTLP profiles to an OpenTelemetry Collector: its URL
+/// (`http://ADDR:PORT[/PATH]`), or `on` for the one the `OTEL_EXPORTER_OTLP_*`
+/// variables name.
+pub const OTLP: &str = "ALLOCMUX_OTLP";
+/// Seconds between two OTLP pushes.
+pub const OTLP_INTERVAL: &str = "ALLOCMUX_OTLP_INTERVAL";
+/// Seconds between two OTLP pushes when `ALLOCMUX_OTLP_INTERVAL` does not
+/// say.
+pub const DEFAULT_OTLP_INTERVAL_S: u64 = 60;
+/// The longest `ALLOCMUX_OTLP_INTERVAL`: a day.
+pub const MAX_OTLP_INTERVAL_S: u64 = 86_400;
 
 /// How much the shim records per call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -109,11 +120,15 @@ pub struct Settings<'a> {
     /// `ALLOCMUX_HTTP`, the live endpoint's address as given (see
     /// [`parse_http_address`]).
     pub http: Option<&'a [u8]>,
+    /// `ALLOCMUX_OTLP`, as given.
+    pub otlp: Option<&'a [u8]>,
+    /// `ALLOCMUX_OTLP_INTERVAL`.
+    pub otlp_interval_s: u64,
     problems: [Option<Problem<'a>>; PROBLEM_SLOTS],
 }
 
 /// One slot per variable that can hold a bad value.
-const PROBLEM_SLOTS: usize = 6;
+const PROBLEM_SLOTS: usize = 7;
 
 /// A value a [`Settings`] could not use, and what it took instead.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -221,11 +236,20 @@ impl<'a> Settings<'a> {
             MAX_TIME_SAMPLE,
             DEFAULT_TIME_SAMPLE_MEAN as u64,
         ) as u32;
+        let otlp_interval_s = number(
+            OTLP_INTERVAL,
+            1,
+            MAX_OTLP_INTERVAL_S,
+            DEFAULT_OTLP_INTERVAL_S,
+        );
         let mean_bytes = sample_bytes;
         let http = var(HTTP);
-        let default_stacks = match (reader, http) {
-            (Reader::Profiler, _) | (Reader::Shim, Some(_)) => StackMode::Sample { mean_bytes },
-            (Reader::Shim, None) => StackMode::Off,
+        let otlp = var(OTLP);
+        // Serving or pushing profiles: stacks are what they carry.
+        let live = http.is_some() || otlp.is_some();
+        let default_stacks = match (reader, live) {
+            (Reader::Profiler, _) | (Reader::Shim, true) => StackMode::Sample { mean_bytes },
+            (Reader::Shim, false) => StackMode::Off,
         };
         let stacks = match var(STACKS) {
             None => default_stacks,
@@ -236,7 +260,7 @@ impl<'a> Settings<'a> {
             }),
         };
         let sampled_stacks = matches!(stacks, StackMode::Sample { .. });
-        let default_level = if http.is_some() && exact_first == 0 && sampled_stacks {
+        let default_level = if live && exact_first == 0 && sampled_stacks {
             Level::Sampled
         } else {
             Level::Exact
@@ -258,6 +282,8 @@ impl<'a> Settings<'a> {
             time_sample_mean,
             output: var(OUTPUT),
             http,
+            otlp,
+            otlp_interval_s,
             problems,
         }
     }

@@ -651,6 +651,13 @@ fn wall_ns() -> u64 {
     crate::clock_ns(libc::CLOCK_REALTIME)
 }
 
+/// The socket address `spec` names (`ADDR:PORT`, see
+/// [`env::parse_http_address`]), as the C structure and its length: for
+/// the OTLP pushes' Collector too.
+pub fn socket_address(spec: &[u8]) -> Option<(libc::sockaddr_storage, libc::socklen_t)> {
+    parse_address(spec)
+}
+
 /// The socket address `spec` names (see [`env::parse_http_address`]), as
 /// the C structure and its length.
 fn parse_address(spec: &[u8]) -> Option<(libc::sockaddr_storage, libc::socklen_t)> {
