@@ -37,7 +37,7 @@ use allocmux_format::settings as env;
 use allocmux_recorder::otlp::{self, AttrValue, Attribute, PushMeta};
 use allocmux_recorder::pprof::Baseline;
 use allocmux_recorder::stacks::Snapshot;
-use allocmux_recorder::{self as recorder, SpinLock};
+use allocmux_recorder::{self as recorder, AtFork, SpinLock};
 
 use crate::config::OtlpSettings;
 use crate::fmt::{Bytes, warn};
@@ -52,6 +52,7 @@ const PROFILES_PATH: &[u8] = b"/v1development/profiles";
 const DEFAULT_ENDPOINT: &[u8] = b"http://localhost:4318";
 
 /// Where and how to push, read at start-up.
+#[derive(Clone, Copy)]
 struct Target {
     /// The Collector's socket address.
     addr: libc::sockaddr_storage,
@@ -70,6 +71,9 @@ struct Target {
 /// The pusher: set up at start-up when pushing is on, used by the flusher
 /// thread and at exit.
 static PUSHER: SpinLock<Option<Pusher>> = SpinLock::new(None);
+/// A copy of the pusher's target, set once at start-up: what a `fork`
+/// child rebuilds its pusher from when the parent's was mid-push.
+static TARGET: SpinLock<Option<Target>> = SpinLock::new(None);
 /// Whether pushing is on in this process.
 static ON: AtomicBool = AtomicBool::new(false);
 
@@ -114,6 +118,7 @@ pub fn configure(cfg: &OtlpSettings) -> bool {
                 resource_attributes: Fixed::of(&[cfg.resource_attributes.unwrap_or_default()]),
                 ..target
             };
+            *TARGET.lock() = Some(target);
             *PUSHER.lock() = Some(Pusher::new(target));
             ON.store(true, Relaxed);
             true
@@ -176,18 +181,32 @@ pub fn push_at_exit() {
 }
 
 /// In a `fork` child: its own pushes, from its own start (the parent's
-/// figures are its parent's).
+/// figures are its parent's). A pusher the parent's flusher was using at
+/// the fork (its state may be half changed) is left as it is, unfreed,
+/// and made again from the target; one this very thread was using (the
+/// fork came from a signal handler that interrupted its exit push) is
+/// left to that frame, and the child pushes nothing.
 pub fn after_fork_child() {
     if !is_on() {
         return;
     }
     // SAFETY: this is the child of a fork, still with one thread.
-    unsafe { PUSHER.after_fork_in_child() };
-    if let Some(p) = PUSHER.lock().as_mut() {
-        p.baseline = Baseline::new();
-        p.since_unix_ns = wall_ns();
-        p.due_ns = recorder::monotonic_ns() + p.target.interval_s * 1_000_000_000;
-        p.failing = false;
+    match unsafe { PUSHER.after_fork_in_child() } {
+        AtFork::HeldHere => ON.store(false, Relaxed),
+        AtFork::Orphaned => {
+            let target = *TARGET.lock();
+            // SAFETY: one thread, and the lock is free: no other access.
+            // The old pusher is overwritten without being dropped.
+            unsafe { core::ptr::write(PUSHER.as_ptr(), target.map(Pusher::new)) };
+        }
+        AtFork::Free => {
+            if let Some(p) = PUSHER.lock().as_mut() {
+                p.baseline = Baseline::new();
+                p.since_unix_ns = wall_ns();
+                p.due_ns = recorder::monotonic_ns() + p.target.interval_s * 1_000_000_000;
+                p.failing = false;
+            }
+        }
     }
 }
 

@@ -597,6 +597,69 @@ fn redis_server_under_redis_benchmark_pushes() {
     );
 }
 
+/// A process that forks: the child pushes its own profile under its own
+/// pid, from its own start (none of its parent's allocations before the
+/// fork), and the parent goes on pushing its own.
+#[test]
+fn a_forked_child_pushes_its_own_profile() {
+    let Some(bin) = collector_binary() else {
+        return;
+    };
+    const FORKING: &str = r#"
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/wait.h>
+__attribute__((noinline)) void *grow(size_t n) {
+    void *p = malloc(n);
+    memset(p, 1, n);
+    __asm__ volatile("" : : "r"(p) : "memory");
+    return p;
+}
+int main(void) {
+    for (int i = 0; i < 64; i++) free(grow(1 << 20)); /* 64 MiB before the fork */
+    pid_t child = fork();
+    for (int t = 0; t < 15; t++) {
+        for (int i = 0; i < 4; i++) free(grow(64 << 10)); /* 256 KiB a tenth */
+        usleep(100 * 1000);
+    }
+    if (child == 0) _exit(0);
+    waitpid(child, 0, 0);
+    return 0;
+}
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let exe = c_program(dir.path(), "forking", FORKING, &["-O1", "-g"]);
+    let c = Collector::start(&bin, 0, &dir.path().join("received.jsonl"));
+    let prof = dir.path().join("p.prof");
+    ok(run_pushing(&c.url(), &prof, &[exe.to_str().unwrap()]));
+    let pushes = c.wait_for("two processes' pushes", |r| {
+        let mut pids: Vec<&str> = r
+            .iter()
+            .filter_map(|p| p.attribute("process.pid"))
+            .collect();
+        pids.sort_unstable();
+        pids.dedup();
+        pids.len() >= 2
+    });
+    let mut by_pid: std::collections::BTreeMap<String, i64> = Default::default();
+    for p in &pushes {
+        *by_pid
+            .entry(p.attribute("process.pid").unwrap().to_string())
+            .or_default() += p.total("alloc_space/bytes");
+    }
+    assert_eq!(by_pid.len(), 2, "{by_pid:?}");
+    let (small, large) = {
+        let mut v: Vec<i64> = by_pid.values().copied().collect();
+        v.sort_unstable();
+        (v[0], v[1])
+    };
+    // The parent's include the 64 MiB before the fork; the child's are
+    // its 3.75 MiB alone (sampled every 64 KiB: an estimate, well under 64).
+    assert!(large >= 60 << 20, "{by_pid:?}");
+    assert!(small > 0 && small < 20 << 20, "{by_pid:?}");
+}
+
 /// The Collector stopped after the first push and started again on the
 /// same port: the program runs on unaffected, says once that it cannot
 /// push and once that it can again, and the pushes after the gap cover
