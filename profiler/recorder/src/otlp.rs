@@ -19,7 +19,7 @@
 //! Every table starts with its zero entry (`""`, `Mapping{}`, ...), as
 //! the specification requires, so index 0 means "none".
 
-use crate::pprof::{Baseline, ModuleRanges, call_address, page_aligned};
+use crate::pprof::{Baseline, ModuleRanges, call_address, call_addresses, page_aligned};
 pub use crate::protobuf::NoMemory;
 use crate::protobuf::Pb;
 use crate::stacks::Snapshot;
@@ -185,17 +185,7 @@ pub fn encode_request(
 
     // The locations: the stacks' addresses, sorted and deduplicated; a
     // location's index is its rank from 1.
-    let mut addresses: Vec<u64> = Vec::new();
-    for i in 0..snap.len() {
-        if values(i) == [0; 4] {
-            continue;
-        }
-        let frames = snap.frames(i, &mut buf);
-        addresses.try_reserve(frames.len()).map_err(|_| NoMemory)?;
-        addresses.extend(frames.iter().map(|&a| call_address(a)));
-    }
-    addresses.sort_unstable();
-    addresses.dedup();
+    let addresses = call_addresses(snap, |i| values(i) != [0; 4])?;
 
     let rp = pb.begin(REQ_RESOURCE_PROFILES)?;
     let r = pb.begin(RP_RESOURCE)?;

@@ -142,18 +142,8 @@ pub fn encode(
     }
 
     // Addresses, sorted and deduplicated: a location's id is its rank.
-    let mut addresses: Vec<u64> = Vec::new();
     let values = |i: usize| values(snap, base, meta, i);
-    for i in 0..snap.len() {
-        if values(i) == [0; 5] {
-            continue;
-        }
-        let frames = snap.frames(i, &mut buf);
-        addresses.try_reserve(frames.len()).map_err(|_| NoMemory)?;
-        addresses.extend(frames.iter().map(|&a| call_address(a)));
-    }
-    addresses.sort_unstable();
-    addresses.dedup();
+    let addresses = call_addresses(snap, |i| values(i) != [0; 5])?;
     let location_id = |a: u64| addresses.binary_search(&a).map_or(0, |k| k as u64 + 1);
 
     // Samples: a stack's locations, leaf first, and its values.
@@ -233,6 +223,24 @@ pub fn encode(
 /// The call instruction of a return address: the location pprof wants.
 pub(crate) fn call_address(return_address: u64) -> u64 {
     return_address.saturating_sub(1)
+}
+
+/// The call addresses of the stacks of `snap` that `kept` keeps, sorted
+/// and each once: the locations of a profile, a location's index its rank.
+pub(crate) fn call_addresses(
+    snap: &Snapshot,
+    kept: impl Fn(usize) -> bool,
+) -> Result<Vec<u64>, NoMemory> {
+    let mut buf = [0u64; MAX_FRAMES];
+    let mut addresses: Vec<u64> = Vec::new();
+    for i in (0..snap.len()).filter(|&i| kept(i)) {
+        let frames = snap.frames(i, &mut buf);
+        addresses.try_reserve(frames.len()).map_err(|_| NoMemory)?;
+        addresses.extend(frames.iter().map(|&a| call_address(a)));
+    }
+    addresses.sort_unstable();
+    addresses.dedup();
+    Ok(addresses)
 }
 
 /// The values of stack `i`, in the sample types' order.
