@@ -56,8 +56,9 @@ fn hwm_kb(stdout: &[u8]) -> i64 {
 /// The size of a profile as the runs compare it: its bytes, without the
 /// lines whose number may differ between runs by design, and with each
 /// number (a field of hex digits: counts, times, addresses) one byte long.
-/// Left out: the memory timeline (`tl`), which grows with the run's length
-/// up to its fixed 2,048 points, and the size histogram (`size_hist`, at
+/// Left out: the memory timeline (`tl`, and `timeline_temporary`'s count
+/// per point), which grows with the run's length up to its fixed 2,048
+/// points, and the size histogram (`size_hist`, at
 /// most 48 buckets), which gains a line for each bucket first reached; and
 /// the allocator's readings (`allocator_stat*`), whose reading nearest the
 /// peak is written only when a periodic write made one other than the
@@ -66,7 +67,7 @@ fn hwm_kb(stdout: &[u8]) -> i64 {
 /// clocks, `cpu_ns`, each stack's ticks). What is left must not grow at
 /// all: the lines and fields, as a record per call or per block would.
 fn comparable_size(body: &str) -> usize {
-    const LEFT_OUT: [&str; 3] = ["tl ", "size_hist ", "allocator_stat"];
+    const LEFT_OUT: [&str; 4] = ["tl ", "timeline_temporary ", "size_hist ", "allocator_stat"];
     let field = |f: &str| match f.bytes().all(|b| b.is_ascii_hexdigit()) {
         true if !f.is_empty() => 1,
         _ => f.len(),
