@@ -96,9 +96,9 @@ struct RunArgs {
     #[arg(long, value_name = "SECONDS", requires = "otlp", allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(1..=MAX_OTLP_INTERVAL_S))]
     otlp_interval: Option<u64>,
     /// How much to record: every call counted (`exact`), only a sample of stacks with every
-    /// figure estimated from it (`sampled`, the default with --http: cheap enough to leave on), or
+    /// figure estimated from it (`sampled`, the default with --http or --otlp: cheap enough to leave on), or
     /// nothing (`off`: only switch the allocator; no counts, no profile, no thread) [default:
-    /// exact, or sampled with --http]
+    /// exact, or sampled with --http or --otlp]
     #[arg(long, value_parser = record_parser(), value_name = "LEVEL")]
     record: Option<Level>,
     /// Fail (status 23) when the program succeeds but exceeds a limit: `allocs=N` (allocation
@@ -141,7 +141,7 @@ struct PreloadArgs {
     #[arg(long, value_name = "SECONDS", requires = "otlp", allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(1..=MAX_OTLP_INTERVAL_S))]
     otlp_interval: Option<u64>,
     /// Record the call stack of allocations: none, a sample weighted by bytes, every one, or
-    /// every one and then a sample [default: off, or sample with --http].
+    /// every one and then a sample [default: off, or sample with --http or --otlp].
     #[arg(long, value_parser = stacks_parser(), value_name = "MODE")]
     stacks: Option<StackRecording>,
     /// Mean bytes between two sampled stacks (implies --stacks sample unless auto).
@@ -151,7 +151,7 @@ struct PreloadArgs {
     /// overwritten), for `allocmux report`.
     #[arg(short, long, value_name = "PROFILE")]
     output: Option<PathBuf>,
-    /// How much to record, as for `run` [default: exact, or sampled with --http]
+    /// How much to record, as for `run` [default: exact, or sampled with --http or --otlp]
     #[arg(long, value_parser = record_parser(), value_name = "LEVEL")]
     record: Option<Level>,
 }
