@@ -167,16 +167,32 @@ pub fn push_if_due() {
     p.due_ns = recorder::monotonic_ns() + p.target.interval_s * 1_000_000_000;
 }
 
-/// The last push, at exit, on the exiting thread: bounded by
-/// [`EXIT_PUSH_MS`]. Skipped if the flusher is in the middle of one.
+/// The last push, at exit, on the exiting thread: within
+/// [`EXIT_PUSH_MS`], waiting first for a push the flusher is making (its
+/// figures end earlier: the last interval would go unpushed), and giving
+/// up when that one takes all the time.
 pub fn push_at_exit() {
     if !is_on() {
         return;
     }
-    if let Some(mut p) = PUSHER.try_lock()
-        && let Some(p) = p.as_mut()
-    {
-        p.push(EXIT_PUSH_MS);
+    let deadline = recorder::monotonic_ns() + EXIT_PUSH_MS * 1_000_000;
+    let mut p = loop {
+        if let Some(p) = PUSHER.try_lock() {
+            break p;
+        }
+        if recorder::monotonic_ns() >= deadline {
+            return;
+        }
+        let ms = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 1_000_000,
+        };
+        // SAFETY: sleeps a millisecond; a null remainder is allowed.
+        unsafe { libc::nanosleep(&ms, core::ptr::null_mut()) };
+    };
+    if let Some(p) = p.as_mut() {
+        let left_ms = deadline.saturating_sub(recorder::monotonic_ns()) / 1_000_000;
+        p.push(left_ms.max(1));
     }
 }
 
