@@ -142,10 +142,12 @@ impl Collector {
         }
     }
 
-    /// The requests received so far, as the file exporter wrote them.
+    /// The requests received so far, as the file exporter wrote them: its
+    /// whole lines (one being written is not yet one).
     fn requests(&self) -> Vec<Push> {
-        std::fs::read_to_string(&self.out)
-            .unwrap_or_default()
+        let text = std::fs::read_to_string(&self.out).unwrap_or_default();
+        let whole = text.rfind('\n').map_or("", |end| &text[..end]);
+        whole
             .lines()
             .filter(|l| !l.trim().is_empty())
             .map(|l| Push::of(&serde_json::from_str(l).expect("a JSON line")))
