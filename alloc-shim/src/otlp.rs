@@ -436,14 +436,14 @@ fn host_name() -> Fixed<256> {
     let mut f = Fixed::default();
     // SAFETY: uname fills the structure given.
     if unsafe { libc::uname(&mut u) } == 0 {
-        let name: &[u8] = bytemuck_chars(&u.nodename);
+        let name: &[u8] = nul_terminated_bytes(&u.nodename);
         f.push(name);
     }
     f
 }
 
 /// The NUL-terminated `c_char` array's bytes.
-fn bytemuck_chars(chars: &[libc::c_char]) -> &[u8] {
+fn nul_terminated_bytes(chars: &[libc::c_char]) -> &[u8] {
     let n = chars.iter().position(|&c| c == 0).unwrap_or(chars.len());
     // SAFETY: c_char and u8 have the same size and alignment.
     unsafe { core::slice::from_raw_parts(chars.as_ptr().cast(), n) }
