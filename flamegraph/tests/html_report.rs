@@ -270,10 +270,12 @@ fn report_html_views_work_in_a_browser() {
     assert_eq!(names(&fns["by_self"])[0], big, "{fns}");
     assert_eq!(names(&fns["callers"]), ["outer"], "{fns}");
     assert_eq!(names(&fns["callees"]), Vec::<String>::new(), "{fns}");
-    // Lifetimes: small_blocks frees every block at once (100% short-lived,
-    // first); long_lived's four blocks live 0.6 s (0%, first the other way
-    // round); big_block frees nothing (no figure, last either way).
-    assert_eq!(names(&fns["by_short_lived"])[0], small, "{fns}");
+    // Lifetimes, asserting what holds on any schedule (a lifetime has a
+    // floor, not a ceiling: a preempted thread lengthens some): the page
+    // sorts by short-lived share, highest first; long_lived's four blocks
+    // live 0.6 s or more (0%), so it comes first the other way round;
+    // big_block frees nothing (no figure, last either way); small_blocks
+    // frees its 5,000 at once, nearly all short-lived.
     let cells = fns["short_lived_cells"].as_array().unwrap();
     let cell = |name: &str| {
         cells
@@ -281,7 +283,12 @@ fn report_html_views_work_in_a_browser() {
             .find(|c| c[0] == name)
             .map(|c| c[1].as_str().unwrap().to_string())
     };
-    assert_eq!(cell(small).as_deref(), Some("100.0%"), "{fns}");
+    let share = |name: &str| -> f64 {
+        let c = cell(name).unwrap_or_else(|| panic!("no {name} among {fns}"));
+        c.trim_end_matches('%').parse().unwrap()
+    };
+    let first = names(&fns["by_short_lived"])[0].clone();
+    assert!(share(&first) >= share(small), "{fns}");
     assert_eq!(names(&fns["by_short_lived_asc"])[0], "long_lived", "{fns}");
     assert_eq!(cell(big).as_deref(), Some("-"), "{fns}");
     let histogram: Vec<Vec<String>> = fns["long_lived_histogram"]
@@ -292,9 +299,16 @@ fn report_html_views_work_in_a_browser() {
         .collect();
     assert_eq!(histogram.len(), 10, "nine decades and never freed: {fns}");
     for row in &histogram {
-        let want = if row[0] == "<1s" { "4" } else { "0" };
-        assert_eq!(row[1], want, "{histogram:?}");
+        // 0.6 s or more: from the 100 ms–1 s decade on.
+        if !["<1s", "<10s", "≥10s"].contains(&row[0].as_str()) {
+            assert_eq!(row[1], "0", "{histogram:?}");
+        }
     }
+    let held: u64 = histogram[6..9]
+        .iter()
+        .map(|r| r[1].parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(held, 4, "{histogram:?}");
 
     let t = &seen["timeline"];
     let peaks = t["peaks"].as_array().unwrap();
@@ -316,10 +330,11 @@ fn report_html_views_work_in_a_browser() {
         temporaries.len() == 1 && temporaries[0].starts_with("temporary: 5,000 of 5,00"),
         "{temporaries:?}"
     );
-    // 5,000 blocks freed at once, 4 after 0.6 s, the large one never.
+    // 5,000 blocks freed at once, 4 after 0.6 s or more, the large one
+    // never: counts, whatever the schedule did to the lifetimes.
     let line = names(&seen["summary"]["lifetimes_line"]);
     assert!(
-        line.len() == 1 && line[0].contains("5,004 blocks freed, 99.9% within 1 ms"),
+        line.len() == 1 && line[0].starts_with("5,004 blocks freed, "),
         "{line:?}"
     );
     let all: Vec<Vec<String>> = seen["summary"]["lifetimes_histogram"]
@@ -328,19 +343,16 @@ fn report_html_views_work_in_a_browser() {
         .iter()
         .map(names)
         .collect();
-    let row = |label: &str| all.iter().find(|r| r[0] == label).map(|r| r[1].clone());
-    assert_eq!(row("<1s").as_deref(), Some("4"), "{all:?}");
-    let short: u64 = ["<1µs", "<10µs", "<100µs", "<1ms"]
+    let count = |r: &Vec<String>| r[1].replace(',', "").parse::<u64>().unwrap();
+    let row = |label: &str| all.iter().find(|r| r[0] == label).map(count).unwrap();
+    let freed: u64 = all
         .iter()
-        .map(|l| row(l).unwrap().replace(',', "").parse::<u64>().unwrap())
+        .filter(|r| r[0] != "never freed")
+        .map(count)
         .sum();
-    assert_eq!(short, 5_000, "{all:?}");
-    let never: u64 = row("never freed")
-        .unwrap()
-        .replace(',', "")
-        .parse()
-        .unwrap();
-    assert!(never >= 1, "the large block at least: {all:?}");
+    assert_eq!(freed, 5_004, "{all:?}");
+    assert!(row("<1s") + row("<10s") + row("≥10s") >= 4, "{all:?}");
+    assert!(row("never freed") >= 1, "the large block at least: {all:?}");
     let total = names(&rows[1]);
     assert_eq!(total[0], "total");
     // 5,000 small blocks and one large one.
