@@ -31,6 +31,7 @@
 //! process): a Collector (or an agent) on the same host or network.
 
 use core::ffi::c_int;
+use core::fmt::Write as _;
 use core::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 use allocmux_format::settings as env;
@@ -40,7 +41,7 @@ use allocmux_recorder::stacks::Snapshot;
 use allocmux_recorder::{self as recorder, AtFork, SpinLock};
 
 use crate::config::OtlpSettings;
-use crate::fmt::{Bytes, warn};
+use crate::fmt::{Bytes, SliceWriter, warn};
 
 /// How long a periodic push may take, connection to answer.
 pub const PUSH_MS: u64 = 5_000;
@@ -554,7 +555,14 @@ fn post(
     head.push(env!("CARGO_PKG_VERSION").as_bytes());
     head.push(b"\r\nConnection: close\r\nContent-Length: ");
     let mut digits = [0u8; 20];
-    head.push(decimal(body.len() as u64, &mut digits));
+    let mut length = SliceWriter {
+        buf: &mut digits,
+        len: 0,
+    };
+    // 20 digits hold any usize: cannot fail.
+    let _ = write!(length, "{}", body.len());
+    let n = length.len;
+    head.push(&digits[..n]);
     head.push(b"\r\n\r\n");
     request
         .try_reserve(head.len + body.len())
@@ -564,19 +572,6 @@ fn post(
     let sock = Socket::connect(t, deadline)?;
     sock.send_all(request, deadline)?;
     sock.read_status(deadline)
-}
-
-/// `v` in decimal, in `buf`.
-fn decimal(mut v: u64, buf: &mut [u8; 20]) -> &[u8] {
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            return &buf[i..];
-        }
-    }
 }
 
 /// A connected non-blocking socket, closed when dropped.
